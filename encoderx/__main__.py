@@ -1,0 +1,4 @@
+"""`python -m encoderx` is `python -m encoderx.train`."""
+from encoderx.train import cli
+
+cli()

@@ -1,0 +1,302 @@
+"""Throughput of encoderx pretraining on this machine, against Hugging Face PyTorch.
+
+    python -m encoderx.bench [--batch_size=32] [--steps=10] \
+        [--models=bert_tiny,bert_small] [--skip_torch]
+
+For each model size, at sequence length 128 (configs/bert_tiny.py's data settings):
+
+- encoderx: the jitted train step (`Trainer.train_step`: masking, forward, loss,
+  backward, AdamW with clipping) on real batches of the bundled corpus. Compilation
+  (the first call) is timed apart; then WARMUP_STEPS untimed steps; then the mean of
+  --steps timed steps, each one `device_batch` + step + `block_until_ready`.
+- PyTorch: `transformers.BertForPreTraining` of the same sizes and vocabulary, in
+  train mode (dropout on), on the same batches: forward with `labels` (15% of the real
+  tokens, -100 elsewhere, drawn on the host before timing) and `next_sentence_label`,
+  backward, `AdamW.step()`, `zero_grad()`. Same warm-up and timed steps.
+- tokens/s = batch * 128 / mean step time; the ratio is encoderx / PyTorch, both
+  measured in this process one after the other (never concurrently).
+- Pipeline headroom: examples/s of `pipeline.BatchIterator` over the bundled corpus
+  Task (batches pulled back to back after the first, which fills the shuffle buffer),
+  divided by the examples/s the train step consumes (batch / step time). Above 1 the
+  input pipeline keeps up. The pipeline does not depend on the model, so it is measured
+  once, before any model runs, and shared by every row.
+
+The two frameworks do not do identical work: encoderx runs the MLM head on the
+gathered masked positions only (config.objective.mlm.max_predictions of them per row)
+and clips gradients, while BertForPreTraining scores every position against the whole
+vocabulary. Both are what each framework does for BERT pretraining by default.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import os
+import statistics
+import time
+from typing import Callable
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import jax  # pylint: disable=g-import-not-at-top
+import numpy as np
+from absl import logging as absl_logging
+
+from encoderx import trainer as trainer_lib
+from encoderx.configs import bert_tiny
+from encoderx.data import pipeline, tasks
+
+SEQ_LENGTH = 128
+WARMUP_STEPS = 2  # untimed steps after compilation (allocator, caches, thread pools)
+PIPELINE_MIN_BATCHES = 40  # timed pipeline batches; more if the train steps need more
+MLM_RATE = 0.15
+
+# Model fields that each size changes in the bert_tiny config.
+MODEL_SIZES = {
+    "bert_tiny": {},
+    "bert_small": dict(num_layers=4, hidden_size=512, num_heads=8, intermediate_size=2048),
+}
+
+
+@dataclasses.dataclass
+class StepTiming:
+  """Mean and spread of timed steps, in seconds."""
+  times: list[float]
+  compile_seconds: float | None = None
+  num_params: int = 0
+
+  @property
+  def mean(self) -> float:
+    return statistics.fmean(self.times)
+
+  @property
+  def stdev(self) -> float:
+    return statistics.stdev(self.times) if len(self.times) > 1 else 0.0
+
+  def per_second(self, per_step: int) -> float:
+    return per_step / self.mean
+
+
+def build_config(model_name: str, batch_size: int):
+  config = bert_tiny.get_config()
+  for field, value in MODEL_SIZES[model_name].items():
+    config.model[field] = value
+  config.data.seq_length = SEQ_LENGTH
+  config.train.batch_size = batch_size
+  return config
+
+
+def time_steps(step: Callable[[int], None], warmup: int, steps: int) -> list[float]:
+  """Runs `step(i)` warmup + steps times; returns the wall time of the timed ones."""
+  for index in range(warmup):
+    step(index)
+  times = []
+  for index in range(warmup, warmup + steps):
+    start = time.perf_counter()
+    step(index)
+    times.append(time.perf_counter() - start)
+  return times
+
+
+# --- data pipeline ----------------------------------------------------------------------
+def measure_pipeline(config, num_batches: int) -> tuple[float, float, list[dict]]:
+  """(seconds to the first batch, examples/s after it, the batches pulled)."""
+  task = tasks.register_pretraining_task(config.data)
+  batches = pipeline.BatchIterator(task, "train", SEQ_LENGTH, config.train.batch_size,
+                                   seed=0)
+  try:
+    start = time.perf_counter()
+    pulled = [next(batches)]
+    first_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    pulled += [next(batches) for _ in range(num_batches)]
+    examples_per_second = num_batches * config.train.batch_size / (
+        time.perf_counter() - start)
+  finally:
+    batches.close()  # waits for the next epoch opening in the background
+  del batches
+  gc.collect()  # frees tf.data's iterators, so no prefetch thread runs in the timings
+  return first_seconds, examples_per_second, pulled
+
+
+# --- encoderx ---------------------------------------------------------------------------
+def bench_encoderx(config, batches: list[dict], steps: int):
+  """(timing, the resolved ModelConfig: the sizes PyTorch must match)."""
+  trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
+  state = trainer.init_state()
+  train_step = trainer.train_step(0)
+
+  def run_step(index):
+    nonlocal state
+    state, metrics = train_step(state, trainer.device_batch(batches[index % len(batches)]))
+    jax.block_until_ready(metrics)
+
+  start = time.perf_counter()
+  run_step(0)  # traces and compiles
+  compile_seconds = time.perf_counter() - start
+  num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
+  times = time_steps(lambda i: run_step(i + 1), WARMUP_STEPS, steps)
+  return StepTiming(times, compile_seconds, num_params), trainer.model_config
+
+
+# --- PyTorch / Hugging Face -------------------------------------------------------------
+def torch_model(model_config):
+  """BertForPreTraining with the sizes of an encoderx `ModelConfig`."""
+  import transformers  # pylint: disable=g-import-not-at-top
+  hf_config = transformers.BertConfig(
+      vocab_size=model_config.vocab_size, hidden_size=model_config.hidden_size,
+      num_hidden_layers=model_config.num_layers,
+      num_attention_heads=model_config.num_heads,
+      intermediate_size=model_config.intermediate_size,
+      hidden_act=model_config.hidden_act,
+      max_position_embeddings=model_config.max_position_embeddings,
+      type_vocab_size=model_config.type_vocab_size,
+      hidden_dropout_prob=model_config.hidden_dropout,
+      attention_probs_dropout_prob=model_config.attention_dropout,
+      layer_norm_eps=model_config.layer_norm_eps,
+      initializer_range=model_config.initializer_range)
+  return transformers.BertForPreTraining(hf_config).train()
+
+
+def torch_inputs(batch: dict, rng: np.random.Generator) -> dict:
+  """A numpy batch as BertForPreTraining's keyword arguments, with MLM labels."""
+  import torch  # pylint: disable=g-import-not-at-top
+  real = batch["segment_ids"] > 0
+  chosen = real & (rng.random(real.shape) < MLM_RATE)
+  labels = np.where(chosen, batch["input_ids"], -100)
+  as_long = lambda x: torch.from_numpy(np.asarray(x, np.int64))
+  return {"input_ids": as_long(batch["input_ids"]),
+          "token_type_ids": as_long(batch["token_type_ids"]),
+          "attention_mask": as_long(real), "labels": as_long(labels),
+          "next_sentence_label": as_long(batch["sentence_label"])}
+
+
+def bench_torch(config, model_config, batches: list[dict], steps: int) -> StepTiming:
+  import torch  # pylint: disable=g-import-not-at-top
+  torch.manual_seed(0)
+  model = torch_model(model_config)
+  optimizer_config = config.optimizer
+  optimizer = torch.optim.AdamW(
+      model.parameters(), lr=optimizer_config.learning_rate,
+      betas=(optimizer_config.b1, optimizer_config.b2), eps=optimizer_config.eps,
+      weight_decay=optimizer_config.weight_decay)
+  rng = np.random.default_rng(0)
+  inputs = [torch_inputs(batch, rng) for batch in batches]
+
+  def run_step(index):
+    loss = model(**inputs[index % len(inputs)]).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+  times = time_steps(run_step, WARMUP_STEPS, steps)
+  num_params = sum(p.numel() for p in model.parameters())
+  return StepTiming(times, num_params=num_params)
+
+
+# --- report -----------------------------------------------------------------------------
+def header(args) -> str:
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  return (f"encoderx bench: batch {args.batch_size} x length {SEQ_LENGTH}, "
+          f"{WARMUP_STEPS} warm-up + {args.steps} timed steps\n"
+          f"  jax {jax.__version__}: platform {jax.default_backend()}, "
+          f"{jax.device_count()} device(s) (the step runs on 1)\n"
+          f"  torch {torch.__version__}, transformers {transformers.__version__}: "
+          f"{torch.get_num_threads()} thread(s)\n"
+          f"  host: {os.cpu_count()} CPU core(s), load average {os.getloadavg()[0]:.2f} "
+          "(other processes on the host skew every figure)")
+
+
+def describe_timing(name: str, timing: StepTiming, tokens_per_step: int) -> str:
+  compile_part = (f"compile {timing.compile_seconds:.1f} s, "
+                  if timing.compile_seconds is not None else "")
+  return (f"  {name:<9} {timing.num_params / 1e6:6.2f}M params, {compile_part}"
+          f"step {timing.mean * 1e3:.1f} ms (sd {timing.stdev * 1e3:.1f}, "
+          f"min {min(timing.times) * 1e3:.1f}), "
+          f"{timing.per_second(tokens_per_step):,.0f} tokens/s")
+
+
+def format_table(rows: list[dict]) -> str:
+  columns = list(rows[0])
+  cells = [columns] + [[row[c] for c in columns] for row in rows]
+  widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+  lines = ["  ".join(cell.rjust(width) if i else cell.ljust(width)
+                     for i, (cell, width) in enumerate(zip(line, widths)))
+           for line in cells]
+  lines.insert(1, "  ".join("-" * width for width in widths))
+  return "\n".join(lines)
+
+
+def table_row(model_name, batch_size, jax_timing, torch_timing, pipeline_rate) -> dict:
+  tokens_per_step = batch_size * SEQ_LENGTH
+  jax_tokens = jax_timing.per_second(tokens_per_step)
+  step_examples = jax_timing.per_second(batch_size)
+  row = {"model": model_name,
+         "params": f"{jax_timing.num_params / 1e6:.2f}M",
+         "compile s": f"{jax_timing.compile_seconds:.1f}",
+         "jax ms/step": f"{jax_timing.mean * 1e3:.1f}",
+         "jax tok/s": f"{jax_tokens:,.0f}",
+         "torch ms/step": "-", "torch tok/s": "-", "jax/torch": "-"}
+  if torch_timing:
+    torch_tokens = torch_timing.per_second(tokens_per_step)
+    row.update({"torch ms/step": f"{torch_timing.mean * 1e3:.1f}",
+                "torch tok/s": f"{torch_tokens:,.0f}",
+                "jax/torch": f"{jax_tokens / torch_tokens:.2f}x"})
+  row.update({"pipe ex/s": f"{pipeline_rate:,.0f}",
+              "step ex/s": f"{step_examples:,.0f}",
+              "headroom": f"{pipeline_rate / step_examples:.1f}x"})
+  return row
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+  parser.add_argument("--batch_size", type=int, default=32)
+  parser.add_argument("--steps", type=int, default=10, help="timed steps per model")
+  parser.add_argument("--models", default="bert_tiny,bert_small",
+                      help=f"comma-separated, among {', '.join(MODEL_SIZES)}")
+  parser.add_argument("--skip_torch", action="store_true",
+                      help="time encoderx and the pipeline only")
+  args = parser.parse_args(argv)
+  args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+  unknown = [m for m in args.models if m not in MODEL_SIZES]
+  if unknown:
+    parser.error(f"unknown model(s) {unknown}; choose among {list(MODEL_SIZES)}")
+  if args.steps < 1 or args.batch_size < 1:
+    parser.error("--steps and --batch_size must be positive")
+  return args
+
+
+def main(argv=None) -> None:
+  args = parse_args(argv)
+  # seqio warns at every epoch that the text source is uncached; noise here.
+  absl_logging.set_verbosity(absl_logging.ERROR)
+  print(header(args), flush=True)
+
+  # Every step reuses these batches; the pipeline is timed while they are pulled.
+  num_batches = max(PIPELINE_MIN_BATCHES, 1 + WARMUP_STEPS + args.steps)
+  first_seconds, pipeline_rate, batches = measure_pipeline(
+      build_config(args.models[0], args.batch_size), num_batches)
+  print(f"\npipeline: first batch after {first_seconds:.1f} s (shuffle buffer), then "
+        f"{pipeline_rate:,.0f} examples/s over {num_batches} batches", flush=True)
+
+  rows = []
+  for model_name in args.models:
+    config = build_config(model_name, args.batch_size)
+    print(f"\n{model_name}:", flush=True)
+    tokens_per_step = args.batch_size * SEQ_LENGTH
+    jax_timing, model_config = bench_encoderx(config, batches, args.steps)
+    print(describe_timing("encoderx", jax_timing, tokens_per_step), flush=True)
+    torch_timing = None
+    if not args.skip_torch:
+      torch_timing = bench_torch(config, model_config, batches, args.steps)
+      print(describe_timing("pytorch", torch_timing, tokens_per_step), flush=True)
+    rows.append(table_row(model_name, args.batch_size, jax_timing, torch_timing,
+                          pipeline_rate))
+    gc.collect()
+
+  print("\n" + format_table(rows))
+
+
+if __name__ == "__main__":
+  main()

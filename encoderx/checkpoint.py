@@ -1,0 +1,83 @@
+"""orbax checkpoints of a run: train state, data position and what model it is.
+
+Each checkpoint step holds three items:
+  state  params, optimizer state, step and RNG key (sharded arrays)
+  data   the data pipeline's position, so a resumed run continues with the next batch
+  model  a description of the architecture, checked before anything is restored
+
+orbax writes each step to a temporary directory and renames it when complete, so a run
+that dies mid-save leaves the earlier checkpoints intact. A run never writes into a
+directory that holds another run's checkpoints unless asked to resume it, and never
+resumes a checkpoint of a different model.
+"""
+from __future__ import annotations
+
+import orbax.checkpoint as ocp
+
+
+class CheckpointError(RuntimeError):
+  """A checkpoint directory that this run must not use as asked."""
+
+
+def _differences(stored: dict, current: dict, prefix: str = "") -> list[str]:
+  lines = []
+  for key in sorted(set(stored) | set(current)):
+    a, b = stored.get(key, "<absent>"), current.get(key, "<absent>")
+    if isinstance(a, dict) and isinstance(b, dict):
+      lines += _differences(a, b, f"{prefix}{key}.")
+    elif a != b:
+      lines.append(f"{prefix}{key}: checkpoint {a!r}, this run {b!r}")
+  return lines
+
+
+class Checkpoints:
+  """The checkpoints of one run directory."""
+
+  def __init__(self, directory: str, keep: int = 3, async_save: bool = True):
+    self.directory = directory
+    self.manager = ocp.CheckpointManager(
+        directory,
+        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+                                             enable_async_checkpointing=async_save),
+        item_names=("state", "data", "model"))
+
+  def latest_step(self) -> int | None:
+    return self.manager.latest_step()
+
+  def check_can_start(self, description: dict, resume: bool) -> int | None:
+    """The step to resume from (None: start fresh); raises CheckpointError if this run
+    would overwrite or misread the directory's checkpoints."""
+    step = self.latest_step()
+    if step is None:
+      return None
+    stored = self.manager.restore(step, args=ocp.args.Composite(
+        model=ocp.args.JsonRestore()))["model"]
+    differences = _differences(stored, description)
+    if differences:
+      raise CheckpointError(
+          f"{self.directory} holds checkpoints (latest step {step}) of a different model "
+          f"than this config describes: {'; '.join(differences)}. Use another work "
+          "directory, or the config that made those checkpoints.")
+    if not resume:
+      raise CheckpointError(
+          f"{self.directory} already holds checkpoints of this model (latest step "
+          f"{step}). Pass --resume to continue that run, or choose a new work "
+          "directory; encoderx does not overwrite a run's checkpoints.")
+    return step
+
+  def save(self, step: int, state, data_position: dict, description: dict) -> None:
+    self.manager.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state),
+        data=ocp.args.JsonSave(data_position),
+        model=ocp.args.JsonSave(description)))
+
+  def restore(self, step: int, abstract_state) -> tuple[object, dict]:
+    """(state, data position) of `step`; `abstract_state` gives shapes and shardings."""
+    restored = self.manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract_state),
+        data=ocp.args.JsonRestore()))
+    return restored["state"], restored["data"]
+
+  def close(self) -> None:
+    self.manager.wait_until_finished()
+    self.manager.close()

@@ -1,0 +1,295 @@
+"""The one config schema of encoderx: defaults for every field, and validation.
+
+Family configs in `configs/` start from `default_config()` and change fields. The
+returned ConfigDict is locked, so a misspelt field in a config file or on the command
+line fails at once with the field's name; `validate()` then checks values and sizes
+before anything is built or compiled.
+"""
+from __future__ import annotations
+
+import difflib
+import glob
+import os
+
+import ml_collections
+
+# Names that resolve to files shipped inside the package (see encoderx/data/resources).
+BUNDLED_CORPUS = "bundled:austen"
+BUNDLED_WORDPIECE_VOCAB = "bundled:austen-wordpiece"
+
+ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu")
+LAYER_SHARING = ("none", "all", "ffn", "attention")
+EXAMPLE_BUILDERS = ("sentence_pairs", "full_sentences", "doc_sentences")
+VOCAB_KINDS = ("wordpiece",)
+OBJECTIVES = ("mlm", "nsp")
+SENTENCE_OBJECTIVES = ("nsp",)
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+class ConfigError(ValueError):
+  """A config value that cannot work; the message names the field."""
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """Every field encoderx reads, with BERT-base defaults; locked against new fields."""
+  config = ml_collections.ConfigDict()
+
+  config.model = ml_collections.ConfigDict(dict(
+      vocab_size=0,  # 0: the vocabulary's size.
+      hidden_size=768,
+      num_layers=12,
+      num_heads=12,
+      intermediate_size=3072,
+      embedding_size=0,  # 0: hidden_size; smaller factorizes the embedding (ALBERT).
+      hidden_act="gelu",
+      max_position_embeddings=512,
+      type_vocab_size=2,
+      hidden_dropout=0.1,
+      attention_dropout=0.1,
+      layer_norm_eps=1e-12,
+      initializer_range=0.02,
+      layer_sharing="none",
+      scan_layers=False,
+      remat=False,
+      dtype="float32",  # compute dtype; bfloat16 on TPU.
+      param_dtype="float32",
+  ))
+
+  config.data = ml_collections.ConfigDict(dict(
+      # Comma-separated file globs, or BUNDLED_CORPUS. Ignored when tfds_name is set.
+      files=BUNDLED_CORPUS,
+      # A TFDS dataset with its version, e.g. "wikipedia/20230601.en:1.0.0"; documents
+      # are the tfds_text_key feature of its examples.
+      tfds_name="",
+      tfds_text_key="text",
+      tfds_train_split="train",
+      tfds_eval_split="validation",  # e.g. "train[99%:]" (then train: "train[:99%]")
+      tfds_data_dir="",
+      # Regex of a line that starts a new document (e.g. "^Chapter [0-9]+"); empty:
+      # documents are separated by blank lines.
+      document_marker="",
+      sentence_per_line=False,  # True: each line is one sentence (BERT's own format).
+      invalid_utf8="error",  # or "replace": undecodable bytes become U+FFFD.
+      eval_every_nth_document=20,  # every n-th document is held out for evaluation.
+      builder="sentence_pairs",
+      seq_length=128,
+      short_seq_prob=0.1,
+      document_pool=1000,  # documents kept to draw random segments from (NSP).
+      shuffle_buffer=10000,
+      vocab=ml_collections.ConfigDict(dict(
+          kind="wordpiece",
+          path=BUNDLED_WORDPIECE_VOCAB,
+          lower_case=True,
+          strip_accents=True,
+      )),
+  ))
+
+  config.objective = ml_collections.ConfigDict(dict(
+      names=("mlm", "nsp"),
+      mlm=ml_collections.ConfigDict(dict(
+          rate=0.15,
+          mask_token_prob=0.8,
+          random_token_prob=0.1,
+          max_predictions=20,
+      )),
+  ))
+
+  config.optimizer = ml_collections.ConfigDict(dict(
+      learning_rate=1e-4,
+      warmup_steps=10_000,
+      b1=0.9,
+      b2=0.999,
+      eps=1e-6,
+      weight_decay=0.01,
+      clip_norm=1.0,
+  ))
+
+  config.train = ml_collections.ConfigDict(dict(
+      steps=1_000_000,
+      batch_size=256,  # global batch, per optimizer update.
+      grad_accum_steps=1,  # micro-batches per update; batch_size must divide by it.
+      seed=0,
+      log_every=100,
+      # Final fraction of the steps run at long_seq_length (BERT: 0.1 at 512).
+      long_fraction=0.0,
+      long_seq_length=512,
+      long_max_predictions=80,
+  ))
+
+  config.eval = ml_collections.ConfigDict(dict(
+      batches=20,
+      batch_size=64,
+      every_steps=0,  # 0: only at the end of the run.
+  ))
+
+  config.checkpoint = ml_collections.ConfigDict(dict(
+      every_steps=1000,
+      keep=3,
+      async_save=True,
+  ))
+
+  # Device mesh: the product must equal the device count; -1 takes what is left.
+  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+
+  config.lock()
+  return config
+
+
+def _unknown_fields(config, schema, prefix=""):
+  """Every field of `config` that `schema` lacks, as messages."""
+  for key in config.keys():
+    name = f"{prefix}{key}"
+    if key not in schema:
+      close = difflib.get_close_matches(key, list(schema.keys()), n=1)
+      hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+      yield f"unknown field '{name}'{hint}"
+    elif isinstance(schema[key], ml_collections.ConfigDict):
+      if not isinstance(config[key], ml_collections.ConfigDict):
+        yield f"field '{name}' must be a group of fields, got {config[key]!r}"
+      else:
+        yield from _unknown_fields(config[key], schema[key], prefix=f"{name}.")
+
+
+def unknown_field(path: str) -> str | None:
+  """'model.hiden_size' -> a message naming the unknown part (None if the field exists)."""
+  node, parts = default_config(), path.split(".")
+  for depth, part in enumerate(parts):
+    if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+      options = list(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
+      close = difflib.get_close_matches(part, options, n=1)
+      hint = f" (did you mean '{'.'.join(parts[:depth] + close)}'?)" if close else ""
+      return f"unknown config field '{path}'{hint}"
+    node = node[part]
+  return None
+
+
+def _fail(field: str, problem: str, fix: str = ""):
+  raise ConfigError(f"config field '{field}': {problem}" + (f" {fix}" if fix else ""))
+
+
+def _check_choice(field, value, choices):
+  if value not in choices:
+    _fail(field, f"{value!r} is not one of {', '.join(map(repr, choices))}.")
+
+
+def _check_positive(config, *fields):
+  for field in fields:
+    group, name = field.split(".", 1)
+    value = config[group]
+    for part in name.split("."):
+      value = value[part]
+    if value <= 0:
+      _fail(field, f"must be positive, got {value}.")
+
+
+def resolve_file_patterns(patterns: str, field: str = "data.files") -> list[str]:
+  """Expands comma-separated globs to sorted files; a clear error if any matches none."""
+  if not patterns.strip():
+    _fail(field, "is empty.", "Give comma-separated paths or globs of text files.")
+  files = []
+  for pattern in (p.strip() for p in patterns.split(",") if p.strip()):
+    matched = sorted(glob.glob(os.path.expanduser(pattern)))
+    matched = [m for m in matched if os.path.isfile(m)]
+    if not matched:
+      _fail(field, f"'{pattern}' matches no file.",
+            "Check the path (it is resolved from the current directory).")
+    files.extend(matched)
+  return files
+
+
+def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Checks every field a run depends on; raises ConfigError naming the first bad one."""
+  problems = list(_unknown_fields(config, default_config()))
+  if problems:
+    raise ConfigError("; ".join(problems))
+
+  model, data, train = config.model, config.data, config.train
+  _check_positive(config, "model.hidden_size", "model.num_layers", "model.num_heads",
+                  "model.intermediate_size", "model.max_position_embeddings",
+                  "data.seq_length", "train.steps", "train.batch_size",
+                  "train.grad_accum_steps", "train.log_every", "eval.batch_size",
+                  "checkpoint.every_steps", "checkpoint.keep",
+                  "objective.mlm.max_predictions")
+  if model.hidden_size % model.num_heads:
+    _fail("model.hidden_size", f"{model.hidden_size} is not divisible by "
+          f"model.num_heads={model.num_heads}.")
+  if model.embedding_size < 0 or model.vocab_size < 0:
+    _fail("model.embedding_size" if model.embedding_size < 0 else "model.vocab_size",
+          "must be >= 0 (0 means the default).")
+  _check_choice("model.hidden_act", model.hidden_act, ACTIVATIONS)
+  _check_choice("model.layer_sharing", model.layer_sharing, LAYER_SHARING)
+  _check_choice("model.dtype", model.dtype, DTYPES)
+  _check_choice("model.param_dtype", model.param_dtype, DTYPES)
+  if model.scan_layers and model.layer_sharing != "none":
+    _fail("model.scan_layers", "scans distinct layers; it cannot be combined with "
+          f"model.layer_sharing={model.layer_sharing!r}.")
+  for field in ("hidden_dropout", "attention_dropout"):
+    if not 0.0 <= model[field] < 1.0:
+      _fail(f"model.{field}", f"must be in [0, 1), got {model[field]}.")
+
+  longest = max(data.seq_length, train.long_seq_length if train.long_fraction else 0)
+  if longest > model.max_position_embeddings:
+    _fail("data.seq_length" if longest == data.seq_length else "train.long_seq_length",
+          f"{longest} exceeds model.max_position_embeddings="
+          f"{model.max_position_embeddings}.")
+  if data.seq_length < 8:
+    _fail("data.seq_length", f"{data.seq_length} is too short for [CLS] A [SEP] B [SEP].")
+  if not 0.0 <= train.long_fraction < 1.0:
+    _fail("train.long_fraction", f"must be in [0, 1), got {train.long_fraction}.")
+
+  _check_choice("data.builder", data.builder, EXAMPLE_BUILDERS)
+  _check_choice("data.invalid_utf8", data.invalid_utf8, ("error", "replace"))
+  _check_choice("data.vocab.kind", data.vocab.kind, VOCAB_KINDS)
+  if not 0.0 <= data.short_seq_prob <= 1.0:
+    _fail("data.short_seq_prob", f"must be in [0, 1], got {data.short_seq_prob}.")
+  if data.eval_every_nth_document < 2:
+    _fail("data.eval_every_nth_document", "must be >= 2 so that most documents train.")
+  if data.tfds_name and ":" not in data.tfds_name:
+    _fail("data.tfds_name", f"{data.tfds_name!r} lacks a version, which seqio requires.",
+          f"Write e.g. '{data.tfds_name}:1.0.0' (tfds.builder(name).version).")
+  if not data.tfds_name and data.files != BUNDLED_CORPUS:
+    resolve_file_patterns(data.files)
+  if not data.vocab.path.startswith("bundled:") and not os.path.exists(
+      os.path.expanduser(data.vocab.path)):
+    _fail("data.vocab.path", f"'{data.vocab.path}' does not exist.",
+          "Train one with `python -m encoderx.data.vocabulary --help`.")
+
+  names = tuple(config.objective.names)
+  for name in names:
+    _check_choice("objective.names", name, OBJECTIVES)
+  if "mlm" not in names:
+    _fail("objective.names", f"{names} lacks 'mlm'; every pretraining recipe here masks.")
+  sentence = [n for n in names if n in SENTENCE_OBJECTIVES]
+  if len(sentence) > 1:
+    _fail("objective.names", f"has two sentence objectives {sentence}; choose one.")
+  if sentence and data.builder != "sentence_pairs":
+    _fail("data.builder", f"{sentence[0]} needs 'sentence_pairs', got {data.builder!r}.")
+  if not sentence and data.builder == "sentence_pairs":
+    _fail("data.builder", "'sentence_pairs' builds examples for nsp; without it use "
+          "'full_sentences' or 'doc_sentences'.")
+  mlm = config.objective.mlm
+  if not 0.0 < mlm.rate < 1.0:
+    _fail("objective.mlm.rate", f"must be in (0, 1), got {mlm.rate}.")
+  if mlm.mask_token_prob < 0 or mlm.random_token_prob < 0 or (
+      mlm.mask_token_prob + mlm.random_token_prob > 1.0):
+    _fail("objective.mlm.mask_token_prob",
+          "and random_token_prob must be >= 0 and sum to at most 1.")
+  if mlm.max_predictions > data.seq_length:
+    _fail("objective.mlm.max_predictions", f"{mlm.max_predictions} exceeds "
+          f"data.seq_length={data.seq_length}.")
+
+  if train.batch_size % train.grad_accum_steps:
+    _fail("train.batch_size", f"{train.batch_size} is not divisible by "
+          f"train.grad_accum_steps={train.grad_accum_steps}.")
+  optimizer = config.optimizer
+  if optimizer.learning_rate <= 0:
+    _fail("optimizer.learning_rate", f"must be positive, got {optimizer.learning_rate}.")
+  if optimizer.warmup_steps < 0 or optimizer.warmup_steps >= train.steps:
+    _fail("optimizer.warmup_steps", f"{optimizer.warmup_steps} must be >= 0 and below "
+          f"train.steps={train.steps}.")
+  for axis in ("data", "fsdp", "tensor"):
+    if config.mesh[axis] == 0 or config.mesh[axis] < -1:
+      _fail(f"mesh.{axis}", f"must be a positive size or -1, got {config.mesh[axis]}.")
+  if sum(config.mesh[a] == -1 for a in ("data", "fsdp", "tensor")) > 1:
+    _fail("mesh", "at most one axis may be -1.")
+  return config

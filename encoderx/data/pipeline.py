@@ -1,0 +1,117 @@
+"""Batches of pretraining examples, with a position that checkpoints can save.
+
+Each epoch is a fresh pass of the seqio Task with its own seed, so documents, pairs and
+shuffling change from epoch to epoch while every epoch is reproducible. The position is
+(epoch, batches taken in that epoch); restoring it rebuilds that epoch and skips the
+batches already taken, so a resumed run sees exactly the batches an unbroken run would
+(the skip re-reads at most one epoch of data).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+
+import numpy as np
+import seqio
+import tensorflow as tf
+
+from encoderx.data import preprocessors
+
+
+@dataclasses.dataclass
+class DataPosition:
+  epoch: int = 0
+  batch: int = 0
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_dict(cls, state: dict) -> "DataPosition":
+    return cls(int(state["epoch"]), int(state["batch"]))
+
+
+class _SeqioCacheAdvice(logging.Filter):
+  """Drops seqio's advice, logged at every epoch, to cache function sources for better
+  shuffling: the document sources here reshuffle with a fresh seed every epoch."""
+
+  def filter(self, record):
+    return "uncached FunctionDataset" not in record.getMessage()
+
+
+logging.getLogger("absl").addFilter(_SeqioCacheAdvice())
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+  return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0] % (2**31 - 1))
+
+
+class BatchIterator:
+  """Endless numpy batches of `task`'s `split`: {feature: [batch, ...]}.
+
+  `shard_info` picks this process's part of the examples on multi-host runs, where each
+  process loads `batch_size` = global batch / process count.
+  """
+
+  def __init__(self, task: seqio.Task, split: str, seq_length: int, batch_size: int,
+               seed: int, shuffle: bool = True, shard_info: seqio.ShardInfo | None = None,
+               position: DataPosition | None = None):
+    self.task, self.split = task, split
+    self.seq_length, self.batch_size = seq_length, batch_size
+    self.seed, self.shuffle, self.shard_info = seed, shuffle, shard_info
+    self.position = position or DataPosition()
+    self._iterator = self._pending = self._next_epoch = None
+    self._prepare_after = 16  # batches into an epoch; half an epoch once one is known
+    self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+
+  def _epoch_dataset(self, epoch: int) -> tf.data.Dataset:
+    lengths = {name: self.seq_length for name in preprocessors.EXAMPLE_FEATURES}
+    dataset = self.task.get_dataset(
+        sequence_length=lengths, split=self.split, shuffle=self.shuffle,
+        seed=epoch_seed(self.seed, epoch), shard_info=self.shard_info, num_epochs=1)
+    dataset = dataset.batch(self.batch_size, drop_remainder=True)
+    options = tf.data.Options()
+    options.deterministic = True
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+  def _open_epoch(self, epoch: int, skip: int = 0):
+    """The epoch's iterator and its first batch (None if the epoch has no batch)."""
+    iterator = self._epoch_dataset(epoch).skip(skip).as_numpy_iterator()
+    return iterator, next(iterator, None)
+
+  def _maybe_prepare_next_epoch(self):
+    # Opening an epoch fills the shuffle buffer (seconds on a small corpus); doing it in
+    # the background once this epoch is well under way keeps the train step fed, and
+    # short runs never pay for an epoch they do not reach.
+    if self._next_epoch is None and self.position.batch >= self._prepare_after:
+      self._next_epoch = self._executor.submit(self._open_epoch, self.position.epoch + 1)
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    if self._iterator is None:
+      self._iterator, self._pending = self._open_epoch(self.position.epoch,
+                                                       self.position.batch)
+    batch, self._pending = self._pending, None
+    if batch is None:
+      batch = next(self._iterator, None)
+    if batch is None:  # the epoch is over
+      if self._next_epoch is None:
+        self._prepare_after = 0
+        self._maybe_prepare_next_epoch()
+      self._iterator, batch = self._next_epoch.result()
+      if batch is None:
+        raise ValueError(
+            f"the {self.split} split yields fewer than {self.batch_size} examples per "
+            "epoch, so not a single full batch; use a smaller batch size or more text.")
+      self._prepare_after = max(self.position.batch // 2, 1)
+      self._next_epoch = None
+      self.position = DataPosition(self.position.epoch + 1, 0)
+    self.position = DataPosition(self.position.epoch, self.position.batch + 1)
+    self._maybe_prepare_next_epoch()
+    return batch
+
+  def close(self):
+    self._executor.shutdown(wait=True, cancel_futures=True)

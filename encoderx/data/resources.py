@@ -1,0 +1,32 @@
+"""Files shipped inside the package, named `bundled:<name>` in configs."""
+from __future__ import annotations
+
+import glob
+import os
+
+import importlib_resources
+
+_BUNDLED = {
+    # Three public-domain Jane Austen novels, verbatim (see resources/README.md).
+    "austen": "austen/*.txt",
+    # WordPiece vocabulary (8,000 tokens, uncased) trained on the Austen sample.
+    "austen-wordpiece": "austen-wordpiece-vocab.txt",
+}
+
+
+def _root() -> str:
+  return str(importlib_resources.files("encoderx.data") / "resources")
+
+
+def resolve(name: str) -> str:
+  """'bundled:<name>' -> the shipped file (a glob for corpora); other names unchanged."""
+  if not name.startswith("bundled:"):
+    return os.path.expanduser(name)
+  key = name.removeprefix("bundled:")
+  if key not in _BUNDLED:
+    raise ValueError(f"no bundled resource '{key}'; bundled: {', '.join(sorted(_BUNDLED))}")
+  return os.path.join(_root(), _BUNDLED[key])
+
+
+def bundled_corpus_files() -> list[str]:
+  return sorted(glob.glob(resolve("bundled:austen")))

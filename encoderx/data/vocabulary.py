@@ -1,0 +1,218 @@
+"""WordPiece vocabulary (BERT) as a `seqio.Vocabulary`, and training one from text.
+
+Tokenization follows BERT's rules (google-research/bert tokenization.py, and Hugging Face
+`BertTokenizer`): invalid and control characters are dropped, text is optionally
+lower-cased and stripped of accents, split on whitespace and punctuation with every CJK
+character its own word, then split into the longest-match-first word pieces of the
+vocabulary. The splitting and word-piece steps are tensorflow-text's, so that the same
+code runs inside tf.data (seqio) and eagerly.
+
+seqio ships a `BertWordPieceVocabulary`, but its `encode_tf` pads the word dimension with
+id 0 (inserting [PAD] ids inside sentences when words split into different numbers of
+pieces), it hard-codes [CLS]=101 and [SEP]=102, and it cannot strip accents without
+lower-casing; hence this class.
+
+Train one: `python -m encoderx.data.vocabulary --files 'corpus/*.txt' --size 30522
+--output vocab.txt`.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import tempfile
+
+import seqio
+import tensorflow as tf
+import tensorflow_text as tf_text
+from tensorflow_text.python.ops import bert_tokenizer
+
+from encoderx.data import resources
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+class VocabularyError(ValueError):
+  """A vocabulary file that cannot be used."""
+
+
+class _BasicTokenizer(bert_tokenizer.BasicTokenizer):
+  """tensorflow-text's BERT basic tokenizer with lower-casing and accent stripping as
+  independent options, both done the way Python's str.lower() and Hugging Face do
+  (tensorflow-text folds case fully, turning 'ß' into 'ss')."""
+
+  def __init__(self, lower_case: bool, strip_accents: bool):
+    super().__init__(lower_case=False)
+    self._lower = lower_case
+    self._strip = strip_accents
+
+  def tokenize_with_offsets(self, text_input):
+    # Hugging Face drops U+0000, U+FFFD and control characters (all of category C but
+    # tab and newlines) before anything else; tensorflow-text only blanks Cc and Cf.
+    text_input = tf.strings.regex_replace(text_input, r"[\x{0}\x{FFFD}]|[^\PC\t\n\r]", "")
+    if self._lower:
+      text_input = tf.strings.lower(text_input, encoding="utf-8")
+    if self._strip:
+      text_input = tf_text.normalize_utf8(text_input, "NFD")
+      text_input = tf.strings.regex_replace(text_input, r"\p{Mn}", "")
+    return super().tokenize_with_offsets(text_input)
+
+
+class WordPieceVocabulary(seqio.Vocabulary):
+  """A BERT `vocab.txt` (one token per line, the line number is the id).
+
+  Special tokens are looked up by name ([PAD], [UNK], [CLS], [SEP], [MASK]), so any
+  vocabulary that has them works, whatever their ids.
+  """
+
+  def __init__(self, path: str, lower_case: bool = True, strip_accents: bool | None = None):
+    self.path = resources.resolve(path)
+    try:
+      with open(self.path, encoding="utf-8") as f:
+        tokens = [line.rstrip("\n").rstrip("\r") for line in f]
+    except (OSError, UnicodeDecodeError) as error:
+      raise VocabularyError(f"cannot read WordPiece vocabulary '{path}': {error}") from None
+    while tokens and not tokens[-1]:
+      tokens.pop()
+    missing = [t for t in SPECIAL_TOKENS if t not in tokens]
+    if missing:
+      raise VocabularyError(
+          f"WordPiece vocabulary '{path}' lacks the special tokens {missing}; a BERT "
+          "vocab.txt has one token per line including [PAD] [UNK] [CLS] [SEP] [MASK].")
+    self.lower_case = lower_case
+    self.strip_accents = lower_case if strip_accents is None else strip_accents
+    self.tokens = tokens
+    self._ids = {token: i for i, token in enumerate(tokens)}
+    super().__init__(extra_ids=0)
+
+  # --- ids of the special tokens -----------------------------------------------------
+  def token_to_id(self, token: str) -> int:
+    return self._ids[token]
+
+  @property
+  def pad_id(self) -> int:
+    return self._ids["[PAD]"]
+
+  @property
+  def unk_id(self) -> int:
+    return self._ids["[UNK]"]
+
+  @property
+  def cls_id(self) -> int:
+    return self._ids["[CLS]"]
+
+  @property
+  def sep_id(self) -> int:
+    return self._ids["[SEP]"]
+
+  @property
+  def mask_id(self) -> int:
+    return self._ids["[MASK]"]
+
+  @property
+  def eos_id(self) -> None:
+    return None  # BERT marks ends with [SEP], which encode never adds.
+
+  @property
+  def special_ids(self) -> tuple[int, ...]:
+    """Ids that masking never chooses and never samples as a random replacement:
+    the special tokens and BERT's reserved [unusedN] slots."""
+    return tuple(i for i, t in enumerate(self.tokens)
+                 if t in SPECIAL_TOKENS or (t.startswith("[unused") and t.endswith("]")))
+
+  @property
+  def _base_vocab_size(self) -> int:
+    return len(self.tokens)
+
+  # --- TensorFlow ----------------------------------------------------------------------
+  @functools.cached_property
+  def _tf_tokenizer(self) -> tf_text.BertTokenizer:
+    # The lookup table is created eagerly even when first used inside a tf.data
+    # function, so that every later graph can use it.
+    with tf.init_scope():
+      table = tf.lookup.StaticHashTable(
+          tf.lookup.KeyValueTensorInitializer(
+              tf.constant(self.tokens), tf.range(len(self.tokens), dtype=tf.int64)),
+          default_value=self.unk_id)
+      return tf_text.BertTokenizer(
+          table, suffix_indicator="##", max_bytes_per_word=100, token_out_type=tf.int32,
+          unknown_token="[UNK]",
+          basic_tokenizer_class=lambda *_: _BasicTokenizer(self.lower_case,
+                                                           self.strip_accents))
+
+  def tokenize_words_tf(self, text: tf.Tensor) -> tf.RaggedTensor:
+    """Word pieces grouped by word: text [...] -> int32 [..., words, pieces]."""
+    text = tf.convert_to_tensor(text, tf.string)
+    if text.shape.rank == 0:  # tensorflow-text gives scalars a batch dimension
+      return self._tf_tokenizer.tokenize(tf.expand_dims(text, 0))[0]
+    return self._tf_tokenizer.tokenize(text)
+
+  def _encode_tf(self, s: tf.Tensor) -> tf.Tensor:
+    return self.tokenize_words_tf(s).merge_dims(-2, -1)
+
+  def _decode_tf(self, ids: tf.Tensor) -> tf.Tensor:
+    words = self._tf_tokenizer.detokenize(tf.expand_dims(ids, 0))[0]
+    return tf.strings.reduce_join(words, separator=" ")
+
+  # --- Python --------------------------------------------------------------------------
+  def _encode(self, s: str) -> list[int]:
+    return self._encode_tf(tf.constant(s)).numpy().tolist()
+
+  def id_to_token(self, token_id: int) -> str:
+    return self.tokens[token_id] if 0 <= token_id < len(self.tokens) else "[UNK]"
+
+  def _decode(self, ids) -> str:
+    """Tokens joined as BERT prints them: word pieces merged, special tokens kept."""
+    text = " ".join(self.id_to_token(int(i)) for i in ids)
+    return text.replace(" ##", "")
+
+  def __eq__(self, other):
+    return (isinstance(other, WordPieceVocabulary) and self.tokens == other.tokens
+            and self.lower_case == other.lower_case
+            and self.strip_accents == other.strip_accents)
+
+  def __hash__(self):
+    return hash((len(self.tokens), self.lower_case, self.strip_accents))
+
+
+def train_wordpiece(files: list[str], output: str, vocab_size: int = 30522,
+                    lower_case: bool = True, strip_accents: bool | None = None,
+                    min_frequency: int = 2) -> WordPieceVocabulary:
+  """Trains a WordPiece vocabulary with Hugging Face `tokenizers` and writes vocab.txt."""
+  from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
+
+  missing = [f for f in files if not os.path.isfile(f)]
+  if missing:
+    raise VocabularyError(f"cannot train a vocabulary: no such file(s) {missing}")
+  tokenizer = BertWordPieceTokenizer(
+      lowercase=lower_case,
+      strip_accents=lower_case if strip_accents is None else strip_accents,
+      clean_text=True, handle_chinese_chars=True)
+  tokenizer.train(files, vocab_size=vocab_size, min_frequency=min_frequency,
+                  special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+                  wordpieces_prefix="##")
+  if tokenizer.get_vocab_size() <= len(SPECIAL_TOKENS):
+    raise VocabularyError(f"no text to train a vocabulary from in {files}")
+  directory = os.path.dirname(os.path.abspath(output))
+  os.makedirs(directory, exist_ok=True)
+  with tempfile.TemporaryDirectory(dir=directory) as scratch:
+    tokenizer.save_model(scratch)
+    os.replace(os.path.join(scratch, "vocab.txt"), output)  # never a half-written file
+  return WordPieceVocabulary(output, lower_case=lower_case, strip_accents=strip_accents)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description="Train a BERT WordPiece vocab.txt.")
+  parser.add_argument("--files", required=True, help="comma-separated text files or globs")
+  parser.add_argument("--output", required=True, help="where to write vocab.txt")
+  parser.add_argument("--size", type=int, default=30522)
+  parser.add_argument("--cased", action="store_true", help="keep case and accents")
+  args = parser.parse_args(argv)
+  from encoderx.config import resolve_file_patterns  # pylint: disable=g-import-not-at-top
+  vocab = train_wordpiece(resolve_file_patterns(args.files, "--files"), args.output,
+                          vocab_size=args.size, lower_case=not args.cased)
+  print(f"wrote {args.output}: {vocab.vocab_size} tokens")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,156 @@
+"""Hugging Face (PyTorch) <-> encoderx weights, both directions from one rule table.
+
+A rule maps one Hugging Face parameter name to one encoderx parameter path with an
+array transform and its inverse (PyTorch Linear stores [out, in]; Flax Dense [in, out];
+attention kernels here are [hidden, heads, head_dim]). Converting in and back out is the
+identity, which the tests check, and outputs on converted weights match the PyTorch
+model's, which the tests check too.
+
+    params = hf.from_hf(BertForPreTraining.from_pretrained(d).state_dict(), model_config)
+    state_dict = hf.to_hf(params, model_config)
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Callable, Mapping
+
+import flax
+import flax.linen as nn
+import jax
+import numpy as np
+
+from encoderx.models import common
+
+
+@dataclasses.dataclass(frozen=True)
+class Transform:
+  to_flax: Callable[[np.ndarray, common.ModelConfig], np.ndarray]
+  to_hf: Callable[[np.ndarray, common.ModelConfig], np.ndarray]
+
+
+COPY = Transform(lambda x, c: x, lambda x, c: x)
+LINEAR = Transform(lambda x, c: x.T, lambda x, c: x.T)
+HEADS_IN = Transform(  # [heads*dim, hidden] -> [hidden, heads, dim]
+    lambda x, c: x.T.reshape(x.shape[1], c.num_heads, c.head_dim),
+    lambda x, c: x.reshape(x.shape[0], -1).T)
+HEADS_BIAS = Transform(lambda x, c: x.reshape(c.num_heads, c.head_dim),
+                       lambda x, c: x.reshape(-1))
+HEADS_OUT = Transform(  # [hidden, heads*dim] -> [heads, dim, hidden]
+    lambda x, c: x.T.reshape(c.num_heads, c.head_dim, x.shape[0]),
+    lambda x, c: x.reshape(-1, x.shape[-1]).T)
+
+
+def _dense(hf: str, flax_path: str, kernel: Transform = LINEAR, bias: Transform = COPY):
+  return [(f"{hf}.weight", f"{flax_path}/kernel", kernel), (f"{hf}.bias", f"{flax_path}/bias", bias)]
+
+
+def _layer_norm(hf: str, flax_path: str):
+  return [(f"{hf}.weight", f"{flax_path}/scale", COPY), (f"{hf}.bias", f"{flax_path}/bias", COPY)]
+
+
+def _bert_layer(hf: str, flax: str):
+  attention = f"{flax}/attention/self_attention"
+  return (_dense(f"{hf}.attention.self.query", f"{attention}/query", HEADS_IN, HEADS_BIAS)
+          + _dense(f"{hf}.attention.self.key", f"{attention}/key", HEADS_IN, HEADS_BIAS)
+          + _dense(f"{hf}.attention.self.value", f"{attention}/value", HEADS_IN, HEADS_BIAS)
+          + _dense(f"{hf}.attention.output.dense", f"{attention}/out", HEADS_OUT)
+          + _layer_norm(f"{hf}.attention.output.LayerNorm", f"{flax}/attention/layer_norm")
+          + _dense(f"{hf}.intermediate.dense", f"{flax}/ffn/intermediate")
+          + _dense(f"{hf}.output.dense", f"{flax}/ffn/output")
+          + _layer_norm(f"{hf}.output.LayerNorm", f"{flax}/ffn/layer_norm"))
+
+
+def bert_rules(config: common.ModelConfig, prefix: str = "bert"):
+  """Rules for BertForPreTraining / BertForMaskedLM / BertModel (prefix '')."""
+  hf = f"{prefix}." if prefix else ""
+  rules = [
+      (f"{hf}embeddings.word_embeddings.weight",
+       "encoder_model/embeddings/word_embeddings/embedding", COPY),
+      (f"{hf}embeddings.position_embeddings.weight",
+       "encoder_model/embeddings/position_embeddings/embedding", COPY),
+      (f"{hf}embeddings.token_type_embeddings.weight",
+       "encoder_model/embeddings/token_type_embeddings/embedding", COPY),
+  ] + _layer_norm(f"{hf}embeddings.LayerNorm", "encoder_model/embeddings/layer_norm")
+  for i in range(config.num_layers):
+    rules += _bert_layer(f"{hf}encoder.layer.{i}", f"encoder_model/encoder/layer_{i}")
+  rules += _dense(f"{hf}pooler.dense", "encoder_model/pooler/dense")
+  rules += _dense("cls.predictions.transform.dense", "mlm_head/transform")
+  rules += _layer_norm("cls.predictions.transform.LayerNorm", "mlm_head/layer_norm")
+  rules += [("cls.predictions.bias", "mlm_head/output_bias", COPY)]
+  rules += _dense("cls.seq_relationship", "sentence_head/classifier")
+  return rules
+
+
+def _numpy(value) -> np.ndarray:
+  if hasattr(value, "detach"):  # a torch tensor
+    value = value.detach().cpu().float().numpy()
+  return np.asarray(value)
+
+
+def from_hf(state_dict: Mapping[str, object], config: common.ModelConfig,
+            rules=None, expected=None) -> dict:
+  """HF state dict -> encoderx params (nested dict of numpy arrays).
+
+  Only rules whose HF name is present are used, so a model without a head (BertModel)
+  converts to params without it. `expected` (an encoderx param tree, e.g. from
+  `jax.eval_shape(model.init, ...)`) makes every missing or misshapen weight an error.
+  """
+  rules = rules if rules is not None else bert_rules(config)
+  flat = {}
+  for hf_name, path, transform in rules:
+    if hf_name in state_dict:
+      flat[tuple(path.split("/"))] = transform.to_flax(_numpy(state_dict[hf_name]), config)
+  params = flax.traverse_util.unflatten_dict(flat)
+  if config.scan_layers:
+    params = stack_layers(params)
+  if expected is not None:
+    check_tree(params, expected)
+  return params
+
+
+def to_hf(params, config: common.ModelConfig, rules=None) -> dict[str, np.ndarray]:
+  """encoderx params -> HF state dict (numpy arrays); inverse of `from_hf`."""
+  rules = rules if rules is not None else bert_rules(config)
+  params = nn.unbox(params)
+  if config.scan_layers:
+    params = unstack_layers(params, config.num_layers)
+  flat = flax.traverse_util.flatten_dict(jax.device_get(params))
+  state_dict = {}
+  for hf_name, path, transform in rules:
+    key = tuple(path.split("/"))
+    if key in flat:
+      state_dict[hf_name] = transform.to_hf(np.asarray(flat[key], np.float32), config)
+  return state_dict
+
+
+_LAYER = re.compile(r"^layer_(\d+)$")
+
+
+def stack_layers(params: dict) -> dict:
+  """Per-layer params (layer_0, layer_1, ...) -> the nn.scan layout (layers/layer)."""
+  encoder = params["encoder_model"]["encoder"]
+  layers = sorted((int(_LAYER.match(k).group(1)), v) for k, v in encoder.items())
+  stacked = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *[v for _, v in layers])
+  return {**params, "encoder_model": {**params["encoder_model"],
+                                      "encoder": {"layers": {"layer": stacked}}}}
+
+
+def unstack_layers(params: dict, num_layers: int) -> dict:
+  stacked = params["encoder_model"]["encoder"]["layers"]["layer"]
+  layers = {f"layer_{i}": jax.tree_util.tree_map(lambda x, i=i: x[i], stacked)
+            for i in range(num_layers)}
+  return {**params, "encoder_model": {**params["encoder_model"], "encoder": layers}}
+
+
+def check_tree(params, expected) -> None:
+  """Raises ValueError listing missing, unexpected and misshapen parameters."""
+  got = {k: np.shape(v) for k, v in flax.traverse_util.flatten_dict(params).items()}
+  want = {k: tuple(v.shape) for k, v in
+          flax.traverse_util.flatten_dict(nn.unbox(expected)).items()}
+  problems = [f"missing {'/'.join(k)}" for k in want.keys() - got.keys()]
+  problems += [f"unexpected {'/'.join(k)}" for k in got.keys() - want.keys()]
+  problems += [f"{'/'.join(k)}: shape {got[k]} != {want[k]}"
+               for k in want.keys() & got.keys() if got[k] != want[k]]
+  if problems:
+    raise ValueError("converted weights do not fit the model: " + "; ".join(sorted(problems)))

@@ -1,0 +1,59 @@
+"""Token + learned absolute position + segment (token type) embeddings."""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from encoderx.models import common
+
+
+class Embeddings(nn.Module):
+  """[batch, length] ids -> [batch, length, hidden].
+
+  The tables have width `embedding_size`; when that is smaller than `hidden_size`
+  (ALBERT's factorization, V x E + E x H) a projection maps E to H after LayerNorm.
+  """
+  config: common.ModelConfig
+
+  def setup(self):
+    config = self.config
+    embed = lambda n, axes, name: nn.Embed(  # pylint: disable=g-long-lambda
+        n, config.embedding_size, dtype=config.compute_dtype,
+        param_dtype=config.weights_dtype,
+        embedding_init=common.initializer(config, axes), name=name)
+    self.word_embeddings = embed(config.vocab_size, ("vocab", "embed"), "word_embeddings")
+    self.position_embeddings = embed(config.max_position_embeddings,
+                                     ("positions", "embed"), "position_embeddings")
+    if config.type_vocab_size:
+      self.token_type_embeddings = embed(config.type_vocab_size, (None, "embed"),
+                                         "token_type_embeddings")
+    self.layer_norm = common.layer_norm(config, "layer_norm")
+    self.dropout = nn.Dropout(config.hidden_dropout)
+    if config.embedding_size != config.hidden_size:
+      self.projection = common.dense(config, config.hidden_size, ("embed", "mlp"),
+                                     "projection")
+
+  def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
+               positions: jax.Array, deterministic: bool) -> jax.Array:
+    x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
+    if self.config.type_vocab_size:
+      x = x + self.token_type_embeddings(token_type_ids)
+    x = self.dropout(self.layer_norm(x), deterministic=deterministic)
+    if self.config.embedding_size != self.config.hidden_size:
+      x = self.projection(x)
+    return common.constrain_hidden(x)
+
+  def attend(self, x: jax.Array) -> jax.Array:
+    """Scores against every token embedding (the tied output layer): [..., E] -> [..., V]."""
+    return self.word_embeddings.attend(x.astype(self.config.compute_dtype))
+
+
+def padding_and_packing_mask(segment_ids: jax.Array) -> jax.Array:
+  """Attention mask [batch, 1, length, length] from segment ids [batch, length].
+
+  Tokens attend to tokens of their own segment (one document of a packed row); id 0 is
+  padding and is never attended to.
+  """
+  same_segment = segment_ids[:, :, None] == segment_ids[:, None, :]
+  return (same_segment & (segment_ids[:, None, :] > 0))[:, None, :, :]

@@ -1,0 +1,80 @@
+"""The encoder and the pretraining model built from a config.
+
+Inputs are a batch dict of int32 [batch, length] arrays:
+  input_ids       token ids
+  token_type_ids  segment A (0) / B (1)
+  segment_ids     which packed sequence a token belongs to (1, 2, ...), 0 for padding;
+                  tokens attend only within their own sequence
+  positions       position of each token within its own sequence
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from encoderx.models import common, embeddings, encoder, heads
+
+
+class EncoderModel(nn.Module):
+  """Embeddings + encoder stack (+ pooler): the part every task and family shares."""
+  config: common.ModelConfig
+  with_pooler: bool = True
+
+  def setup(self):
+    self.embeddings = embeddings.Embeddings(self.config)
+    self.encoder = encoder.Encoder(self.config)
+    if self.with_pooler:
+      self.pooler = heads.Pooler(self.config)
+
+  def __call__(self, batch: dict, deterministic: bool = True) -> dict:
+    x = self.embeddings(batch["input_ids"], batch["token_type_ids"], batch["positions"],
+                        deterministic)
+    mask = embeddings.padding_and_packing_mask(batch["segment_ids"])
+    hidden = self.encoder(x, mask, deterministic)
+    outputs = {"hidden": hidden}
+    if self.with_pooler:
+      outputs["pooled"] = self.pooler(hidden)
+    return outputs
+
+
+class PretrainingModel(nn.Module):
+  """The encoder with the heads its objectives need.
+
+  `heads`: names among 'mlm' and 'sentence' (NSP/SOP). `__call__` returns the encoder
+  outputs plus `mlm_logits` [batch, predictions, vocab] at `batch['masked_positions']`
+  (every position when absent) and `sentence_logits` [batch, 2].
+  """
+  config: common.ModelConfig
+  heads: tuple[str, ...] = ("mlm", "sentence")
+
+  def setup(self):
+    self.encoder_model = EncoderModel(self.config, with_pooler="sentence" in self.heads)
+    if "mlm" in self.heads:
+      self.mlm_head = heads.MlmHead(self.config)
+    if "sentence" in self.heads:
+      self.sentence_head = heads.SentenceHead(self.config)
+
+  def __call__(self, batch: dict, deterministic: bool = True) -> dict:
+    outputs = self.encoder_model(batch, deterministic)
+    if "mlm" in self.heads:
+      hidden = outputs["hidden"]
+      if "masked_positions" in batch:
+        hidden = heads.gather_positions(hidden, batch["masked_positions"])
+      outputs["mlm_logits"] = self.mlm_head(hidden, self.encoder_model.embeddings)
+    if "sentence" in self.heads:
+      outputs["sentence_logits"] = self.sentence_head(outputs["pooled"])
+    return outputs
+
+
+def init_batch(batch_size: int, seq_length: int, max_predictions: int = 0) -> dict:
+  """A batch of zeros with the shapes (and dtypes) the model takes; for init and tracing."""
+  batch = {name: jnp.zeros([batch_size, seq_length], jnp.int32)
+           for name in ("input_ids", "token_type_ids", "segment_ids", "positions")}
+  if max_predictions:
+    batch["masked_positions"] = jnp.zeros([batch_size, max_predictions], jnp.int32)
+  return batch
+
+
+def count_params(params) -> int:
+  return sum(x.size for x in jax.tree_util.tree_leaves(params))

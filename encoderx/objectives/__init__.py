@@ -1,0 +1,31 @@
+"""Pretraining objectives: one module per objective, built by name from a config."""
+from __future__ import annotations
+
+from encoderx.objectives import base, mlm, sentence
+
+
+def mlm_config(mlm_fields, vocabulary, max_predictions: int | None = None) -> mlm.MlmConfig:
+  return mlm.MlmConfig(
+      mask_id=vocabulary.mask_id, special_ids=tuple(vocabulary.special_ids),
+      vocab_size=vocabulary.vocab_size, rate=mlm_fields.rate,
+      mask_token_prob=mlm_fields.mask_token_prob,
+      random_token_prob=mlm_fields.random_token_prob,
+      max_predictions=max_predictions or mlm_fields.max_predictions)
+
+
+def build(objective_config, vocabulary, max_predictions: int | None = None
+          ) -> tuple[base.Objective, ...]:
+  """`config.objective` -> objectives, in the order of `names`.
+
+  `max_predictions` overrides the MLM cap (the long-sequence phase of BERT's recipe).
+  """
+  builders = {
+      "mlm": lambda: mlm.MaskedLanguageModel(
+          mlm_config(objective_config.mlm, vocabulary, max_predictions)),
+      "nsp": lambda: sentence.SentenceClassification(name="nsp"),
+  }
+  return tuple(builders[name]() for name in objective_config.names)
+
+
+def model_heads(objectives) -> tuple[str, ...]:
+  return tuple(dict.fromkeys(objective.head for objective in objectives))

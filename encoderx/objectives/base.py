@@ -1,0 +1,40 @@
+"""What an objective is to the trainer.
+
+An objective may change the batch before the model sees it (`prepare`: masking, pure
+JAX, keyed per step), and scores the model's outputs (`terms`: sums over the examples
+it is given). Losses are sums divided by a `denominator` taken from the whole global
+batch, so that gradient accumulation over micro-batches adds up to exactly the gradient
+of the whole batch.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+class Objective(Protocol):
+  name: str
+  head: str  # the model head it reads: 'mlm' or 'sentence'
+
+  def prepare(self, batch: dict, key: jax.Array) -> dict:
+    """The batch with this objective's inputs and targets added (pure JAX)."""
+
+  def denominator(self, batch: dict) -> jax.Array:
+    """What the loss sum is divided by, counted on the whole (prepared) batch."""
+
+  def terms(self, outputs: dict, batch: dict) -> dict[str, jax.Array]:
+    """{'loss_sum', 'correct', 'count'} over the examples of `batch`."""
+
+
+def classification_terms(logits: jax.Array, labels: jax.Array,
+                         weights: jax.Array) -> dict[str, jax.Array]:
+  """Cross-entropy and accuracy sums, in float32 whatever the compute dtype."""
+  logits = logits.astype(jnp.float32)
+  weights = weights.astype(jnp.float32)
+  loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+  correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+  return {"loss_sum": jnp.sum(loss * weights), "correct": jnp.sum(correct * weights),
+          "count": jnp.sum(weights)}

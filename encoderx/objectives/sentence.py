@@ -1,0 +1,31 @@
+"""Sentence-level objectives on the pooled [CLS]: next-sentence prediction (BERT).
+
+The data builder sets `sentence_label` (0: B follows A; 1: B is from another document);
+this objective only scores the two-way classifier.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from encoderx.objectives import base
+
+
+@dataclasses.dataclass(frozen=True)
+class SentenceClassification:
+  name: str = "nsp"
+  head: str = "sentence"
+
+  def prepare(self, batch: dict, key: jax.Array) -> dict:
+    del key
+    return batch
+
+  def denominator(self, batch: dict) -> jax.Array:
+    return jnp.asarray(batch["sentence_label"].shape[0], jnp.float32)
+
+  def terms(self, outputs: dict, batch: dict) -> dict[str, jax.Array]:
+    labels = batch["sentence_label"]
+    return base.classification_terms(outputs["sentence_logits"], labels,
+                                     jnp.ones(labels.shape, jnp.float32))

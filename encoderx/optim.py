@@ -1,0 +1,37 @@
+"""The optimizer: AdamW with linear warmup then linear decay, and global-norm clipping.
+
+`clip_norm` <= 0 turns clipping off. Weight decay skips LayerNorm parameters and biases, as in BERT (google-research/bert
+optimization.py excludes "LayerNorm", "layer_norm" and "bias").
+"""
+from __future__ import annotations
+
+import flax
+import optax
+
+
+def learning_rate_schedule(optimizer_config, total_steps: int) -> optax.Schedule:
+  """0 -> peak over warmup_steps, then linearly to 0 at total_steps."""
+  peak, warmup = optimizer_config.learning_rate, optimizer_config.warmup_steps
+  return optax.join_schedules([
+      optax.linear_schedule(0.0, peak, max(warmup, 1)),
+      optax.linear_schedule(peak, 0.0, max(total_steps - warmup, 1)),
+  ], boundaries=[warmup])
+
+
+def decay_mask(params) -> dict:
+  """True for parameters that weight decay applies to: not biases, not LayerNorm."""
+  flat = flax.traverse_util.flatten_dict(params)
+  return flax.traverse_util.unflatten_dict({
+      path: not (path[-1].endswith("bias") or any("layer_norm" in part for part in path))
+      for path in flat})
+
+
+def build(optimizer_config, total_steps: int) -> optax.GradientTransformation:
+  schedule = learning_rate_schedule(optimizer_config, total_steps)
+  clip = optimizer_config.clip_norm
+  return optax.chain(
+      optax.clip_by_global_norm(clip) if clip > 0 else optax.identity(),
+      optax.adamw(schedule, b1=optimizer_config.b1, b2=optimizer_config.b2,
+                  eps=optimizer_config.eps, weight_decay=optimizer_config.weight_decay,
+                  mask=decay_mask),
+  )

@@ -1,0 +1,314 @@
+"""The training loop and its command line.
+
+    python -m encoderx.train --config=configs/bert_tiny.py --workdir=runs/tiny \
+        [--config.train.steps=200] [--resume]
+
+Writes to the work directory: config.json, TensorBoard metrics (train/ and eval/ under
+tensorboard/) and orbax checkpoints (checkpoints/). Progress is a bar with step, loss,
+MLM and sentence accuracy and tokens/s; the run ends with a held-out evaluation.
+
+SIGINT (Ctrl-C) or SIGTERM (preemption) stops the run at the next step boundary after
+saving a checkpoint; `--resume` continues it exactly where it stopped.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import seqio
+from tqdm.auto import tqdm
+
+from encoderx import checkpoint as checkpoint_lib
+from encoderx import config as config_lib
+from encoderx import trainer as trainer_lib
+from encoderx.data import corpus, pipeline, tasks, vocabulary
+
+logger = logging.getLogger("encoderx")
+
+# Errors that come from what the user gave (config, corpus, vocabulary, work directory):
+# the command line prints their message, not a traceback.
+USER_ERRORS = (config_lib.ConfigError, corpus.CorpusError, vocabulary.VocabularyError,
+               checkpoint_lib.CheckpointError)
+
+
+class _StopRequest:
+  """Set by SIGINT/SIGTERM; the loop saves a checkpoint and returns at the next step."""
+
+  def __init__(self):
+    self.requested = False
+
+  @contextlib.contextmanager
+  def installed(self):
+    if threading.current_thread() is not threading.main_thread():
+      yield
+      return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def handle(signum, frame):
+      if self.requested:  # a second Ctrl-C stops at once
+        previous[signal.SIGINT](signum, frame)
+      self.requested = True
+      logger.warning("stop requested: saving a checkpoint at the end of this step")
+
+    for sig in previous:
+      signal.signal(sig, handle)
+    try:
+      yield
+    finally:
+      for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def _shard_info() -> seqio.ShardInfo | None:
+  if jax.process_count() == 1:
+    return None
+  return seqio.ShardInfo(index=jax.process_index(), num_shards=jax.process_count())
+
+
+def _local_batch_size(global_batch: int) -> int:
+  if global_batch % jax.process_count():
+    raise config_lib.ConfigError(
+        f"batch size {global_batch} is not divisible by the {jax.process_count()} hosts.")
+  return global_batch // jax.process_count()
+
+
+def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, params,
+             phase: trainer_lib.Phase) -> dict[str, float]:
+  """Mean loss and accuracy per objective over `eval.batches` held-out batches.
+
+  The held-out examples and their masks are the same at every evaluation of a run.
+  """
+  config = trainer.config
+  batches = pipeline.BatchIterator(
+      task, "validation", phase.seq_length, _local_batch_size(config.eval.batch_size),
+      seed=config.train.seed, shuffle=False, shard_info=_shard_info())
+  eval_terms = trainer.eval_terms(phase.index)
+  key = jax.random.key(config.train.seed + 1)
+  totals = None
+  try:
+    for index in range(config.eval.batches):
+      terms = eval_terms(params, trainer.device_batch(next(batches)),
+                         jax.random.fold_in(key, index))
+      totals = terms if totals is None else jax.tree_util.tree_map(jnp.add, totals, terms)
+  finally:
+    batches.close()
+  metrics = {k: float(v) for k, v in trainer_lib.summarize(totals).items()}
+  if "mlm_loss" in metrics:
+    metrics["mlm_perplexity"] = math.exp(min(metrics["mlm_loss"], 50.0))
+  return metrics
+
+
+def _write_config(config, workdir: str) -> None:
+  path = os.path.join(workdir, "config.json")
+  temporary = path + ".tmp"
+  with open(temporary, "w") as f:
+    f.write(config.to_json_best_effort(indent=2))
+  os.replace(temporary, path)
+
+
+class _Meter:
+  """Means of the step metrics since the last flush, and tokens/s over those steps.
+
+  The first interval of a phase is its first step alone, which includes compilation:
+  it is reported (the baseline that learning is measured from) without a speed.
+  """
+
+  def __init__(self, tokens_per_step: int):
+    self.tokens_per_step = tokens_per_step
+    self.first = True
+    self.pending = []
+    self.since = time.perf_counter()
+
+  def add(self, metrics: dict) -> None:
+    self.pending.append(metrics)
+
+  def flush(self) -> dict:
+    values = jax.device_get(self.pending)
+    means = {k: float(np.mean([v[k] for v in values])) for k in values[0]}
+    now = time.perf_counter()
+    if not self.first:
+      means["tokens_per_second"] = self.tokens_per_step * len(values) / (now - self.since)
+    self.first, self.pending, self.since = False, [], now
+    return means
+
+
+def _postfix(metrics: dict) -> dict:
+  shown = {"loss": f"{metrics['loss']:.3f}"}
+  for name in ("mlm", "nsp", "sop"):
+    if f"{name}_accuracy" in metrics:
+      shown[f"{name}_acc"] = f"{metrics[f'{name}_accuracy']:.3f}"
+  if "tokens_per_second" in metrics:
+    shown["tok/s"] = f"{metrics['tokens_per_second']:,.0f}"
+  return shown
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
+        stop_at_step: int | None = None, show_progress: bool = True,
+        devices=None) -> dict:
+  """Pretrains as `config` says, in `workdir`; returns the train history and eval.
+
+  `stop_at_step` stops there as a preemption would (checkpoint saved, no evaluation),
+  to be continued with `resume=True`. `devices` (default: all) form the mesh.
+  Returns {'history': [{'step', 'loss', ...}, ...] (one per log interval),
+  'eval': {...held-out metrics...}, 'step': last step, 'stopped': bool,
+  'params': the trained parameters}.
+  """
+  from clu import metric_writers  # pylint: disable=g-import-not-at-top
+
+  trainer = trainer_lib.Trainer(config, devices=devices)
+  if not config.data.tfds_name:
+    counts = tasks.check_text_corpus(config.data)
+    logger.info("corpus: %d training and %d held-out documents",
+                counts["train"], counts["validation"])
+  task = tasks.register_pretraining_task(config.data)
+  description = trainer.describe()
+
+  os.makedirs(workdir, exist_ok=True)
+  checkpoints = checkpoint_lib.Checkpoints(os.path.join(os.path.abspath(workdir),
+                                                        "checkpoints"),
+                                           keep=config.checkpoint.keep,
+                                           async_save=config.checkpoint.async_save)
+  stop = _StopRequest()
+  history, eval_metrics, position = [], {}, {}
+  try:
+    start_step = checkpoints.check_can_start(description, resume)
+    if start_step is None:
+      state = trainer.init_state()
+      logger.info("starting a new run in %s", workdir)
+    else:
+      state, position = checkpoints.restore(start_step,
+                                            trainer.abstract_state_with_shardings())
+      logger.info("resuming %s from step %d", workdir, start_step)
+    if jax.process_index() == 0:
+      _write_config(config, workdir)
+    writer = metric_writers.create_default_writer(
+        os.path.join(workdir, "tensorboard"), just_logging=jax.process_index() > 0,
+        asynchronous=True)
+
+    step = int(state.step)
+    with stop.installed(), tqdm(total=config.train.steps, initial=step, unit="step",
+                                disable=not show_progress, desc="pretrain",
+                                dynamic_ncols=True) as bar:
+      for phase in trainer.phases:
+        if step >= phase.end:
+          continue
+        start = pipeline.DataPosition.from_dict(position) if (
+            position.get("phase") == phase.index) else None
+        batches = pipeline.BatchIterator(
+            task, "train", phase.seq_length, _local_batch_size(config.train.batch_size),
+            seed=config.train.seed + 1000 * phase.index, shard_info=_shard_info(),
+            position=start)
+        train_step = trainer.train_step(phase.index)
+        meter = _Meter(config.train.batch_size * phase.seq_length)
+        try:
+          while step < phase.end and not stop.requested:
+            state, metrics = train_step(state, trainer.device_batch(next(batches)))
+            step += 1
+            bar.update(1)
+            position = {"phase": phase.index, **batches.position.to_dict()}
+            meter.add(metrics)
+            if meter.first or step % config.train.log_every == 0 or step == phase.end:
+              means = meter.flush()
+              writer.write_scalars(step, means)
+              history.append({"step": step, **means})
+              bar.set_postfix(_postfix(means))
+            if step % config.checkpoint.every_steps == 0 or step == config.train.steps:
+              checkpoints.save(step, state, position, description)
+            if step == stop_at_step:
+              stop.requested = True
+            if config.eval.every_steps and step % config.eval.every_steps == 0:
+              writer.write_scalars(step, {
+                  f"eval/{k}": v for k, v in
+                  evaluate(trainer, task, state.params, phase).items()})
+        finally:
+          batches.close()
+        if stop.requested:
+          break
+      if stop.requested and checkpoints.latest_step() != step:
+        checkpoints.save(step, state, position, description)
+
+    if not stop.requested:
+      eval_metrics = evaluate(trainer, task, state.params, trainer.phases[-1])
+      writer.write_scalars(step, {f"eval/{k}": v for k, v in eval_metrics.items()})
+    writer.flush()
+  finally:
+    checkpoints.close()
+  return {"history": history, "eval": eval_metrics, "step": step,
+          "stopped": stop.requested, "params": state.params}
+
+
+def _format_eval(metrics: dict) -> str:
+  return "  ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()))
+
+
+def main(argv) -> None:
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  del argv
+  flags_ = flags.FLAGS
+  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  # orbax, clu and TensorFlow log every save at INFO; show only warnings from them.
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+  logger.setLevel(logging.INFO)
+  try:
+    result = run(flags_.config, flags_.workdir, resume=flags_.resume,
+                 stop_at_step=flags_.stop_at_step)
+  except USER_ERRORS as error:
+    print(f"encoderx: error: {error}", file=sys.stderr)
+    sys.exit(2)
+  if result["stopped"]:
+    print(f"stopped at step {result['step']}; checkpoint saved in {flags_.workdir}. "
+          "Continue with the same command and --resume.")
+    return
+  print(f"held-out evaluation after {result['step']} steps: {_format_eval(result['eval'])}")
+  print(f"work directory: {flags_.workdir} (TensorBoard: tensorboard --logdir "
+        f"{os.path.join(flags_.workdir, 'tensorboard')})")
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing, with a bad `--config.<field>` reported in one line (naming the
+  field) instead of the traceback ml_collections raises."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  for argument in argv[1:]:
+    if argument.startswith("--config="):
+      path = argument.removeprefix("--config=").split(":")[0]  # path[:argument]
+      if not os.path.isfile(path):
+        print(f"encoderx: error: no config file '{path}' (looked from {os.getcwd()}).",
+              file=sys.stderr)
+        sys.exit(2)
+  try:
+    return flags.FLAGS(argv)
+  except (flags.Error, KeyError, AttributeError, TypeError, ValueError) as error:
+    overrides = [a[len("--"):].split("=")[0] for a in argv[1:] if a.startswith("--config.")]
+    unknown = [config_lib.unknown_field(o.removeprefix("config.")) for o in overrides]
+    message = next((u for u in unknown if u), " ".join(str(error).split()))
+    print(f"encoderx: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def cli() -> None:
+  from absl import app, flags  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  config_flags.DEFINE_config_file("config", None, "Path to an ml_collections config file.",
+                                  lock_config=True)
+  flags.DEFINE_string("workdir", None, "Directory for checkpoints and metrics.")
+  flags.DEFINE_bool("resume", False, "Continue the run whose checkpoints are in --workdir.")
+  flags.DEFINE_integer("stop_at_step", None, "Stop (with a checkpoint) after this step; "
+                       "continue later with --resume.")
+  flags.mark_flags_as_required(["config", "workdir"])
+  app.run(main, flags_parser=_parse_flags)
+
+
+if __name__ == "__main__":
+  cli()

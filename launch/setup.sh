@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Creates .venv (Python 3.11) with encoderx installed editable and its pinned stack.
+# Usage: source launch/setup.sh [extras]   e.g. extras "hf,test"
+# Re-running is quick: the install is skipped while setup.py and the extras are unchanged.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+extras="${1:-}"
+python="${PYTHON:-python3.11}"
+command -v "$python" >/dev/null || python=python3
+if [ ! -x .venv/bin/python ]; then
+  echo "encoderx: creating .venv with $($python --version)"
+  "$python" -m venv .venv
+fi
+stamp=".venv/.setup-stamp-$(sha1sum setup.py | cut -c1-12)-${extras//,/_}"
+if [ ! -f "$stamp" ]; then
+  echo "encoderx: installing the pinned stack${extras:+ with extras [$extras]} (first time: a few minutes)"
+  .venv/bin/python -m pip install --quiet --upgrade pip setuptools wheel
+  .venv/bin/python -m pip install --quiet -e ".${extras:+[$extras]}"
+  touch "$stamp"
+fi
+export PATH="$PWD/.venv/bin:$PATH"
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Set up .venv with the Hugging Face and test extras, then run the test suite.
+# Extra arguments go to pytest, e.g. -k parity.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" hf,test
+exec python -m pytest tests -q "$@"

@@ -1,0 +1,46 @@
+"""encoderx: pretrain, fine-tune and export the BERT family of encoders in JAX/Flax."""
+import setuptools
+
+# One resolved stack, pinned so that a fresh machine gets what CI tested (see DEVELOPERS.md).
+INSTALL_REQUIRES = [
+    "jax==0.10.2",
+    "jaxlib==0.10.2",
+    "flax==0.12.8",
+    "optax==0.2.8",
+    "orbax-checkpoint==0.12.8",
+    "ml-collections==1.1.0",
+    "gin-config==0.5.0",
+    "seqio==0.0.20",
+    "clu==0.0.12",
+    "tensorflow==2.21.0",
+    "tensorflow-text==2.21.1",
+    "tensorflow-datasets==4.9.10",
+    "tensorboard==2.21.0",  # clu's metric writer; tensorflow no longer pulls it in
+    "sentencepiece==0.2.3",
+    "tokenizers==0.23.3",
+    "numpy==2.4.6",
+    "protobuf==7.36.2",
+    "importlib-resources==7.1.0",
+    "tqdm",
+]
+
+EXTRAS_REQUIRE = {
+    # Interchange with Hugging Face: parity tests, conversion and export.
+    "hf": ["torch==2.13.0", "transformers==5.23.0", "safetensors==0.8.0"],
+    "test": ["pytest", "pytest-xdist", "nbclient", "nbformat", "ipykernel", "ipywidgets",
+             "matplotlib"],
+}
+
+setuptools.setup(
+    name="encoderx",
+    version="0.1.0",
+    description="JAX/Flax, TPU-first pretraining of the BERT family of encoders.",
+    python_requires=">=3.11",  # developed and tested on 3.11; Colab runs 3.12
+    # configs/ lives at the top of the repository (the design card's layout) and is
+    # installed as encoderx.configs, so that configs can build on each other.
+    packages=setuptools.find_packages(include=["encoderx", "encoderx.*"]) + ["encoderx.configs"],
+    package_dir={"encoderx.configs": "configs"},
+    package_data={"encoderx.data": ["resources/*", "resources/austen/*"]},
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+)

@@ -1,0 +1,75 @@
+"""Test set-up: 8 virtual CPU devices (for sharding tests), quiet TensorFlow, fixtures."""
+import os
+
+# Before JAX or TensorFlow are imported anywhere.
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pathlib  # noqa: E402
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+# Tests build the same small programs many times (each run() makes a new Trainer):
+# JAX's persistent compilation cache compiles each once.
+jax.config.update("jax_compilation_cache_dir", str(REPO / ".pytest_cache" / "jax"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+@pytest.fixture(scope="session")
+def austen_files():
+  """The bundled Austen sample (always present: it ships inside the package)."""
+  from encoderx.data import resources
+  return resources.bundled_corpus_files()
+
+
+@pytest.fixture(scope="session")
+def vocabulary():
+  from encoderx.data import vocabulary as vocabulary_lib
+  return vocabulary_lib.WordPieceVocabulary("bundled:austen-wordpiece")
+
+
+def _write_corpus(directory: pathlib.Path, documents: list[list[str]], name="corpus.txt"):
+  path = directory / name
+  path.write_text("\n\n".join("\n".join(sentences) for sentences in documents) + "\n")
+  return path
+
+
+@pytest.fixture
+def write_corpus(tmp_path):
+  """write_corpus(documents[, name]) -> path: documents (lists of sentences) in BERT's
+  format, a sentence per line and a blank line between documents."""
+  return lambda documents, name="corpus.txt": _write_corpus(tmp_path, documents, name)
+
+
+@pytest.fixture
+def tiny_config():
+  """tiny_config() -> configs/bert_tiny.py shrunk for tests (a fresh locked ConfigDict)."""
+  return _tiny_config
+
+
+def _tiny_config():
+  from encoderx.configs import bert_tiny
+  config = bert_tiny.get_config()
+  config.model.num_layers = 2
+  config.model.hidden_size = 32
+  config.model.num_heads = 2
+  config.model.intermediate_size = 64
+  config.data.seq_length = 64
+  config.data.shuffle_buffer = 200
+  config.data.document_pool = 50
+  config.objective.mlm.max_predictions = 10
+  config.train.batch_size = 8
+  config.train.steps = 20
+  config.train.log_every = 1
+  config.optimizer.warmup_steps = 2
+  config.eval.batches = 2
+  config.eval.batch_size = 8
+  config.checkpoint.every_steps = 10
+  config.checkpoint.async_save = False
+  return config

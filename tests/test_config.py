@@ -1,0 +1,107 @@
+"""Configs: the shipped ones are valid and have the paper's sizes; bad ones fail early,
+naming the field."""
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from encoderx import config as config_lib
+from encoderx.configs import bert_base, bert_large, bert_tiny
+
+
+def test_shipped_configs_are_valid_with_paper_sizes():
+  for module in (bert_tiny, bert_base, bert_large):
+    config_lib.validate(module.get_config())
+  base, large = bert_base.get_config(), bert_large.get_config()
+  assert (base.model.num_layers, base.model.hidden_size, base.model.num_heads) == (12, 768, 12)
+  assert (large.model.num_layers, large.model.hidden_size, large.model.num_heads) == (24, 1024, 16)
+  for config in (base, large):
+    assert config.model.vocab_size == 30522
+    assert config.model.max_position_embeddings == 512
+    assert config.optimizer.learning_rate == 1e-4
+    assert config.optimizer.warmup_steps == 10_000
+    assert config.optimizer.weight_decay == 0.01
+    assert (config.data.seq_length, config.train.long_seq_length) == (128, 512)
+    assert config.train.long_fraction == pytest.approx(0.1)
+
+
+def test_misspelt_field_fails_on_assignment_naming_it():
+  config = bert_tiny.get_config()
+  with pytest.raises(AttributeError, match="hiden_size"):
+    config.model.hiden_size = 64
+
+
+def test_unknown_field_in_an_unlocked_config_is_reported():
+  config = bert_tiny.get_config()
+  config.unlock()
+  config.train.stpes = 10
+  with pytest.raises(config_lib.ConfigError, match=r"train\.stpes.*train\.steps"):
+    config_lib.validate(config)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("model.num_heads", 3, r"model\.hidden_size.*not divisible by model\.num_heads=3"),
+    ("data.files", "/no/such/dir/*.txt", r"data\.files.*matches no file"),
+    ("data.vocab.path", "/no/such/vocab.txt", r"data\.vocab\.path.*does not exist"),
+    ("data.seq_length", 1024, r"data\.seq_length.*max_position_embeddings"),
+    ("model.hidden_act", "swish2", r"model\.hidden_act"),
+    ("objective.mlm.rate", 1.5, r"objective\.mlm\.rate"),
+    ("train.batch_size", 30, r"train\.batch_size.*grad_accum_steps=4"),
+])
+def test_invalid_values_name_the_field(field, value, message):
+  config = bert_tiny.get_config()
+  config.train.grad_accum_steps = 4
+  section, name = field.rsplit(".", 1)
+  group = config
+  for part in section.split("."):
+    group = group[part]
+  group[name] = value
+  with pytest.raises(config_lib.ConfigError, match=message):
+    config_lib.validate(config)
+
+
+def test_objectives_and_example_builder_must_agree():
+  config = bert_tiny.get_config()
+  config.objective.names = ("mlm",)
+  with pytest.raises(config_lib.ConfigError, match=r"data\.builder"):
+    config_lib.validate(config)
+
+
+def test_trainer_rejects_bad_config_before_building_anything(monkeypatch):
+  from encoderx import trainer as trainer_lib
+  from encoderx.models import pretraining
+
+  def fail(*args, **kwargs):
+    raise AssertionError("the model was built for an invalid config")
+
+  monkeypatch.setattr(pretraining, "PretrainingModel", fail)
+  config = bert_tiny.get_config()
+  config.model.num_heads = 5
+  with pytest.raises(config_lib.ConfigError, match="model.hidden_size"):
+    trainer_lib.Trainer(config)
+
+
+def _cli(*args, cwd):
+  return subprocess.run([sys.executable, "-m", "encoderx.train", *args],
+                        capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_command_line_errors_are_one_paragraph_not_tracebacks(tmp_path):
+  config = str(pathlib.Path(__file__).resolve().parent.parent / "configs" / "bert_tiny.py")
+  typo = _cli(f"--config={config}", f"--workdir={tmp_path / 'a'}",
+              "--config.model.hiden_size=64", cwd=tmp_path)
+  assert typo.returncode != 0
+  assert "hiden_size" in typo.stderr and "Traceback" not in typo.stderr
+
+  bad = _cli(f"--config={config}", f"--workdir={tmp_path / 'b'}",
+             "--config.model.num_heads=3", cwd=tmp_path)
+  assert bad.returncode == 2
+  assert "encoderx: error: config field 'model.hidden_size'" in bad.stderr
+  assert "Traceback" not in bad.stderr
+  assert not (tmp_path / "b").exists(), "nothing is written for an invalid config"
+
+  missing = _cli("--config=configs/bert_tny.py", f"--workdir={tmp_path / 'c'}", cwd=tmp_path)
+  assert missing.returncode == 2
+  assert "no config file 'configs/bert_tny.py'" in missing.stderr
+  assert "Traceback" not in missing.stderr

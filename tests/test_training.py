@@ -1,0 +1,192 @@
+"""Training: sharding, gradient accumulation, resuming, learning, checkpoint safety."""
+import hashlib
+import pathlib
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from jax.sharding import PartitionSpec
+
+from encoderx import checkpoint as checkpoint_lib
+from encoderx import train, trainer as trainer_lib
+from encoderx.data import pipeline, tasks
+
+ONE_DEVICE = jax.devices()[:1]
+
+
+def _batches(config, count, batch_size=None):
+  task = tasks.register_pretraining_task(config.data)
+  iterator = pipeline.BatchIterator(task, "train", config.data.seq_length,
+                                    batch_size or config.train.batch_size, seed=11)
+  try:
+    return [next(iterator) for _ in range(count)]
+  finally:
+    iterator.close()
+
+
+def _losses(trainer, batches):
+  state = trainer.init_state()
+  step = trainer.train_step(0)
+  losses = []
+  for batch in batches:
+    state, metrics = step(state, trainer.device_batch(batch))
+    losses.append(float(metrics["loss"]))
+  return losses, state
+
+
+def test_mesh_2x2x2_matches_one_device(tiny_config):
+  config = tiny_config()  # dropout on: the masks and dropout are sharding-independent
+  config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
+  batches = _batches(config, 3)
+  sharded = trainer_lib.Trainer(config)
+  assert sharded.mesh.devices.shape == (2, 2, 2)
+  config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 1, 1, 1
+  single = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  sharded_losses, sharded_state = _losses(sharded, batches)
+  single_losses, _ = _losses(single, batches)
+  np.testing.assert_allclose(sharded_losses, single_losses, atol=1e-5, rtol=0)
+  assert sharded_losses[0] != sharded_losses[2]
+  # Parameters really are split: the word embedding over tensor (vocab) and fsdp (embed).
+  embedding = sharded_state.params["encoder_model"]["embeddings"]["word_embeddings"]["embedding"]
+  assert embedding.sharding.spec == PartitionSpec("tensor", "fsdp")
+  assert embedding.addressable_shards[0].data.shape == (embedding.shape[0] // 2,
+                                                         embedding.shape[1] // 2)
+
+
+def test_gradient_accumulation_equals_one_larger_batch(tiny_config):
+  config = tiny_config()
+  config.model.hidden_dropout = config.model.attention_dropout = 0.0
+  config.train.batch_size = 16
+  batches = _batches(config, 2)
+  one = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  config.train.grad_accum_steps = 4
+  accumulated = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  losses_one, state_one = _losses(one, batches)
+  losses_accumulated, state_accumulated = _losses(accumulated, batches)
+  np.testing.assert_allclose(losses_accumulated, losses_one, rtol=1e-6)
+  differences = jax.tree_util.tree_map(lambda a, b: float(np.abs(a - b).max()),
+                                       state_one.params, state_accumulated.params)
+  assert max(jax.tree_util.tree_leaves(differences)) < 1e-6
+  moved = jax.tree_util.tree_map(lambda a, b: float(np.abs(a - b).max()),
+                                 state_one.params, one.init_state().params)
+  assert max(jax.tree_util.tree_leaves(moved)) > 1e-4  # the updates are not no-ops
+
+
+def _run(config, workdir, **kwargs):
+  return train.run(config, str(workdir), show_progress=False, devices=ONE_DEVICE, **kwargs)
+
+
+def _step_losses(result):
+  return {entry["step"]: entry["loss"] for entry in result["history"]}
+
+
+def test_stop_and_resume_equals_running_straight(tiny_config, tmp_path):
+  config = tiny_config()
+  config.train.steps = 8
+  config.checkpoint.every_steps = 100  # only the stop and the end save
+  straight = _run(config, tmp_path / "straight")
+  first = _run(config, tmp_path / "resumed", stop_at_step=4)
+  assert first["stopped"] and first["step"] == 4 and not first["eval"]
+  second = _run(config, tmp_path / "resumed", resume=True)
+  assert second["step"] == 8 and not second["stopped"]
+  losses = {**_step_losses(first), **_step_losses(second)}
+  assert sorted(losses) == list(range(1, 9))
+  np.testing.assert_array_equal([losses[s] for s in range(1, 9)],
+                                [_step_losses(straight)[s] for s in range(1, 9)])
+  assert second["eval"] == pytest.approx(straight["eval"])
+
+
+def test_tiny_bert_learns_on_the_bundled_corpus(tiny_config, tmp_path):
+  config = tiny_config()
+  config.model.hidden_size, config.model.intermediate_size = 64, 128
+  config.train.steps = 60
+  config.optimizer.learning_rate = 3e-3
+  config.optimizer.warmup_steps = 5
+  result = _run(config, tmp_path)
+  history = result["history"]
+  assert history[0]["step"] == 1 and history[-1]["step"] == 60
+  first = history[0]
+  last = np.mean([h["mlm_loss"] for h in history[-10:]])
+  assert last < first["mlm_loss"] - 2.0, (first["mlm_loss"], last)
+  assert np.mean([h["mlm_accuracy"] for h in history[-10:]]) > first["mlm_accuracy"] + 0.05
+  assert set(result["eval"]) >= {"mlm_loss", "mlm_accuracy", "nsp_accuracy",
+                                 "mlm_perplexity"}
+  assert all("tokens_per_second" in h for h in history[1:])
+  assert (tmp_path / "config.json").exists() and any((tmp_path / "tensorboard").iterdir())
+
+
+def _fingerprint(directory: pathlib.Path) -> dict:
+  return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+          for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_checkpoints_are_never_overwritten_or_misread(tiny_config, tmp_path, monkeypatch):
+  config = tiny_config()
+  config.train.steps = 6
+  config.checkpoint.every_steps = 3
+  _run(config, tmp_path, stop_at_step=3)
+  checkpoints = tmp_path / "checkpoints"
+  before = _fingerprint(checkpoints)
+  assert "3" in {p.name for p in checkpoints.iterdir()}
+
+  with pytest.raises(checkpoint_lib.CheckpointError, match="Pass --resume"):
+    _run(config, tmp_path)
+  assert _fingerprint(checkpoints) == before
+
+  other = tiny_config()
+  other.train.steps = 6
+  other.model.num_layers = 3
+  with pytest.raises(checkpoint_lib.CheckpointError,
+                     match=r"different model.*num_layers: checkpoint 2, this run 3"):
+    _run(other, tmp_path, resume=True)
+  assert _fingerprint(checkpoints) == before
+
+  # A run that crashes after resuming leaves the earlier checkpoint restorable.
+  real_step = trainer_lib.Trainer.train_step
+
+  def crashing_step(self, phase_index=0):
+    step = real_step(self, phase_index)
+
+    def crash_after_one(state, batch):
+      if int(state.step) >= 4:
+        raise RuntimeError("simulated crash")
+      return step(state, batch)
+    return crash_after_one
+
+  monkeypatch.setattr(trainer_lib.Trainer, "train_step", crashing_step)
+  with pytest.raises(RuntimeError, match="simulated crash"):
+    _run(config, tmp_path, resume=True)
+  monkeypatch.undo()
+  assert _fingerprint(checkpoints) == before
+  finished = _run(config, tmp_path, resume=True)
+  assert finished["step"] == 6 and finished["eval"]
+
+
+def test_long_sequence_phase_switches_length_and_prediction_cap(tiny_config, tmp_path,
+                                                               monkeypatch):
+  config = tiny_config()
+  config.train.steps = 4
+  config.train.long_fraction = 0.5  # BERT: 0.1 of the steps at 512
+  config.train.long_seq_length = 64
+  config.train.long_max_predictions = 12
+  config.data.seq_length = 32
+  config.objective.mlm.max_predictions = 5
+  shapes = []
+  real_device_batch = trainer_lib.Trainer.device_batch
+
+  def recording_device_batch(self, batch):
+    shapes.append(batch["input_ids"].shape)
+    return real_device_batch(self, batch)
+
+  monkeypatch.setattr(trainer_lib.Trainer, "device_batch", recording_device_batch)
+  result = _run(config, tmp_path)
+  assert result["step"] == 4 and result["eval"]
+  assert shapes[:4] == [(8, 32)] * 2 + [(8, 64)] * 2
+  trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  assert [(p.start, p.end, p.seq_length) for p in trainer.phases] == [(0, 2, 32), (2, 4, 64)]
+  assert [o[0].config.max_predictions for o in trainer.objectives.values()] == [5, 12]
+  saved = checkpoint_lib.Checkpoints(str(tmp_path / "checkpoints"))
+  data = saved.manager.restore(4, args=ocp.args.Composite(data=ocp.args.JsonRestore()))
+  saved.close()
+  assert data["data"]["phase"] == 1 and data["data"]["batch"] == 2
