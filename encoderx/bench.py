@@ -15,6 +15,9 @@ For each model size, at sequence length 128 (configs/bert_tiny.py's data setting
   backward, `AdamW.step()`, `zero_grad()`. Same warm-up and timed steps.
 - tokens/s = batch * 128 / mean step time; the ratio is encoderx / PyTorch, both
   measured in this process one after the other (never concurrently).
+- Padding: the share of padding positions in rows of each example builder
+  (sentence_pairs for BERT, RoBERTa's full_sentences and doc_sentences) on the bundled
+  corpus, at lengths 128 and 512.
 - Pipeline headroom: examples/s of `pipeline.BatchIterator` over the bundled corpus
   Task (batches pulled back to back after the first, which fills the shuffle buffer),
   divided by the examples/s the train step consumes (batch / step time). Above 1 the
@@ -44,7 +47,7 @@ from absl import logging as absl_logging
 
 from encoderx import trainer as trainer_lib
 from encoderx.configs import bert_tiny
-from encoderx.data import pipeline, tasks
+from encoderx.data import packing, pipeline, tasks
 
 SEQ_LENGTH = 128
 WARMUP_STEPS = 2  # untimed steps after compilation (allocator, caches, thread pools)
@@ -117,6 +120,30 @@ def measure_pipeline(config, num_batches: int) -> tuple[float, float, list[dict]
   del batches
   gc.collect()  # frees tf.data's iterators, so no prefetch thread runs in the timings
   return first_seconds, examples_per_second, pulled
+
+
+PADDING_BUILDERS = {"sentence_pairs": ("mlm", "nsp"), "full_sentences": ("mlm",),
+                    "doc_sentences": ("mlm",)}
+
+
+def measure_padding(lengths=(128, 512), num_batches: int = 8) -> list[dict]:
+  """Share of padding per example builder and length, on the bundled corpus."""
+  rows = []
+  for builder, objectives in PADDING_BUILDERS.items():
+    row = {"builder": builder}
+    for length in lengths:
+      config = bert_tiny.get_config()
+      config.data.builder, config.objective.names = builder, objectives
+      config.data.seq_length = length
+      task = tasks.register_pretraining_task(config.data)
+      batches = pipeline.BatchIterator(task, "train", length, 16, seed=0)
+      try:
+        pulled = [next(batches) for _ in range(num_batches)]
+      finally:
+        batches.close()
+      row[f"padding at {length}"] = f"{packing.padding_fraction(pulled):.1%}"
+    rows.append(row)
+  return rows
 
 
 # --- encoderx ---------------------------------------------------------------------------
@@ -257,6 +284,8 @@ def parse_args(argv=None):
                       help=f"comma-separated, among {', '.join(MODEL_SIZES)}")
   parser.add_argument("--skip_torch", action="store_true",
                       help="time encoderx and the pipeline only")
+  parser.add_argument("--skip_padding", action="store_true",
+                      help="do not measure the example builders' padding")
   args = parser.parse_args(argv)
   args.models = [m.strip() for m in args.models.split(",") if m.strip()]
   unknown = [m for m in args.models if m not in MODEL_SIZES]
@@ -296,6 +325,9 @@ def main(argv=None) -> None:
     gc.collect()
 
   print("\n" + format_table(rows))
+  if not args.skip_padding:
+    print("\npadding of the example builders on the bundled corpus (16 x 8 rows):")
+    print(format_table(measure_padding()))
 
 
 if __name__ == "__main__":

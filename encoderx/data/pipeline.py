@@ -16,7 +16,7 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from encoderx.data import preprocessors
+from encoderx.data import segment_pairs
 
 
 @dataclasses.dataclass
@@ -66,7 +66,7 @@ class BatchIterator:
     self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
 
   def _epoch_dataset(self, epoch: int) -> tf.data.Dataset:
-    lengths = {name: self.seq_length for name in preprocessors.EXAMPLE_FEATURES}
+    lengths = {name: self.seq_length for name in segment_pairs.TOKEN_FEATURES}
     dataset = self.task.get_dataset(
         sequence_length=lengths, split=self.split, shuffle=self.shuffle,
         seed=epoch_seed(self.seed, epoch), shard_info=self.shard_info, num_epochs=1)

@@ -14,10 +14,7 @@ import seqio
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from encoderx.data import segment_pairs
-
-# Features of every pretraining example, each [seq_length] but the sentence label.
-EXAMPLE_FEATURES = ("input_ids", "token_type_ids", "segment_ids", "positions", "word_starts")
+from encoderx.data import packing, segment_pairs
 
 
 def tokenize_documents(dataset: tf.data.Dataset, output_features: Mapping[str, seqio.Feature],
@@ -58,13 +55,15 @@ def documents_to_examples(dataset: tf.data.Dataset,
                           seq_length: int, group_size: int) -> tf.data.Dataset:
   """Runs `build(documents, rng)` on groups of `group_size` tokenized documents.
 
+  `build.feature_names` are the example's features: [seq_length] int32 arrays, but for
+  `sentence_label`, a scalar.
   Builders that need other documents (random next segments) draw them from the group.
   Each group gets its own seed from seqio's seed manager, so the output is a
   deterministic function of the Task's seed. The builder runs as one numpy function
   per group, not as a generator over an inner iterator, which can deadlock tf.data.
   """
   dataset = dataset.ragged_batch(group_size)
-  names = EXAMPLE_FEATURES + ("sentence_label",)
+  names = build.feature_names
 
   def build_group(seed, document_ids, token_ids, token_rows, word_starts,
                   sentence_lengths, sentence_rows):
@@ -106,3 +105,16 @@ def build_sentence_pairs(dataset: tf.data.Dataset, sequence_length: Mapping[str,
       seq_length, short_seq_prob,
       segment_pairs.SpecialIds(vocabulary.pad_id, vocabulary.cls_id, vocabulary.sep_id))
   return documents_to_examples(dataset, builder, seq_length, document_pool)
+
+
+def build_packed_sentences(dataset: tf.data.Dataset, sequence_length: Mapping[str, int],
+                           output_features: Mapping[str, seqio.Feature],
+                           cross_documents: bool, document_pool: int) -> tf.data.Dataset:
+  """Tokenized documents -> rows packed with whole sentences (see encoderx.data.packing)."""
+  vocabulary = output_features["input_ids"].vocabulary
+  seq_length = sequence_length["input_ids"]
+  packer = packing.SentencePacker(
+      seq_length,
+      segment_pairs.SpecialIds(vocabulary.pad_id, vocabulary.cls_id, vocabulary.sep_id),
+      cross_documents=cross_documents)
+  return documents_to_examples(dataset, packer, seq_length, document_pool)

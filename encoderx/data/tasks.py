@@ -18,11 +18,22 @@ import seqio
 import tensorflow as tf
 
 from encoderx import config as config_lib
-from encoderx.data import corpus, preprocessors, resources, vocabulary as vocabulary_lib
+from encoderx.data import corpus, preprocessors, resources, segment_pairs
+from encoderx.data import vocabulary as vocabulary_lib
 
 SPLITS = ("train", "validation")
-# Example builders: name -> preprocessor of tokenized documents.
-BUILDERS = {"sentence_pairs": preprocessors.build_sentence_pairs}
+# Example builders: name -> (data config -> preprocessor of tokenized documents).
+BUILDERS = {
+    "sentence_pairs": lambda data: functools.partial(
+        preprocessors.build_sentence_pairs, short_seq_prob=data.short_seq_prob,
+        document_pool=data.document_pool),
+    "full_sentences": lambda data: functools.partial(
+        preprocessors.build_packed_sentences, cross_documents=True,
+        document_pool=data.document_pool),
+    "doc_sentences": lambda data: functools.partial(
+        preprocessors.build_packed_sentences, cross_documents=False,
+        document_pool=data.document_pool),
+}
 
 
 def build_vocabulary(vocab_config: ml_collections.ConfigDict) -> seqio.Vocabulary:
@@ -53,14 +64,15 @@ def check_text_corpus(data_config) -> dict[str, int]:
   for index, _ in enumerate(documents):
     held_out = corpus.is_held_out(index, data_config.eval_every_nth_document)
     counts["validation" if held_out else "train"] += 1
-  if data_config.builder == "sentence_pairs":
-    for split, count in counts.items():
-      if count < 2:
-        raise corpus.CorpusError(
-            f"the {split} split of the corpus has {count} document(s); sentence pairs "
-            "need at least two to draw random next segments from (every "
-            f"{data_config.eval_every_nth_document}th document is held out). Add "
-            "documents, or check how they are separated (data.document_marker).")
+  # Sentence pairs draw random segments from a second document; packing needs one.
+  needed = 2 if data_config.builder == "sentence_pairs" else 1
+  for split, count in counts.items():
+    if count < needed:
+      raise corpus.CorpusError(
+          f"the {split} split of the corpus has {count} document(s); the "
+          f"'{data_config.builder}' examples need at least {needed} (every "
+          f"{data_config.eval_every_nth_document}th document is held out). Add "
+          "documents, or check how they are separated (data.document_marker).")
   return counts
 
 
@@ -104,7 +116,7 @@ def task_name(data_config) -> str:
 def output_features(vocabulary: seqio.Vocabulary) -> dict[str, seqio.Feature]:
   features = {"input_ids": seqio.Feature(vocabulary, add_eos=False, dtype=tf.int32)}
   plain = seqio.PassThroughVocabulary(size=0)
-  for name in preprocessors.EXAMPLE_FEATURES[1:]:
+  for name in segment_pairs.TOKEN_FEATURES[1:]:
     features[name] = seqio.Feature(plain, add_eos=False, dtype=tf.int32, required=False)
   return features
 
@@ -120,9 +132,7 @@ def register_pretraining_task(data_config, name: str | None = None) -> seqio.Tas
   else:
     source = text_file_source(data_config)
     documents = []
-  builder = functools.partial(BUILDERS[data_config.builder],
-                              short_seq_prob=data_config.short_seq_prob,
-                              document_pool=data_config.document_pool)
+  builder = BUILDERS[data_config.builder](data_config)
   return seqio.TaskRegistry.add(
       name,
       source=source,
