@@ -14,15 +14,10 @@ import pathlib
 import re
 import sys
 
-import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("ipykernel")
-pytest.importorskip("matplotlib")
-
-from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
-from jupyter_client.manager import AsyncKernelManager  # noqa: E402
+import nbclient
+import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
 
 NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
 KERNEL_NAME = "encoderx-notebook-test"
@@ -54,14 +49,15 @@ def _cell(nb, tag: str):
 
 
 def _stdout(cell) -> str:
-  """What a cell printed, plus the text of its results and displays."""
+  """What a cell printed, plus the text of its results and displays (such as a progress
+  bar's text when ipywidgets renders it), each part on lines of its own."""
   parts = []
   for output in cell.outputs:
     if output.output_type == "stream" and output.name == "stdout":
       parts.append(output.text)
     elif output.output_type in ("execute_result", "display_data"):
       parts.append(output.get("data", {}).get("text/plain", ""))
-  return "".join(parts)
+  return "\n".join(parts)
 
 
 def test_quickstart_notebook_runs(tmp_path):
