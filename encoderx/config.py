@@ -21,9 +21,11 @@ ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu")
 LAYER_SHARING = ("none", "all", "ffn", "attention")
 EXAMPLE_BUILDERS = ("sentence_pairs", "full_sentences", "doc_sentences")
 VOCAB_KINDS = ("wordpiece",)
-OBJECTIVES = ("mlm", "nsp")
+OBJECTIVES = ("mlm", "nsp", "sbo")
 SENTENCE_OBJECTIVES = ("nsp",)
 MASKING_UNITS = ("token", "word", "ngram", "span")
+# Units of whole words: each masked unit has boundary tokens, which SBO predicts from.
+WHOLE_WORD_UNITS = ("word", "ngram", "span")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -279,6 +281,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
           "'full_sentences' or 'doc_sentences'.")
   mlm = config.objective.mlm
   _check_choice("objective.mlm.unit", mlm.unit, MASKING_UNITS)
+  if "sbo" in names and mlm.unit not in WHOLE_WORD_UNITS:
+    _fail("objective.mlm.unit", f"sbo predicts masked units from their boundary tokens; "
+          f"it needs one of {', '.join(map(repr, WHOLE_WORD_UNITS))}, got {mlm.unit!r}.",
+          "SpanBERT sets 'span'.")
   if not 0.0 < mlm.span_geometric_p <= 1.0:
     _fail("objective.mlm.span_geometric_p", f"must be in (0, 1], got {mlm.span_geometric_p}.")
   if not 0.0 < mlm.rate < 1.0:

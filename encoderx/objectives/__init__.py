@@ -1,7 +1,7 @@
 """Pretraining objectives: one module per objective, built by name from a config."""
 from __future__ import annotations
 
-from encoderx.objectives import base, mlm, sentence
+from encoderx.objectives import base, mlm, sbo, sentence
 
 
 def mlm_config(mlm_fields, vocabulary, max_predictions: int | None = None) -> mlm.MlmConfig:
@@ -26,6 +26,7 @@ def build(objective_config, vocabulary, max_predictions: int | None = None
       "mlm": lambda: mlm.MaskedLanguageModel(
           mlm_config(objective_config.mlm, vocabulary, max_predictions)),
       "nsp": lambda: sentence.SentenceClassification(name="nsp"),
+      "sbo": sbo.SpanBoundary,
   }
   return tuple(builders[name]() for name in objective_config.names)
 
