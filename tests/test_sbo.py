@@ -1,5 +1,5 @@
 """Span boundary objective and SpanBERT: the head reads only a unit's boundaries and
-offsets, loss = MLM + SBO in the train step, configs."""
+offsets, loss = MLM + SBO in the train step, configs, the batch inspector's spans."""
 import re
 
 import flax.linen as nn
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from encoderx import config as config_lib, train, trainer as trainer_lib
+from encoderx import batch_inspector, config as config_lib, train, trainer as trainer_lib
 from encoderx.configs import spanbert_base, spanbert_tiny
 from encoderx.data import tasks
 from encoderx.models import common, embeddings as embeddings_lib, encoder, heads, pretraining
@@ -168,6 +168,28 @@ def test_bad_masking_fields_name_the_field(tiny_config, field, value, message):
   config = _span_config(tiny_config, **{field: value})
   with pytest.raises(config_lib.ConfigError, match=message):
     config_lib.validate(config)
+
+
+def test_batch_inspector_shows_each_span_with_its_boundaries(tiny_config, austen_batch):
+  trainer = trainer_lib.Trainer(_span_config(tiny_config), devices=ONE_DEVICE)
+  batch = trainer.prepared_batch({k: v[8:12] for k, v in austen_batch.items()}, step=3)
+  text = batch_inspector.describe(batch, trainer.vocabulary, index=0)
+  spans = re.findall(r"span (\d+)-(\d+) '([^']*)' -> (.*) \(boundaries (\d+), (\d+)\)", text)
+  weights = batch["masked_weights"][0] > 0
+  assert spans and sum(int(b) - int(a) + 1 for a, b, *_ in spans) == weights.sum()
+  vocabulary = trainer.vocabulary
+  for first, last, words, how, left, right in spans:
+    first, last = int(first), int(last)
+    assert (int(left), int(right)) == (first - 1, last + 1)
+    originals = austen_batch["input_ids"][8, first:last + 1]
+    assert words == " ".join(vocabulary.id_to_token(int(i)) for i in originals)
+    now = batch["input_ids"][0, first:last + 1]
+    if how.startswith("[MASK]"):
+      assert how == f"[MASK]x{last - first + 1}" and (now == vocabulary.mask_id).all()
+    elif how == "kept":
+      assert (now == originals).all()
+    else:
+      assert how.startswith("random '")
 
 
 @pytest.mark.skipif("doc_sentences" not in tasks.BUILDERS,
