@@ -4,7 +4,11 @@
     print(batch_inspector.describe(trainer.prepared_batch(batch, step=0), vocabulary))
 
 Works for any objective: it shows the fields a batch has (segments A/B, packed
-sequences, MLM targets and how each was corrupted, sentence labels).
+sequences, MLM targets and how each was corrupted, sentence labels). Masked units of
+more than one token (whole words, n-grams, spans) are shown a unit a line, with the
+boundary tokens that SBO predicts them from:
+
+    span 12-15 'in the same room' -> [MASK]x4 (boundaries 11, 16)
 """
 from __future__ import annotations
 
@@ -54,22 +58,48 @@ def describe(batch: dict, vocabulary, index: int = 0, width: int = 100) -> str:
     label = int(row["sentence_label"])
     lines.append(f"label     : {label} ({SENTENCE_LABELS.get(label, '')})")
   if "masked_positions" in row:
-    weights = row["masked_weights"] > 0
-    described = []
-    for position, original in zip(row["masked_positions"][weights],
-                                  row["masked_ids"][weights]):
-      now = int(ids[position])
-      word = vocabulary.id_to_token(int(original))
-      if now == original:
-        how = "kept"
-      elif now == vocabulary.mask_id:
-        how = "[MASK]"
-      else:
-        how = f"random '{vocabulary.id_to_token(now)}'"
-      described.append(f"{position}:'{word}'->{how}")
-    kinds = [d.split("->")[1].split(" ")[0] for d in described]
-    lines.append(f"predict   : {len(described)} tokens ({kinds.count('[MASK]')} [MASK], "
-                 f"{kinds.count('random')} random, {kinds.count('kept')} kept)")
-    lines.extend("            " + "  ".join(described[i:i + 5])
-                 for i in range(0, len(described), 5))
+    lines.extend(_describe_predictions(row, vocabulary))
   return "\n".join(lines)
+
+
+def _how(now: int, original: int, vocabulary) -> str:
+  if now == original:
+    return "kept"
+  if now == vocabulary.mask_id:
+    return "[MASK]"
+  return f"random '{vocabulary.id_to_token(now)}'"
+
+
+def _describe_predictions(row: dict, vocabulary) -> list[str]:
+  weights = row["masked_weights"] > 0
+  positions, originals = row["masked_positions"][weights], row["masked_ids"][weights]
+  nows = row["input_ids"][positions]
+  hows = [_how(int(n), int(o), vocabulary) for n, o in zip(nows, originals)]
+  kinds = [how.split(" ")[0] for how in hows]
+  counts = (f"{kinds.count('[MASK]')} [MASK], {kinds.count('random')} random, "
+            f"{kinds.count('kept')} kept")
+  # A unit is the predictions that share boundaries (for unit 'token', each token).
+  units = {}
+  if "masked_unit_left" in row:
+    bounds = zip(row["masked_unit_left"][weights], row["masked_unit_right"][weights])
+    for index, bound in enumerate(bounds):
+      units.setdefault(tuple(map(int, bound)), []).append(index)
+  if not units or all(len(members) == 1 for members in units.values()):
+    described = [f"{p}:'{vocabulary.id_to_token(int(o))}'->{how}"
+                 for p, o, how in zip(positions, originals, hows)]
+    return ([f"predict   : {len(described)} tokens ({counts})"]
+            + ["            " + "  ".join(described[i:i + 5])
+               for i in range(0, len(described), 5)])
+  lines = [f"predict   : {len(positions)} tokens in {len(units)} units ({counts})"]
+  for (left, right), members in units.items():
+    words = " ".join(vocabulary.id_to_token(int(originals[i])) for i in members)
+    unit_kinds = {kinds[i] for i in members}
+    if unit_kinds == {"[MASK]"}:
+      how = f"[MASK]x{len(members)}"
+    elif unit_kinds == {"kept"}:
+      how = "kept"
+    else:  # a random token may equal the original by chance
+      how = "random '" + " ".join(vocabulary.id_to_token(int(nows[i])) for i in members) + "'"
+    lines.append(f"            span {positions[members[0]]}-{positions[members[-1]]} "
+                 f"'{words}' -> {how} (boundaries {left}, {right})")
+  return lines

@@ -1,9 +1,9 @@
 """Throughput of encoderx pretraining on this machine, against Hugging Face PyTorch.
 
     python -m encoderx.bench [--batch_size=32] [--steps=10] \
-        [--models=bert_tiny,bert_small] [--skip_torch]
+        [--models=bert_tiny,bert_small,spanbert_tiny] [--skip_torch]
 
-For each model size, at sequence length 128 (configs/bert_tiny.py's data settings):
+For each model, at sequence length 128 (configs/bert_tiny.py's data settings):
 
 - encoderx: the jitted train step (`Trainer.train_step`: masking, forward, loss,
   backward, AdamW with clipping) on real batches of the bundled corpus. Compilation
@@ -18,11 +18,15 @@ For each model size, at sequence length 128 (configs/bert_tiny.py's data setting
 - Padding: the share of padding positions in rows of each example builder
   (sentence_pairs for BERT, RoBERTa's full_sentences and doc_sentences) on the bundled
   corpus, at lengths 128 and 512.
+- spanbert_tiny (configs/spanbert_tiny.py: span masking, MLM + SBO heads) has no
+  PyTorch column: Hugging Face has no SpanBERT pretraining class (no SBO head), and
+  BertForPreTraining would time other work. Its step runs on the same sentence-pair
+  batches as the BERT rows; its own data (single segments) has the same shapes.
 - Pipeline headroom: examples/s of `pipeline.BatchIterator` over the bundled corpus
   Task (batches pulled back to back after the first, which fills the shuffle buffer),
   divided by the examples/s the train step consumes (batch / step time). Above 1 the
   input pipeline keeps up. The pipeline does not depend on the model, so it is measured
-  once, before any model runs, and shared by every row.
+  once (bert_tiny's sentence pairs), before any model runs, and shared by every row.
 
 The two frameworks do not do identical work: encoderx runs the MLM head on the
 gathered masked positions only (config.objective.mlm.max_predictions of them per row)
@@ -46,7 +50,7 @@ import numpy as np
 from absl import logging as absl_logging
 
 from encoderx import trainer as trainer_lib
-from encoderx.configs import bert_tiny
+from encoderx.configs import bert_tiny, spanbert_tiny
 from encoderx.data import packing, pipeline, tasks
 
 SEQ_LENGTH = 128
@@ -54,11 +58,15 @@ WARMUP_STEPS = 2  # untimed steps after compilation (allocator, caches, thread p
 PIPELINE_MIN_BATCHES = 40  # timed pipeline batches; more if the train steps need more
 MLM_RATE = 0.15
 
-# Model fields that each size changes in the bert_tiny config.
-MODEL_SIZES = {
-    "bert_tiny": {},
-    "bert_small": dict(num_layers=4, hidden_size=512, num_heads=8, intermediate_size=2048),
+# Each model: the config it starts from and the model fields it changes there.
+MODELS = {
+    "bert_tiny": (bert_tiny, {}),
+    "bert_small": (bert_tiny, dict(num_layers=4, hidden_size=512, num_heads=8,
+                                   intermediate_size=2048)),
+    "spanbert_tiny": (spanbert_tiny, {}),
 }
+# The models Hugging Face has a PyTorch pretraining class for (BertForPreTraining).
+TORCH_MODELS = ("bert_tiny", "bert_small")
 
 
 @dataclasses.dataclass
@@ -81,8 +89,9 @@ class StepTiming:
 
 
 def build_config(model_name: str, batch_size: int):
-  config = bert_tiny.get_config()
-  for field, value in MODEL_SIZES[model_name].items():
+  config_module, model_fields = MODELS[model_name]
+  config = config_module.get_config()
+  for field, value in model_fields.items():
     config.model[field] = value
   config.data.seq_length = SEQ_LENGTH
   config.train.batch_size = batch_size
@@ -280,17 +289,17 @@ def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--steps", type=int, default=10, help="timed steps per model")
-  parser.add_argument("--models", default="bert_tiny,bert_small",
-                      help=f"comma-separated, among {', '.join(MODEL_SIZES)}")
+  parser.add_argument("--models", default="bert_tiny,bert_small,spanbert_tiny",
+                      help=f"comma-separated, among {', '.join(MODELS)}")
   parser.add_argument("--skip_torch", action="store_true",
                       help="time encoderx and the pipeline only")
   parser.add_argument("--skip_padding", action="store_true",
                       help="do not measure the example builders' padding")
   args = parser.parse_args(argv)
   args.models = [m.strip() for m in args.models.split(",") if m.strip()]
-  unknown = [m for m in args.models if m not in MODEL_SIZES]
+  unknown = [m for m in args.models if m not in MODELS]
   if unknown:
-    parser.error(f"unknown model(s) {unknown}; choose among {list(MODEL_SIZES)}")
+    parser.error(f"unknown model(s) {unknown}; choose among {list(MODELS)}")
   if args.steps < 1 or args.batch_size < 1:
     parser.error("--steps and --batch_size must be positive")
   return args
@@ -305,7 +314,7 @@ def main(argv=None) -> None:
   # Every step reuses these batches; the pipeline is timed while they are pulled.
   num_batches = max(PIPELINE_MIN_BATCHES, 1 + WARMUP_STEPS + args.steps)
   first_seconds, pipeline_rate, batches = measure_pipeline(
-      build_config(args.models[0], args.batch_size), num_batches)
+      build_config("bert_tiny", args.batch_size), num_batches)
   print(f"\npipeline: first batch after {first_seconds:.1f} s (shuffle buffer), then "
         f"{pipeline_rate:,.0f} examples/s over {num_batches} batches", flush=True)
 
@@ -317,7 +326,7 @@ def main(argv=None) -> None:
     jax_timing, model_config = bench_encoderx(config, batches, args.steps)
     print(describe_timing("encoderx", jax_timing, tokens_per_step), flush=True)
     torch_timing = None
-    if not args.skip_torch:
+    if not args.skip_torch and model_name in TORCH_MODELS:
       torch_timing = bench_torch(config, model_config, batches, args.steps)
       print(describe_timing("pytorch", torch_timing, tokens_per_step), flush=True)
     rows.append(table_row(model_name, args.batch_size, jax_timing, torch_timing,

@@ -21,8 +21,11 @@ ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu")
 LAYER_SHARING = ("none", "all", "ffn", "attention")
 EXAMPLE_BUILDERS = ("sentence_pairs", "full_sentences", "doc_sentences")
 VOCAB_KINDS = ("wordpiece",)
-OBJECTIVES = ("mlm", "nsp")
+OBJECTIVES = ("mlm", "nsp", "sbo")
 SENTENCE_OBJECTIVES = ("nsp",)
+MASKING_UNITS = ("token", "word", "ngram", "span")
+# Units of whole words: each masked unit has boundary tokens, which SBO predicts from.
+WHOLE_WORD_UNITS = ("word", "ngram", "span")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -91,6 +94,14 @@ def default_config() -> ml_collections.ConfigDict:
           mask_token_prob=0.8,
           random_token_prob=0.1,
           max_predictions=20,
+          # What is masked: "token" (BERT), "word" (whole-word masking, BERT-wwm),
+          # "ngram" (n whole words, p(n) ~ 1/n, n <= max_ngram: ALBERT) or "span"
+          # (SpanBERT: n whole words, n ~ Geometric(span_geometric_p) on
+          # 1..max_span_words). Words come from the batch's word_starts.
+          unit="token",
+          max_ngram=3,
+          span_geometric_p=0.2,
+          max_span_words=10,
       )),
   ))
 
@@ -209,7 +220,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
                   "data.seq_length", "train.steps", "train.batch_size",
                   "train.grad_accum_steps", "train.log_every", "eval.batch_size",
                   "checkpoint.every_steps", "checkpoint.keep",
-                  "objective.mlm.max_predictions")
+                  "objective.mlm.max_predictions", "objective.mlm.max_ngram",
+                  "objective.mlm.max_span_words")
   if model.hidden_size % model.num_heads:
     _fail("model.hidden_size", f"{model.hidden_size} is not divisible by "
           f"model.num_heads={model.num_heads}.")
@@ -268,6 +280,13 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _fail("data.builder", "'sentence_pairs' builds examples for nsp; without it use "
           "'full_sentences' or 'doc_sentences'.")
   mlm = config.objective.mlm
+  _check_choice("objective.mlm.unit", mlm.unit, MASKING_UNITS)
+  if "sbo" in names and mlm.unit not in WHOLE_WORD_UNITS:
+    _fail("objective.mlm.unit", f"sbo predicts masked units from their boundary tokens; "
+          f"it needs one of {', '.join(map(repr, WHOLE_WORD_UNITS))}, got {mlm.unit!r}.",
+          "SpanBERT sets 'span'.")
+  if not 0.0 < mlm.span_geometric_p <= 1.0:
+    _fail("objective.mlm.span_geometric_p", f"must be in (0, 1], got {mlm.span_geometric_p}.")
   if not 0.0 < mlm.rate < 1.0:
     _fail("objective.mlm.rate", f"must be in (0, 1), got {mlm.rate}.")
   if mlm.mask_token_prob < 0 or mlm.random_token_prob < 0 or (

@@ -145,7 +145,7 @@ class _Meter:
 
 def _postfix(metrics: dict) -> dict:
   shown = {"loss": f"{metrics['loss']:.3f}"}
-  for name in ("mlm", "nsp", "sop"):
+  for name in ("mlm", "nsp", "sop", "sbo"):
     if f"{name}_accuracy" in metrics:
       shown[f"{name}_acc"] = f"{metrics[f'{name}_accuracy']:.3f}"
   if "tokens_per_second" in metrics:

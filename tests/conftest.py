@@ -34,6 +34,25 @@ def vocabulary():
   return vocabulary_lib.WordPieceVocabulary("bundled:austen-wordpiece")
 
 
+@pytest.fixture(scope="session")
+def austen_batch():
+  """A real batch: 64 NSP examples of 128 tokens from the bundled corpus, the tails of
+  eight rows padded (so that padding is there to be, or not be, chosen)."""
+  from encoderx.configs import bert_tiny
+  from encoderx.data import pipeline, tasks
+  config = bert_tiny.get_config()
+  task = tasks.register_pretraining_task(config.data)
+  iterator = pipeline.BatchIterator(task, "train", 128, 64, seed=0)
+  try:
+    batch = {name: value.copy() for name, value in next(iterator).items()}
+  finally:
+    iterator.close()
+  for row, length in enumerate(range(40, 128, 11)):
+    for name in ("input_ids", "segment_ids", "token_type_ids", "positions", "word_starts"):
+      batch[name][row, length:] = 0
+  return batch
+
+
 def _write_corpus(directory: pathlib.Path, documents: list[list[str]], name="corpus.txt"):
   path = directory / name
   path.write_text("\n\n".join("\n".join(sentences) for sentences in documents) + "\n")

@@ -6,26 +6,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from encoderx import sharding, trainer as trainer_lib
-from encoderx.data import pipeline, tasks
 from encoderx.objectives import mlm
-
-
-@pytest.fixture(scope="module")
-def austen_batch():
-  """A real batch: 64 NSP examples of 128 tokens from the bundled corpus."""
-  from encoderx.configs import bert_tiny
-  config = bert_tiny.get_config()
-  task = tasks.register_pretraining_task(config.data)
-  iterator = pipeline.BatchIterator(task, "train", 128, 64, seed=0)
-  try:
-    batch = {name: value.copy() for name, value in next(iterator).items()}
-  finally:
-    iterator.close()
-  # Pad the tails of some rows, so that padding is there to be (not) chosen.
-  for row, length in enumerate(range(40, 128, 11)):
-    for name in ("input_ids", "segment_ids", "token_type_ids", "positions"):
-      batch[name][row, length:] = 0
-  return batch
 
 
 def _config(vocabulary, **fields):
@@ -87,22 +68,26 @@ def test_never_chooses_special_or_padding_and_never_inserts_special(austen_batch
         np.asarray(masked["masked_weights"])[0] > 0] < padded_row).all()
 
 
-def test_masks_change_with_the_step_and_repeat_for_the_same_step(austen_batch, vocabulary):
-  config = _config(vocabulary)
+# Units other than 'token' share one selection (mlm.select_units); 'span' stands for them.
+@pytest.mark.parametrize("unit", ["token", "span"])
+def test_masks_change_with_the_step_and_repeat_for_the_same_step(austen_batch, vocabulary,
+                                                                 unit):
+  config = _config(vocabulary, unit=unit)
+  mask = jax.jit(lambda b, k: mlm.mask_tokens(b, k, config))
   rng = trainer_lib.run_rng(seed=0)
   masks = {}
   for step in (0, 1, 0):
     key, _ = trainer_lib.step_keys(rng, step)
-    masks.setdefault(step, []).append(
-        np.asarray(mlm.mask_tokens(austen_batch, key, config)["masked_positions"]))
+    masks.setdefault(step, []).append(np.asarray(mask(austen_batch, key)["masked_positions"]))
   np.testing.assert_array_equal(masks[0][0], masks[0][1])
   assert np.mean(masks[0][0] != masks[1][0]) > 0.5
 
 
+@pytest.mark.parametrize("unit", ["token", "span"])
 def test_same_seed_and_step_give_the_same_mask_on_one_and_eight_devices(austen_batch,
-                                                                        vocabulary):
+                                                                        vocabulary, unit):
   assert jax.device_count() == 8
-  config = _config(vocabulary)
+  config = _config(vocabulary, unit=unit)
   key, _ = trainer_lib.step_keys(trainer_lib.run_rng(seed=7), 123)
   mask = lambda b, k: mlm.mask_tokens(b, k, config)  # noqa: E731
 

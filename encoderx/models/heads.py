@@ -1,4 +1,5 @@
-"""Pretraining heads: masked-LM (tied to the token embedding) and sentence-level."""
+"""Pretraining heads: masked-LM and span boundary (both tied to the token embedding) and
+sentence-level."""
 from __future__ import annotations
 
 import flax.linen as nn
@@ -13,6 +14,22 @@ def gather_positions(hidden: jax.Array, positions: jax.Array) -> jax.Array:
   return jnp.take_along_axis(hidden, positions[..., None], axis=1)
 
 
+def _transform(config: common.ModelConfig, x: jax.Array, features: int, dense_name: str,
+               norm_name: str) -> jax.Array:
+  """Dense + activation + LayerNorm (created in the calling module's scope)."""
+  x = common.dense(config, features, ("embed", "mlp"), dense_name)(x)
+  return common.layer_norm(config, norm_name)(common.ACTIVATIONS[config.hidden_act](x))
+
+
+def _tied_scores(module: nn.Module, x: jax.Array,
+                 embeddings: embeddings_lib.Embeddings) -> jax.Array:
+  """Scores of [..., embedding] against every token embedding, + the module's own bias."""
+  config = module.config
+  bias = module.param("output_bias", common.zeros(("vocab",)), (config.vocab_size,),
+                      config.weights_dtype)
+  return embeddings.attend(x) + bias.astype(config.compute_dtype)
+
+
 class MlmHead(nn.Module):
   """Dense + activation + LayerNorm, then scores against the token embedding + bias.
 
@@ -23,13 +40,40 @@ class MlmHead(nn.Module):
 
   @nn.compact
   def __call__(self, hidden: jax.Array, embeddings: embeddings_lib.Embeddings) -> jax.Array:
+    x = _transform(self.config, hidden, self.config.embedding_size, "transform", "layer_norm")
+    return _tied_scores(self, x, embeddings)
+
+
+class SboHead(nn.Module):
+  """SpanBERT's span boundary head: a masked token from its unit's boundaries alone.
+
+  For a prediction at offset i inside the unit s..e:
+  h = [x_{s-1}; x_{e+1}; p_i] (the encoder's outputs at the tokens just outside the unit
+  and a learned embedding of the offset), then two layers of Dense + activation +
+  LayerNorm, then scores against the token embedding + bias, like MlmHead. Sizes are
+  SpanBERT's: `max_offsets` offsets (the rare larger ones share the last) of width
+  `position_size`. [batch, length, hidden] and [batch, predictions] (positions, positions,
+  offsets) -> [batch, predictions, vocab].
+  """
+  config: common.ModelConfig
+  max_offsets: int = 20
+  position_size: int = 200
+
+  @nn.compact
+  def __call__(self, hidden: jax.Array, left: jax.Array, right: jax.Array,
+               offsets: jax.Array, embeddings: embeddings_lib.Embeddings) -> jax.Array:
     config = self.config
-    x = common.dense(config, config.embedding_size, ("embed", "mlp"), "transform")(hidden)
-    x = common.ACTIVATIONS[config.hidden_act](x)
-    x = common.layer_norm(config, "layer_norm")(x)
-    bias = self.param("output_bias", common.zeros(("vocab",)), (config.vocab_size,),
-                      config.weights_dtype)
-    return embeddings.attend(x) + bias.astype(config.compute_dtype)
+    position_embeddings = nn.Embed(
+        self.max_offsets, self.position_size, dtype=config.compute_dtype,
+        param_dtype=config.weights_dtype,
+        embedding_init=common.initializer(config, ("positions", "embed")),
+        name="position_embeddings")
+    x = jnp.concatenate([gather_positions(hidden, left), gather_positions(hidden, right),
+                         position_embeddings(jnp.minimum(offsets, self.max_offsets - 1))],
+                        axis=-1)
+    x = _transform(config, x, config.hidden_size, "transform_1", "layer_norm_1")
+    x = _transform(config, x, config.embedding_size, "transform_2", "layer_norm_2")
+    return _tied_scores(self, x, embeddings)
 
 
 class Pooler(nn.Module):

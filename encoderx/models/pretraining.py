@@ -41,9 +41,11 @@ class EncoderModel(nn.Module):
 class PretrainingModel(nn.Module):
   """The encoder with the heads its objectives need.
 
-  `heads`: names among 'mlm' and 'sentence' (NSP/SOP). `__call__` returns the encoder
-  outputs plus `mlm_logits` [batch, predictions, vocab] at `batch['masked_positions']`
-  (every position when absent) and `sentence_logits` [batch, 2].
+  `heads`: names among 'mlm', 'sentence' (NSP/SOP) and 'sbo' (span boundary). `__call__`
+  returns the encoder outputs plus `mlm_logits` [batch, predictions, vocab] at
+  `batch['masked_positions']` (every position when absent), `sentence_logits` [batch, 2]
+  and `sbo_logits` [batch, predictions, vocab] from `batch['masked_unit_left']`,
+  `['masked_unit_right']` and `['masked_unit_offset']` (only when the batch has them).
   """
   config: common.ModelConfig
   heads: tuple[str, ...] = ("mlm", "sentence")
@@ -54,6 +56,8 @@ class PretrainingModel(nn.Module):
       self.mlm_head = heads.MlmHead(self.config)
     if "sentence" in self.heads:
       self.sentence_head = heads.SentenceHead(self.config)
+    if "sbo" in self.heads:
+      self.sbo_head = heads.SboHead(self.config)
 
   def __call__(self, batch: dict, deterministic: bool = True) -> dict:
     outputs = self.encoder_model(batch, deterministic)
@@ -64,6 +68,10 @@ class PretrainingModel(nn.Module):
       outputs["mlm_logits"] = self.mlm_head(hidden, self.encoder_model.embeddings)
     if "sentence" in self.heads:
       outputs["sentence_logits"] = self.sentence_head(outputs["pooled"])
+    if "sbo" in self.heads and "masked_unit_left" in batch:
+      outputs["sbo_logits"] = self.sbo_head(
+          outputs["hidden"], batch["masked_unit_left"], batch["masked_unit_right"],
+          batch["masked_unit_offset"], self.encoder_model.embeddings)
     return outputs
 
 
@@ -72,7 +80,9 @@ def init_batch(batch_size: int, seq_length: int, max_predictions: int = 0) -> di
   batch = {name: jnp.zeros([batch_size, seq_length], jnp.int32)
            for name in ("input_ids", "token_type_ids", "segment_ids", "positions")}
   if max_predictions:
-    batch["masked_positions"] = jnp.zeros([batch_size, max_predictions], jnp.int32)
+    for name in ("masked_positions", "masked_unit_left", "masked_unit_right",
+                 "masked_unit_offset"):
+      batch[name] = jnp.zeros([batch_size, max_predictions], jnp.int32)
   return batch
 
 

@@ -1,7 +1,7 @@
 """Pretraining objectives: one module per objective, built by name from a config."""
 from __future__ import annotations
 
-from encoderx.objectives import base, mlm, sentence
+from encoderx.objectives import base, mlm, sbo, sentence
 
 
 def mlm_config(mlm_fields, vocabulary, max_predictions: int | None = None) -> mlm.MlmConfig:
@@ -10,7 +10,10 @@ def mlm_config(mlm_fields, vocabulary, max_predictions: int | None = None) -> ml
       vocab_size=vocabulary.vocab_size, rate=mlm_fields.rate,
       mask_token_prob=mlm_fields.mask_token_prob,
       random_token_prob=mlm_fields.random_token_prob,
-      max_predictions=max_predictions or mlm_fields.max_predictions)
+      max_predictions=max_predictions or mlm_fields.max_predictions,
+      unit=mlm_fields.unit, max_ngram=mlm_fields.max_ngram,
+      span_geometric_p=mlm_fields.span_geometric_p,
+      max_span_words=mlm_fields.max_span_words)
 
 
 def build(objective_config, vocabulary, max_predictions: int | None = None
@@ -23,6 +26,7 @@ def build(objective_config, vocabulary, max_predictions: int | None = None
       "mlm": lambda: mlm.MaskedLanguageModel(
           mlm_config(objective_config.mlm, vocabulary, max_predictions)),
       "nsp": lambda: sentence.SentenceClassification(name="nsp"),
+      "sbo": sbo.SpanBoundary,
   }
   return tuple(builders[name]() for name in objective_config.names)
 

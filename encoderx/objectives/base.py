@@ -17,7 +17,7 @@ import optax
 
 class Objective(Protocol):
   name: str
-  head: str  # the model head it reads: 'mlm' or 'sentence'
+  head: str  # the model head it reads: 'mlm', 'sentence' or 'sbo'
 
   def prepare(self, batch: dict, key: jax.Array) -> dict:
     """The batch with this objective's inputs and targets added (pure JAX)."""
