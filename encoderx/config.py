@@ -16,11 +16,14 @@ import ml_collections
 # Names that resolve to files shipped inside the package (see encoderx/data/resources).
 BUNDLED_CORPUS = "bundled:austen"
 BUNDLED_WORDPIECE_VOCAB = "bundled:austen-wordpiece"
+BUNDLED_BPE_VOCAB = "bundled:austen-bpe"
 
 ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu")
 LAYER_SHARING = ("none", "all", "ffn", "attention")
 EXAMPLE_BUILDERS = ("sentence_pairs", "full_sentences", "doc_sentences")
-VOCAB_KINDS = ("wordpiece",)
+# Vocabulary kinds -> the module whose command line trains one (named in errors).
+VOCAB_KINDS = {"wordpiece": "encoderx.data.vocabulary",
+               "byte_bpe": "encoderx.data.bpe_vocabulary"}
 OBJECTIVES = ("mlm", "nsp")
 SENTENCE_OBJECTIVES = ("nsp",)
 DTYPES = ("float32", "bfloat16", "float16")
@@ -77,10 +80,12 @@ def default_config() -> ml_collections.ConfigDict:
       document_pool=1000,  # documents kept to draw random segments from (NSP).
       shuffle_buffer=10000,
       vocab=ml_collections.ConfigDict(dict(
+          # "wordpiece": path is a BERT vocab.txt. "byte_bpe" (RoBERTa, GPT-2): path is
+          # a directory holding vocab.json and merges.txt.
           kind="wordpiece",
           path=BUNDLED_WORDPIECE_VOCAB,
-          lower_case=True,
-          strip_accents=True,
+          lower_case=True,  # wordpiece only
+          strip_accents=True,  # wordpiece only
       )),
   ))
 
@@ -252,7 +257,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if not data.vocab.path.startswith("bundled:") and not os.path.exists(
       os.path.expanduser(data.vocab.path)):
     _fail("data.vocab.path", f"'{data.vocab.path}' does not exist.",
-          "Train one with `python -m encoderx.data.vocabulary --help`.")
+          f"Train one with `python -m {VOCAB_KINDS[data.vocab.kind]} --help`.")
 
   names = tuple(config.objective.names)
   for name in names:
