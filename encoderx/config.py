@@ -46,6 +46,9 @@ def default_config() -> ml_collections.ConfigDict:
       embedding_size=0,  # 0: hidden_size; smaller factorizes the embedding (ALBERT).
       hidden_act="gelu",
       max_position_embeddings=512,
+      # Added to every position id: RoBERTa's positions start after its padding id,
+      # at 2, so its table has max length + 2 rows (514 for 512).
+      position_offset=0,
       type_vocab_size=2,
       hidden_dropout=0.1,
       attention_dropout=0.1,
@@ -221,6 +224,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if model.embedding_size < 0 or model.vocab_size < 0:
     _fail("model.embedding_size" if model.embedding_size < 0 else "model.vocab_size",
           "must be >= 0 (0 means the default).")
+  if model.position_offset < 0:
+    _fail("model.position_offset", f"must be >= 0, got {model.position_offset}.")
   _check_choice("model.hidden_act", model.hidden_act, ACTIVATIONS)
   _check_choice("model.layer_sharing", model.layer_sharing, LAYER_SHARING)
   _check_choice("model.dtype", model.dtype, DTYPES)
@@ -233,9 +238,11 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
       _fail(f"model.{field}", f"must be in [0, 1), got {model[field]}.")
 
   longest = max(data.seq_length, train.long_seq_length if train.long_fraction else 0)
-  if longest > model.max_position_embeddings:
+  if longest + model.position_offset > model.max_position_embeddings:
+    offset = (f" + model.position_offset={model.position_offset}"
+              if model.position_offset else "")
     _fail("data.seq_length" if longest == data.seq_length else "train.long_seq_length",
-          f"{longest} exceeds model.max_position_embeddings="
+          f"{longest}{offset} exceeds model.max_position_embeddings="
           f"{model.max_position_embeddings}.")
   if data.seq_length < 8:
     _fail("data.seq_length", f"{data.seq_length} is too short for [CLS] A [SEP] B [SEP].")
@@ -272,6 +279,9 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if not sentence and data.builder == "sentence_pairs":
     _fail("data.builder", "'sentence_pairs' builds examples for nsp; without it use "
           "'full_sentences' or 'doc_sentences'.")
+  if data.builder == "sentence_pairs" and model.type_vocab_size == 1:
+    _fail("model.type_vocab_size", "is 1, but sentence pairs give segment B token type 1.",
+          "Use 2 (or 0: no token type embedding).")
   mlm = config.objective.mlm
   if not 0.0 < mlm.rate < 1.0:
     _fail("objective.mlm.rate", f"must be in (0, 1), got {mlm.rate}.")
