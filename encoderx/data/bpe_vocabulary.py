@@ -27,7 +27,6 @@ Train one: `python -m encoderx.data.bpe_vocabulary --files 'corpus/*.txt' --size
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
 import json
 import os
@@ -57,13 +56,14 @@ def _read_files(path: str, directory: str) -> tuple[dict[str, int], list[tuple[s
                           f"vocab.json and merges.txt; {problem}.")
   try:
     vocab, merges = models.BPE.read_file(*(os.path.join(directory, n) for n in FILES))
-  except Exception as error:  # tokenizers raises a bare Exception  # pylint: disable=broad-except
+  except Exception as error:  # pylint: disable=broad-except  (tokenizers raises Exception)
     raise VocabularyError(f"cannot read byte-level BPE vocabulary '{path}': {error}") from None
   if sorted(vocab.values()) != list(range(len(vocab))):
     raise VocabularyError(f"byte-level BPE vocabulary '{path}': the ids of vocab.json must "
                           f"be 0..{len(vocab) - 1}, each once.")
   missing = [t for t in SPECIAL_TOKENS if t not in vocab]
-  missing += [f"byte symbol {c!r}" for c in pre_tokenizers.ByteLevel.alphabet() if c not in vocab]
+  missing += [f"byte symbol {symbol!r}" for symbol in pre_tokenizers.ByteLevel.alphabet()
+              if symbol not in vocab]
   if missing:
     raise VocabularyError(
         f"byte-level BPE vocabulary '{path}' lacks {missing[:8]}"
@@ -125,7 +125,7 @@ class ByteLevelBpeVocabulary(seqio.Vocabulary):
   def eos_id(self) -> None:
     return None  # an encoder's </s> is a separator that encode never adds.
 
-  @functools.cached_property
+  @property
   def special_ids(self) -> tuple[int, ...]:
     """Ids that masking never chooses and never samples as a random replacement."""
     return tuple(sorted(self._ids[t] for t in SPECIAL_TOKENS))
