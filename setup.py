@@ -40,7 +40,8 @@ setuptools.setup(
     # installed as encoderx.configs, so that configs can build on each other.
     packages=setuptools.find_packages(include=["encoderx", "encoderx.*"]) + ["encoderx.configs"],
     package_dir={"encoderx.configs": "configs"},
-    package_data={"encoderx.data": ["resources/*", "resources/austen/*"]},
+    package_data={"encoderx.data": ["resources/*", "resources/austen/*",
+                                     "resources/austen-bpe/*"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
 )

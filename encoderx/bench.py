@@ -1,37 +1,38 @@
 """Throughput of encoderx pretraining on this machine, against Hugging Face PyTorch.
 
     python -m encoderx.bench [--batch_size=32] [--steps=10] \
-        [--models=bert_tiny,bert_small,spanbert_tiny] [--skip_torch]
+        [--models=bert_tiny,bert_small,roberta_tiny,spanbert_tiny] [--skip_torch]
 
-For each model, at sequence length 128 (configs/bert_tiny.py's data settings):
+For each model, at sequence length 128 (its tiny config's data settings):
 
 - encoderx: the jitted train step (`Trainer.train_step`: masking, forward, loss,
   backward, AdamW with clipping) on real batches of the bundled corpus. Compilation
   (the first call) is timed apart; then WARMUP_STEPS untimed steps; then the mean of
   --steps timed steps, each one `device_batch` + step + `block_until_ready`.
-- PyTorch: `transformers.BertForPreTraining` of the same sizes and vocabulary, in
-  train mode (dropout on), on the same batches: forward with `labels` (15% of the real
-  tokens, -100 elsewhere, drawn on the host before timing) and `next_sentence_label`,
-  backward, `AdamW.step()`, `zero_grad()`. Same warm-up and timed steps.
+- PyTorch: `transformers.BertForPreTraining` (BERT) or `RobertaForMaskedLM` (RoBERTa)
+  of the same sizes and vocabulary, in train mode (dropout on), on the same batches:
+  forward with `labels` (15% of the real tokens, -100 elsewhere, drawn on the host
+  before timing) and, for BERT, `next_sentence_label`; backward, `AdamW.step()`,
+  `zero_grad()`. Same warm-up and timed steps.
 - tokens/s = batch * 128 / mean step time; the ratio is encoderx / PyTorch, both
   measured in this process one after the other (never concurrently).
+- spanbert_tiny (span masking, MLM + SBO heads, single-segment rows) has no PyTorch
+  column: Hugging Face has no SpanBERT pretraining class (no SBO head).
 - Padding: the share of padding positions in rows of each example builder
   (sentence_pairs for BERT, RoBERTa's full_sentences and doc_sentences) on the bundled
   corpus, at lengths 128 and 512.
-- spanbert_tiny (configs/spanbert_tiny.py: span masking, MLM + SBO heads) has no
-  PyTorch column: Hugging Face has no SpanBERT pretraining class (no SBO head), and
-  BertForPreTraining would time other work. Its step runs on the same sentence-pair
-  batches as the BERT rows; its own data (single segments) has the same shapes.
 - Pipeline headroom: examples/s of `pipeline.BatchIterator` over the bundled corpus
   Task (batches pulled back to back after the first, which fills the shuffle buffer),
   divided by the examples/s the train step consumes (batch / step time). Above 1 the
-  input pipeline keeps up. The pipeline does not depend on the model, so it is measured
-  once (bert_tiny's sentence pairs), before any model runs, and shared by every row.
+  input pipeline keeps up. The pipeline depends on the data config only (vocabulary,
+  example builder), so it is measured once per data config, before any model runs,
+  and its batches are shared by the models that read it.
 
 The two frameworks do not do identical work: encoderx runs the MLM head on the
 gathered masked positions only (config.objective.mlm.max_predictions of them per row)
-and clips gradients, while BertForPreTraining scores every position against the whole
-vocabulary. Both are what each framework does for BERT pretraining by default.
+and clips gradients, while the Hugging Face models score every position against the
+whole vocabulary (and do not isolate the documents of a packed RoBERTa row, which costs
+the same). Both are what each framework does for pretraining by default.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ import numpy as np
 from absl import logging as absl_logging
 
 from encoderx import trainer as trainer_lib
-from encoderx.configs import bert_tiny, spanbert_tiny
+from encoderx.configs import bert_tiny, roberta_tiny, spanbert_tiny
 from encoderx.data import packing, pipeline, tasks
 
 SEQ_LENGTH = 128
@@ -58,15 +59,14 @@ WARMUP_STEPS = 2  # untimed steps after compilation (allocator, caches, thread p
 PIPELINE_MIN_BATCHES = 40  # timed pipeline batches; more if the train steps need more
 MLM_RATE = 0.15
 
-# Each model: the config it starts from and the model fields it changes there.
+# Model name -> (Hugging Face family or None, its tiny config, the model fields it changes).
 MODELS = {
-    "bert_tiny": (bert_tiny, {}),
-    "bert_small": (bert_tiny, dict(num_layers=4, hidden_size=512, num_heads=8,
-                                   intermediate_size=2048)),
-    "spanbert_tiny": (spanbert_tiny, {}),
+    "bert_tiny": ("bert", bert_tiny, {}),
+    "bert_small": ("bert", bert_tiny, dict(num_layers=4, hidden_size=512, num_heads=8,
+                                           intermediate_size=2048)),
+    "roberta_tiny": ("roberta", roberta_tiny, {}),
+    "spanbert_tiny": (None, spanbert_tiny, {}),
 }
-# The models Hugging Face has a PyTorch pretraining class for (BertForPreTraining).
-TORCH_MODELS = ("bert_tiny", "bert_small")
 
 
 @dataclasses.dataclass
@@ -89,7 +89,7 @@ class StepTiming:
 
 
 def build_config(model_name: str, batch_size: int):
-  config_module, model_fields = MODELS[model_name]
+  _, config_module, model_fields = MODELS[model_name]
   config = config_module.get_config()
   for field, value in model_fields.items():
     config.model[field] = value
@@ -176,10 +176,14 @@ def bench_encoderx(config, batches: list[dict], steps: int):
 
 
 # --- PyTorch / Hugging Face -------------------------------------------------------------
-def torch_model(model_config):
-  """BertForPreTraining with the sizes of an encoderx `ModelConfig`."""
+def torch_model(family: str, model_config, pad_id: int):
+  """BertForPreTraining or RobertaForMaskedLM with the sizes of an encoderx `ModelConfig`."""
   import transformers  # pylint: disable=g-import-not-at-top
-  hf_config = transformers.BertConfig(
+  config_class, model_class = {
+      "bert": (transformers.BertConfig, transformers.BertForPreTraining),
+      "roberta": (transformers.RobertaConfig, transformers.RobertaForMaskedLM),
+  }[family]
+  hf_config = config_class(
       vocab_size=model_config.vocab_size, hidden_size=model_config.hidden_size,
       num_hidden_layers=model_config.num_layers,
       num_attention_heads=model_config.num_heads,
@@ -190,34 +194,41 @@ def torch_model(model_config):
       hidden_dropout_prob=model_config.hidden_dropout,
       attention_probs_dropout_prob=model_config.attention_dropout,
       layer_norm_eps=model_config.layer_norm_eps,
-      initializer_range=model_config.initializer_range)
-  return transformers.BertForPreTraining(hf_config).train()
+      initializer_range=model_config.initializer_range, pad_token_id=pad_id)
+  return model_class(hf_config).train()
 
 
-def torch_inputs(batch: dict, rng: np.random.Generator) -> dict:
-  """A numpy batch as BertForPreTraining's keyword arguments, with MLM labels."""
+def torch_inputs(family: str, batch: dict, rng: np.random.Generator) -> dict:
+  """A numpy batch as the Hugging Face model's keyword arguments, with MLM labels.
+
+  RoBERTa derives its positions from input_ids (padding is <pad>); BERT's take the
+  token types and the NSP label too.
+  """
   import torch  # pylint: disable=g-import-not-at-top
   real = batch["segment_ids"] > 0
   chosen = real & (rng.random(real.shape) < MLM_RATE)
   labels = np.where(chosen, batch["input_ids"], -100)
   as_long = lambda x: torch.from_numpy(np.asarray(x, np.int64))
-  return {"input_ids": as_long(batch["input_ids"]),
-          "token_type_ids": as_long(batch["token_type_ids"]),
-          "attention_mask": as_long(real), "labels": as_long(labels),
-          "next_sentence_label": as_long(batch["sentence_label"])}
+  inputs = {"input_ids": as_long(batch["input_ids"]), "attention_mask": as_long(real),
+            "labels": as_long(labels)}
+  if family == "bert":
+    inputs.update(token_type_ids=as_long(batch["token_type_ids"]),
+                  next_sentence_label=as_long(batch["sentence_label"]))
+  return inputs
 
 
-def bench_torch(config, model_config, batches: list[dict], steps: int) -> StepTiming:
+def bench_torch(family: str, config, model_config, pad_id: int, batches: list[dict],
+                steps: int) -> StepTiming:
   import torch  # pylint: disable=g-import-not-at-top
   torch.manual_seed(0)
-  model = torch_model(model_config)
+  model = torch_model(family, model_config, pad_id)
   optimizer_config = config.optimizer
   optimizer = torch.optim.AdamW(
       model.parameters(), lr=optimizer_config.learning_rate,
       betas=(optimizer_config.b1, optimizer_config.b2), eps=optimizer_config.eps,
       weight_decay=optimizer_config.weight_decay)
   rng = np.random.default_rng(0)
-  inputs = [torch_inputs(batch, rng) for batch in batches]
+  inputs = [torch_inputs(family, batch, rng) for batch in batches]
 
   def run_step(index):
     loss = model(**inputs[index % len(inputs)]).loss
@@ -289,7 +300,7 @@ def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--steps", type=int, default=10, help="timed steps per model")
-  parser.add_argument("--models", default="bert_tiny,bert_small,spanbert_tiny",
+  parser.add_argument("--models", default="bert_tiny,bert_small,roberta_tiny,spanbert_tiny",
                       help=f"comma-separated, among {', '.join(MODELS)}")
   parser.add_argument("--skip_torch", action="store_true",
                       help="time encoderx and the pipeline only")
@@ -311,23 +322,34 @@ def main(argv=None) -> None:
   absl_logging.set_verbosity(absl_logging.ERROR)
   print(header(args), flush=True)
 
-  # Every step reuses these batches; the pipeline is timed while they are pulled.
+  # Every step reuses these batches; the pipeline is timed while they are pulled, once
+  # per data config.
   num_batches = max(PIPELINE_MIN_BATCHES, 1 + WARMUP_STEPS + args.steps)
-  first_seconds, pipeline_rate, batches = measure_pipeline(
-      build_config("bert_tiny", args.batch_size), num_batches)
-  print(f"\npipeline: first batch after {first_seconds:.1f} s (shuffle buffer), then "
-        f"{pipeline_rate:,.0f} examples/s over {num_batches} batches", flush=True)
+  data = {}
+  for model_name in args.models:
+    config = build_config(model_name, args.batch_size)
+    task = tasks.task_name(config.data)
+    if task not in data:
+      data[task] = measure_pipeline(config, num_batches)
+      first_seconds, pipeline_rate, _ = data[task]
+      print(f"\npipeline ({config.data.vocab.kind}, {config.data.builder}): first batch "
+            f"after {first_seconds:.1f} s (shuffle buffer), then {pipeline_rate:,.0f} "
+            f"examples/s over {num_batches} batches", flush=True)
 
   rows = []
   for model_name in args.models:
     config = build_config(model_name, args.batch_size)
+    _, pipeline_rate, batches = data[tasks.task_name(config.data)]
     print(f"\n{model_name}:", flush=True)
     tokens_per_step = args.batch_size * SEQ_LENGTH
     jax_timing, model_config = bench_encoderx(config, batches, args.steps)
     print(describe_timing("encoderx", jax_timing, tokens_per_step), flush=True)
     torch_timing = None
-    if not args.skip_torch and model_name in TORCH_MODELS:
-      torch_timing = bench_torch(config, model_config, batches, args.steps)
+    family = MODELS[model_name][0]
+    if family and not args.skip_torch:
+      pad_id = tasks.build_vocabulary(config.data.vocab).pad_id
+      torch_timing = bench_torch(family, config, model_config, pad_id,
+                                 batches, args.steps)
       print(describe_timing("pytorch", torch_timing, tokens_per_step), flush=True)
     rows.append(table_row(model_name, args.batch_size, jax_timing, torch_timing,
                           pipeline_rate))

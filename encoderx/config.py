@@ -16,11 +16,14 @@ import ml_collections
 # Names that resolve to files shipped inside the package (see encoderx/data/resources).
 BUNDLED_CORPUS = "bundled:austen"
 BUNDLED_WORDPIECE_VOCAB = "bundled:austen-wordpiece"
+BUNDLED_BPE_VOCAB = "bundled:austen-bpe"
 
 ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu")
 LAYER_SHARING = ("none", "all", "ffn", "attention")
 EXAMPLE_BUILDERS = ("sentence_pairs", "full_sentences", "doc_sentences")
-VOCAB_KINDS = ("wordpiece",)
+# Vocabulary kinds -> the module whose command line trains one (named in errors).
+VOCAB_KINDS = {"wordpiece": "encoderx.data.vocabulary",
+               "byte_bpe": "encoderx.data.bpe_vocabulary"}
 OBJECTIVES = ("mlm", "nsp", "sbo")
 SENTENCE_OBJECTIVES = ("nsp",)
 MASKING_UNITS = ("token", "word", "ngram", "span")
@@ -46,6 +49,9 @@ def default_config() -> ml_collections.ConfigDict:
       embedding_size=0,  # 0: hidden_size; smaller factorizes the embedding (ALBERT).
       hidden_act="gelu",
       max_position_embeddings=512,
+      # Added to every position id: RoBERTa's positions start after its padding id,
+      # at 2, so its table has max length + 2 rows (514 for 512).
+      position_offset=0,
       type_vocab_size=2,
       hidden_dropout=0.1,
       attention_dropout=0.1,
@@ -80,10 +86,12 @@ def default_config() -> ml_collections.ConfigDict:
       document_pool=1000,  # documents kept to draw random segments from (NSP).
       shuffle_buffer=10000,
       vocab=ml_collections.ConfigDict(dict(
+          # "wordpiece": path is a BERT vocab.txt. "byte_bpe" (RoBERTa, GPT-2): path is
+          # a directory holding vocab.json and merges.txt.
           kind="wordpiece",
           path=BUNDLED_WORDPIECE_VOCAB,
-          lower_case=True,
-          strip_accents=True,
+          lower_case=True,  # wordpiece only
+          strip_accents=True,  # wordpiece only
       )),
   ))
 
@@ -228,6 +236,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if model.embedding_size < 0 or model.vocab_size < 0:
     _fail("model.embedding_size" if model.embedding_size < 0 else "model.vocab_size",
           "must be >= 0 (0 means the default).")
+  if model.position_offset < 0:
+    _fail("model.position_offset", f"must be >= 0, got {model.position_offset}.")
   _check_choice("model.hidden_act", model.hidden_act, ACTIVATIONS)
   _check_choice("model.layer_sharing", model.layer_sharing, LAYER_SHARING)
   _check_choice("model.dtype", model.dtype, DTYPES)
@@ -240,9 +250,11 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
       _fail(f"model.{field}", f"must be in [0, 1), got {model[field]}.")
 
   longest = max(data.seq_length, train.long_seq_length if train.long_fraction else 0)
-  if longest > model.max_position_embeddings:
+  if longest + model.position_offset > model.max_position_embeddings:
+    offset = (f" + model.position_offset={model.position_offset}"
+              if model.position_offset else "")
     _fail("data.seq_length" if longest == data.seq_length else "train.long_seq_length",
-          f"{longest} exceeds model.max_position_embeddings="
+          f"{longest}{offset} exceeds model.max_position_embeddings="
           f"{model.max_position_embeddings}.")
   if data.seq_length < 8:
     _fail("data.seq_length", f"{data.seq_length} is too short for [CLS] A [SEP] B [SEP].")
@@ -264,7 +276,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if not data.vocab.path.startswith("bundled:") and not os.path.exists(
       os.path.expanduser(data.vocab.path)):
     _fail("data.vocab.path", f"'{data.vocab.path}' does not exist.",
-          "Train one with `python -m encoderx.data.vocabulary --help`.")
+          f"Train one with `python -m {VOCAB_KINDS[data.vocab.kind]} --help`.")
 
   names = tuple(config.objective.names)
   for name in names:
@@ -279,6 +291,9 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if not sentence and data.builder == "sentence_pairs":
     _fail("data.builder", "'sentence_pairs' builds examples for nsp; without it use "
           "'full_sentences' or 'doc_sentences'.")
+  if data.builder == "sentence_pairs" and model.type_vocab_size == 1:
+    _fail("model.type_vocab_size", "is 1, but sentence pairs give segment B token type 1.",
+          "Use 2 (or 0: no token type embedding).")
   mlm = config.objective.mlm
   _check_choice("objective.mlm.unit", mlm.unit, MASKING_UNITS)
   if "sbo" in names and mlm.unit not in WHOLE_WORD_UNITS:

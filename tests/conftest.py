@@ -29,6 +29,16 @@ def austen_files():
 
 
 @pytest.fixture(scope="session")
+def austen_lines(austen_files):
+  """austen_lines(count) -> `count` non-blank lines spread evenly over the corpus."""
+  def lines(count):
+    every = [line.strip() for path in austen_files for line in open(path, encoding="utf-8")
+             if line.strip()]
+    return every[::max(len(every) // count, 1)][:count]
+  return lines
+
+
+@pytest.fixture(scope="session")
 def vocabulary():
   from encoderx.data import vocabulary as vocabulary_lib
   return vocabulary_lib.WordPieceVocabulary("bundled:austen-wordpiece")

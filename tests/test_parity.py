@@ -9,8 +9,8 @@ import pytest
 from encoderx.export import hf
 from encoderx.models import common, pretraining
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import torch
+import transformers
 
 MODEL = common.ModelConfig(
     vocab_size=99, hidden_size=48, num_layers=3, num_heads=4, intermediate_size=80,

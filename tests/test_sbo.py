@@ -192,8 +192,6 @@ def test_batch_inspector_shows_each_span_with_its_boundaries(tiny_config, austen
       assert how.startswith("random '")
 
 
-@pytest.mark.skipif("doc_sentences" not in tasks.BUILDERS,
-                    reason="needs the doc_sentences example builder (on the lead's branch)")
 def test_spanbert_tiny_learns_on_the_bundled_corpus(tiny_config, tmp_path):
   config = spanbert_tiny.get_config()
   shrunk = tiny_config()

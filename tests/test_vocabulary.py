@@ -5,24 +5,17 @@ import tensorflow as tf
 from encoderx.data import vocabulary as vocabulary_lib
 
 
-def _lines(files, count):
-  lines = [line.strip() for path in files for line in open(path, encoding="utf-8")
-           if line.strip()]
-  step = max(len(lines) // count, 1)
-  return lines[::step][:count]
-
-
 @pytest.fixture(scope="module")
 def hf_tokenizer(tmp_path_factory, vocabulary):
-  transformers = pytest.importorskip("transformers")
+  import transformers  # pylint: disable=g-import-not-at-top
   directory = tmp_path_factory.mktemp("hf_vocab")
   (directory / "vocab.txt").write_text("\n".join(vocabulary.tokens) + "\n")
   # transformers 5: BertTokenizerFast(vocab_file=...) ignores the file; load the dir.
   return transformers.BertTokenizer.from_pretrained(str(directory), do_lower_case=True)
 
 
-def test_token_ids_equal_hugging_face_on_austen(austen_files, vocabulary, hf_tokenizer):
-  lines = _lines(austen_files, 3000)
+def test_token_ids_equal_hugging_face_on_austen(austen_lines, vocabulary, hf_tokenizer):
+  lines = austen_lines(3000)
   assert len(lines) == 3000
   ours = vocabulary.encode_tf(tf.constant(lines)).to_list()
   theirs = [hf_tokenizer.encode(line, add_special_tokens=False) for line in lines]

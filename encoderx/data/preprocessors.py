@@ -22,9 +22,14 @@ def tokenize_documents(dataset: tf.data.Dataset, output_features: Mapping[str, s
   """{'text': blocks joined by newlines} -> flat token ids, word starts, sentence lengths.
 
   Blocks are paragraphs that a rule-based sentence breaker splits, or, with
-  `sentence_per_line`, sentences already.
+  `sentence_per_line`, sentences already. A vocabulary whose tokens carry the space
+  before a word (`tokens_carry_leading_space`: byte-level BPE's 'Ġword') gets each
+  sentence with the whitespace that precedes it in its block, so that sentences are
+  tokenized as in running text (RoBERTa encodes whole lines); a block's first sentence
+  has none.
   """
   vocabulary = output_features["input_ids"].vocabulary
+  leading_space = getattr(vocabulary, "tokens_carry_leading_space", False)
   breaker = tf_text.StateBasedSentenceBreaker()
 
   def tokenize(example):
@@ -32,6 +37,8 @@ def tokenize_documents(dataset: tf.data.Dataset, output_features: Mapping[str, s
     blocks = tf.boolean_mask(blocks, tf.strings.length(blocks) > 0)
     if sentence_per_line:
       sentences = blocks
+    elif leading_space:
+      sentences = sentences_with_leading_space(breaker, blocks)
     else:
       sentences = breaker.break_sentences(blocks).merge_dims(0, 1)
     pieces = vocabulary.tokenize_words_tf(sentences)  # [sentences, words, pieces]
@@ -48,6 +55,18 @@ def tokenize_documents(dataset: tf.data.Dataset, output_features: Mapping[str, s
     }
 
   return dataset.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def sentences_with_leading_space(breaker: tf_text.StateBasedSentenceBreaker,
+                                  blocks: tf.Tensor) -> tf.Tensor:
+  """Blocks [blocks] -> their sentences [sentences], each but a block's first starting
+  where the previous one ended (so with the whitespace between them)."""
+  _, starts, ends = breaker.break_sentences_with_offsets(blocks)  # byte offsets
+  first = tf.ragged.range(ends.row_lengths()).values == 0
+  previous_ends = tf.concat([tf.zeros([1], ends.dtype), ends.values[:-1]], axis=0)
+  begin = tf.where(first, starts.values, previous_ends)
+  return tf.strings.substr(tf.repeat(blocks, ends.row_lengths()), begin,
+                           ends.values - begin)
 
 
 def documents_to_examples(dataset: tf.data.Dataset,

@@ -11,6 +11,9 @@ _BUNDLED = {
     "austen": "austen/*.txt",
     # WordPiece vocabulary (8,000 tokens, uncased) trained on the Austen sample.
     "austen-wordpiece": "austen-wordpiece-vocab.txt",
+    # Byte-level BPE vocabulary (8,000 tokens, RoBERTa's special tokens) trained on it:
+    # a directory with vocab.json and merges.txt.
+    "austen-bpe": "austen-bpe",
 }
 
 

@@ -18,7 +18,7 @@ import seqio
 import tensorflow as tf
 
 from encoderx import config as config_lib
-from encoderx.data import corpus, preprocessors, resources, segment_pairs
+from encoderx.data import bpe_vocabulary, corpus, preprocessors, resources, segment_pairs
 from encoderx.data import vocabulary as vocabulary_lib
 
 SPLITS = ("train", "validation")
@@ -36,10 +36,16 @@ BUILDERS = {
 }
 
 
+# Vocabularies: config.data.vocab.kind -> the vocabulary built from config.data.vocab.
+VOCABULARIES = {
+    "wordpiece": lambda vocab: vocabulary_lib.WordPieceVocabulary(
+        vocab.path, lower_case=vocab.lower_case, strip_accents=vocab.strip_accents),
+    "byte_bpe": lambda vocab: bpe_vocabulary.ByteLevelBpeVocabulary(vocab.path),
+}
+
+
 def build_vocabulary(vocab_config: ml_collections.ConfigDict) -> seqio.Vocabulary:
-  return vocabulary_lib.WordPieceVocabulary(
-      vocab_config.path, lower_case=vocab_config.lower_case,
-      strip_accents=vocab_config.strip_accents)
+  return VOCABULARIES[vocab_config.kind](vocab_config)
 
 
 def corpus_files(data_config) -> list[str]:

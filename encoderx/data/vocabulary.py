@@ -175,15 +175,34 @@ class WordPieceVocabulary(seqio.Vocabulary):
     return hash((len(self.tokens), self.lower_case, self.strip_accents))
 
 
+def check_training_files(files: list[str]) -> None:
+  missing = [f for f in files if not os.path.isfile(f)]
+  if missing:
+    raise VocabularyError(f"cannot train a vocabulary: no such file(s) {missing}")
+
+
+def save_model_files(tokenizer, outputs: dict[str, str]) -> None:
+  """Writes a trained `tokenizers` model: {file name it saves -> where it goes}.
+
+  The files are saved to a scratch directory beside the (first) destination and renamed
+  into place, so that a reader never sees a half-written file.
+  """
+  for path in outputs.values():
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  first = os.path.dirname(os.path.abspath(next(iter(outputs.values()))))
+  with tempfile.TemporaryDirectory(dir=first) as scratch:
+    tokenizer.save_model(scratch)
+    for name, path in outputs.items():
+      os.replace(os.path.join(scratch, name), path)
+
+
 def train_wordpiece(files: list[str], output: str, vocab_size: int = 30522,
                     lower_case: bool = True, strip_accents: bool | None = None,
                     min_frequency: int = 2) -> WordPieceVocabulary:
   """Trains a WordPiece vocabulary with Hugging Face `tokenizers` and writes vocab.txt."""
   from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
 
-  missing = [f for f in files if not os.path.isfile(f)]
-  if missing:
-    raise VocabularyError(f"cannot train a vocabulary: no such file(s) {missing}")
+  check_training_files(files)
   tokenizer = BertWordPieceTokenizer(
       lowercase=lower_case,
       strip_accents=lower_case if strip_accents is None else strip_accents,
@@ -193,11 +212,7 @@ def train_wordpiece(files: list[str], output: str, vocab_size: int = 30522,
                   wordpieces_prefix="##")
   if tokenizer.get_vocab_size() <= len(SPECIAL_TOKENS):
     raise VocabularyError(f"no text to train a vocabulary from in {files}")
-  directory = os.path.dirname(os.path.abspath(output))
-  os.makedirs(directory, exist_ok=True)
-  with tempfile.TemporaryDirectory(dir=directory) as scratch:
-    tokenizer.save_model(scratch)
-    os.replace(os.path.join(scratch, "vocab.txt"), output)  # never a half-written file
+  save_model_files(tokenizer, {"vocab.txt": output})
   return WordPieceVocabulary(output, lower_case=lower_case, strip_accents=strip_accents)
 
 

@@ -8,6 +8,8 @@ model's, which the tests check too.
 
     params = hf.from_hf(BertForPreTraining.from_pretrained(d).state_dict(), model_config)
     state_dict = hf.to_hf(params, model_config)
+    params = hf.from_hf(RobertaForMaskedLM.from_pretrained(d).state_dict(), model_config,
+                        family="roberta")
 """
 from __future__ import annotations
 
@@ -61,9 +63,8 @@ def _bert_layer(hf: str, flax: str):
           + _layer_norm(f"{hf}.output.LayerNorm", f"{flax}/ffn/layer_norm"))
 
 
-def bert_rules(config: common.ModelConfig, prefix: str = "bert"):
-  """Rules for BertForPreTraining / BertForMaskedLM / BertModel (prefix '')."""
-  hf = f"{prefix}." if prefix else ""
+def _encoder(config: common.ModelConfig, hf: str):
+  """Embeddings and layers, shared by BERT and RoBERTa (`hf`: 'bert.', 'roberta.', '')."""
   rules = [
       (f"{hf}embeddings.word_embeddings.weight",
        "encoder_model/embeddings/word_embeddings/embedding", COPY),
@@ -74,12 +75,41 @@ def bert_rules(config: common.ModelConfig, prefix: str = "bert"):
   ] + _layer_norm(f"{hf}embeddings.LayerNorm", "encoder_model/embeddings/layer_norm")
   for i in range(config.num_layers):
     rules += _bert_layer(f"{hf}encoder.layer.{i}", f"encoder_model/encoder/layer_{i}")
+  return rules
+
+
+def bert_rules(config: common.ModelConfig, prefix: str = "bert"):
+  """Rules for BertForPreTraining / BertForMaskedLM / BertModel (prefix '')."""
+  hf = f"{prefix}." if prefix else ""
+  rules = _encoder(config, hf)
   rules += _dense(f"{hf}pooler.dense", "encoder_model/pooler/dense")
   rules += _dense("cls.predictions.transform.dense", "mlm_head/transform")
   rules += _layer_norm("cls.predictions.transform.LayerNorm", "mlm_head/layer_norm")
   rules += [("cls.predictions.bias", "mlm_head/output_bias", COPY)]
   rules += _dense("cls.seq_relationship", "sentence_head/classifier")
   return rules
+
+
+def roberta_rules(config: common.ModelConfig, prefix: str = "roberta"):
+  """Rules for RobertaForMaskedLM / RobertaModel (prefix ''): BERT's encoder under
+  `roberta.`, no pooler (MLM only), and `lm_head` whose decoder is tied to the word
+  embeddings (its bias is `lm_head.bias`)."""
+  rules = _encoder(config, f"{prefix}." if prefix else "")
+  rules += _dense("lm_head.dense", "mlm_head/transform")
+  rules += _layer_norm("lm_head.layer_norm", "mlm_head/layer_norm")
+  rules += [("lm_head.bias", "mlm_head/output_bias", COPY)]
+  return rules
+
+
+# Rule tables by model family; `family=` of from_hf / to_hf picks one.
+RULES = {"bert": bert_rules, "roberta": roberta_rules}
+
+
+def rules_for(family: str, config: common.ModelConfig):
+  if family not in RULES:
+    raise ValueError(f"no Hugging Face conversion rules for family '{family}'; "
+                     f"known: {', '.join(RULES)}")
+  return RULES[family](config)
 
 
 def _numpy(value) -> np.ndarray:
@@ -89,14 +119,16 @@ def _numpy(value) -> np.ndarray:
 
 
 def from_hf(state_dict: Mapping[str, object], config: common.ModelConfig,
-            rules=None, expected=None) -> dict:
+            family: str = "bert", expected=None, rules=None) -> dict:
   """HF state dict -> encoderx params (nested dict of numpy arrays).
 
-  Only rules whose HF name is present are used, so a model without a head (BertModel)
-  converts to params without it. `expected` (an encoderx param tree, e.g. from
-  `jax.eval_shape(model.init, ...)`) makes every missing or misshapen weight an error.
+  `family` picks the rule table (RULES); `rules` replaces it (e.g. `bert_rules(config,
+  prefix='')` for a BertModel). Only rules whose HF name is present are used, so a
+  model without a head converts to params without it. `expected` (an encoderx param
+  tree, e.g. from `jax.eval_shape(model.init, ...)`) makes every missing or misshapen
+  weight an error.
   """
-  rules = rules if rules is not None else bert_rules(config)
+  rules = rules if rules is not None else rules_for(family, config)
   flat = {}
   for hf_name, path, transform in rules:
     if hf_name in state_dict:
@@ -109,9 +141,10 @@ def from_hf(state_dict: Mapping[str, object], config: common.ModelConfig,
   return params
 
 
-def to_hf(params, config: common.ModelConfig, rules=None) -> dict[str, np.ndarray]:
+def to_hf(params, config: common.ModelConfig, family: str = "bert",
+          rules=None) -> dict[str, np.ndarray]:
   """encoderx params -> HF state dict (numpy arrays); inverse of `from_hf`."""
-  rules = rules if rules is not None else bert_rules(config)
+  rules = rules if rules is not None else rules_for(family, config)
   params = nn.unbox(params)
   if config.scan_layers:
     params = unstack_layers(params, config.num_layers)

@@ -44,6 +44,7 @@ class ModelConfig:
   remat: bool
   dtype: str
   param_dtype: str
+  position_offset: int = 0  # added to position ids (RoBERTa: 2)
 
   @classmethod
   def from_config(cls, model_config, vocab_size: int | None = None) -> "ModelConfig":

@@ -11,6 +11,9 @@ from encoderx.models import common
 class Embeddings(nn.Module):
   """[batch, length] ids -> [batch, length, hidden].
 
+  Row `positions + position_offset` of the position table embeds a position (RoBERTa's
+  rows 0 and 1 are unused: its positions start after its padding id).
+
   The tables have width `embedding_size`; when that is smaller than `hidden_size`
   (ALBERT's factorization, V x E + E x H) a projection maps E to H after LayerNorm.
   """
@@ -36,7 +39,8 @@ class Embeddings(nn.Module):
 
   def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
                positions: jax.Array, deterministic: bool) -> jax.Array:
-    x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
+    x = (self.word_embeddings(input_ids)
+         + self.position_embeddings(positions + self.config.position_offset))
     if self.config.type_vocab_size:
       x = x + self.token_type_embeddings(token_type_ids)
     x = self.dropout(self.layer_norm(x), deterministic=deterministic)
