@@ -11,6 +11,9 @@ _BUNDLED = {
     "austen": "austen/*.txt",
     # WordPiece vocabulary (8,000 tokens, uncased) trained on the Austen sample.
     "austen-wordpiece": "austen-wordpiece-vocab.txt",
+    # SentencePiece unigram model (8,000 pieces, ALBERT's layout, lower-cased) trained on
+    # the Austen sample; the .vocab next to it lists its pieces.
+    "austen-sentencepiece": "austen-sentencepiece.model",
 }
 
 
