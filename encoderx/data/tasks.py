@@ -18,17 +18,27 @@ import seqio
 import tensorflow as tf
 
 from encoderx import config as config_lib
-from encoderx.data import corpus, preprocessors, resources, vocabulary as vocabulary_lib
+from encoderx.data import corpus, preprocessors, resources
+from encoderx.data import sentencepiece_vocabulary, vocabulary as vocabulary_lib
 
 SPLITS = ("train", "validation")
 # Example builders: name -> preprocessor of tokenized documents.
 BUILDERS = {"sentence_pairs": preprocessors.build_sentence_pairs}
+# Vocabularies: config.data.vocab.kind -> class taking (path, lower_case, strip_accents).
+VOCABULARIES = {"wordpiece": vocabulary_lib.WordPieceVocabulary,
+                "sentencepiece": sentencepiece_vocabulary.SentencePieceVocabulary}
 
 
 def build_vocabulary(vocab_config: ml_collections.ConfigDict) -> seqio.Vocabulary:
-  return vocabulary_lib.WordPieceVocabulary(
+  return VOCABULARIES[vocab_config.kind](
       vocab_config.path, lower_case=vocab_config.lower_case,
       strip_accents=vocab_config.strip_accents)
+
+
+def sentence_objective(config) -> str | None:
+  """The sentence-level objective of a config ('nsp', 'sop'), which labels the pairs."""
+  names = [n for n in config.objective.names if n in config_lib.SENTENCE_OBJECTIVES]
+  return names[0] if names else None
 
 
 def corpus_files(data_config) -> list[str]:
@@ -42,18 +52,20 @@ def _corpus_format(data_config) -> corpus.CorpusFormat:
                              data_config.invalid_utf8)
 
 
-def check_text_corpus(data_config) -> dict[str, int]:
+def check_text_corpus(data_config, sentence_objective: str | None = "nsp"
+                      ) -> dict[str, int]:
   """Reads the whole corpus once, so that bad input fails before training starts.
 
   Returns the number of documents per split. Raises CorpusError for an unreadable,
-  empty or non-UTF-8 corpus, and for a split with too few documents to pair.
+  empty or non-UTF-8 corpus, and for a split with too few documents to pair (NSP draws
+  random next segments from other documents; SOP needs one).
   """
   counts = dict.fromkeys(SPLITS, 0)
   documents = corpus.read_documents(corpus_files(data_config), _corpus_format(data_config))
   for index, _ in enumerate(documents):
     held_out = corpus.is_held_out(index, data_config.eval_every_nth_document)
     counts["validation" if held_out else "train"] += 1
-  if data_config.builder == "sentence_pairs":
+  if data_config.builder == "sentence_pairs" and sentence_objective == "nsp":
     for split, count in counts.items():
       if count < 2:
         raise corpus.CorpusError(
@@ -96,8 +108,9 @@ def _tfds_documents(dataset, text_key):
   return dataset.map(lambda i, ex: {"text": ex[text_key], "document_id": i})
 
 
-def task_name(data_config) -> str:
-  blob = json.dumps(data_config.to_dict(), sort_keys=True, default=str)
+def task_name(data_config, sentence_objective: str | None = "nsp") -> str:
+  blob = json.dumps([data_config.to_dict(), sentence_objective], sort_keys=True,
+                    default=str)
   return f"encoderx_{data_config.builder}_{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
 
 
@@ -109,9 +122,14 @@ def output_features(vocabulary: seqio.Vocabulary) -> dict[str, seqio.Feature]:
   return features
 
 
-def register_pretraining_task(data_config, name: str | None = None) -> seqio.Task:
-  """Registers (once) and returns the seqio Task for a `config.data`."""
-  name = name or task_name(data_config)
+def register_pretraining_task(data_config, name: str | None = None,
+                              sentence_objective: str | None = "nsp") -> seqio.Task:
+  """Registers (once) and returns the seqio Task for a `config.data`.
+
+  `sentence_objective` ('nsp' or 'sop', see `sentence_objective(config)`) is what
+  sentence pairs are labelled for.
+  """
+  name = name or task_name(data_config, sentence_objective)
   if name in seqio.TaskRegistry.names():
     return seqio.get_mixture_or_task(name)
   if data_config.tfds_name:
@@ -120,9 +138,11 @@ def register_pretraining_task(data_config, name: str | None = None) -> seqio.Tas
   else:
     source = text_file_source(data_config)
     documents = []
-  builder = functools.partial(BUILDERS[data_config.builder],
-                              short_seq_prob=data_config.short_seq_prob,
-                              document_pool=data_config.document_pool)
+  options = dict(short_seq_prob=data_config.short_seq_prob,
+                 document_pool=data_config.document_pool)
+  if data_config.builder == "sentence_pairs":
+    options["label_mode"] = sentence_objective
+  builder = functools.partial(BUILDERS[data_config.builder], **options)
   return seqio.TaskRegistry.add(
       name,
       source=source,
