@@ -16,13 +16,18 @@ import ml_collections
 # Names that resolve to files shipped inside the package (see encoderx/data/resources).
 BUNDLED_CORPUS = "bundled:austen"
 BUNDLED_WORDPIECE_VOCAB = "bundled:austen-wordpiece"
+BUNDLED_SENTENCEPIECE_VOCAB = "bundled:austen-sentencepiece"
 
 ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu")
 LAYER_SHARING = ("none", "all", "ffn", "attention")
 EXAMPLE_BUILDERS = ("sentence_pairs", "full_sentences", "doc_sentences")
-VOCAB_KINDS = ("wordpiece",)
-OBJECTIVES = ("mlm", "nsp")
-SENTENCE_OBJECTIVES = ("nsp",)
+VOCAB_KINDS = ("wordpiece", "sentencepiece")
+# The module whose command line trains each kind of vocabulary.
+VOCAB_TRAINERS = {"wordpiece": "encoderx.data.vocabulary",
+                  "sentencepiece": "encoderx.data.sentencepiece_vocabulary"}
+OBJECTIVES = ("mlm", "nsp", "sop")
+SENTENCE_OBJECTIVES = ("nsp", "sop")
+OPTIMIZERS = ("adamw", "lamb")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -77,8 +82,11 @@ def default_config() -> ml_collections.ConfigDict:
       document_pool=1000,  # documents kept to draw random segments from (NSP).
       shuffle_buffer=10000,
       vocab=ml_collections.ConfigDict(dict(
-          kind="wordpiece",
+          kind="wordpiece",  # or "sentencepiece" (ALBERT): path is then a .model file.
           path=BUNDLED_WORDPIECE_VOCAB,
+          # Text preparation as in Hugging Face: BertTokenizer's do_lower_case and
+          # strip_accents; for sentencepiece AlbertTokenizer's do_lower_case and
+          # (not) keep_accents.
           lower_case=True,
           strip_accents=True,
       )),
@@ -95,6 +103,7 @@ def default_config() -> ml_collections.ConfigDict:
   ))
 
   config.optimizer = ml_collections.ConfigDict(dict(
+      name="adamw",  # or "lamb" (ALBERT): same schedule, clipping and decay mask.
       learning_rate=1e-4,
       warmup_steps=10_000,
       b1=0.9,
@@ -252,7 +261,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if not data.vocab.path.startswith("bundled:") and not os.path.exists(
       os.path.expanduser(data.vocab.path)):
     _fail("data.vocab.path", f"'{data.vocab.path}' does not exist.",
-          "Train one with `python -m encoderx.data.vocabulary --help`.")
+          f"Train one with `python -m {VOCAB_TRAINERS[data.vocab.kind]} --help`.")
 
   names = tuple(config.objective.names)
   for name in names:
@@ -265,8 +274,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if sentence and data.builder != "sentence_pairs":
     _fail("data.builder", f"{sentence[0]} needs 'sentence_pairs', got {data.builder!r}.")
   if not sentence and data.builder == "sentence_pairs":
-    _fail("data.builder", "'sentence_pairs' builds examples for nsp; without it use "
-          "'full_sentences' or 'doc_sentences'.")
+    _fail("data.builder", "'sentence_pairs' builds examples for nsp or sop; without "
+          "them use 'full_sentences' or 'doc_sentences'.")
   mlm = config.objective.mlm
   if not 0.0 < mlm.rate < 1.0:
     _fail("objective.mlm.rate", f"must be in (0, 1), got {mlm.rate}.")
@@ -282,6 +291,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _fail("train.batch_size", f"{train.batch_size} is not divisible by "
           f"train.grad_accum_steps={train.grad_accum_steps}.")
   optimizer = config.optimizer
+  _check_choice("optimizer.name", optimizer.name, OPTIMIZERS)
   if optimizer.learning_rate <= 0:
     _fail("optimizer.learning_rate", f"must be positive, got {optimizer.learning_rate}.")
   if optimizer.warmup_steps < 0 or optimizer.warmup_steps >= train.steps:
