@@ -1,25 +1,29 @@
 """Throughput of encoderx pretraining on this machine, against Hugging Face PyTorch.
 
     python -m encoderx.bench [--batch_size=32] [--steps=10] \
-        [--models=bert_tiny,bert_small] [--skip_torch]
+        [--models=bert_tiny,bert_small,albert_tiny] [--skip_torch]
 
-For each model size, at sequence length 128 (configs/bert_tiny.py's data settings):
+For each model, at sequence length 128 (its tiny config's data settings):
 
 - encoderx: the jitted train step (`Trainer.train_step`: masking, forward, loss,
-  backward, AdamW with clipping) on real batches of the bundled corpus. Compilation
-  (the first call) is timed apart; then WARMUP_STEPS untimed steps; then the mean of
-  --steps timed steps, each one `device_batch` + step + `block_until_ready`.
-- PyTorch: `transformers.BertForPreTraining` of the same sizes and vocabulary, in
-  train mode (dropout on), on the same batches: forward with `labels` (15% of the real
-  tokens, -100 elsewhere, drawn on the host before timing) and `next_sentence_label`,
-  backward, `AdamW.step()`, `zero_grad()`. Same warm-up and timed steps.
+  backward, the config's optimizer with clipping: AdamW for BERT, LAMB for ALBERT) on
+  real batches of the bundled corpus. Compilation (the first call) is timed apart; then
+  WARMUP_STEPS untimed steps; then the mean of --steps timed steps, each one
+  `device_batch` + step + `block_until_ready`.
+- PyTorch: `transformers.BertForPreTraining` (`AlbertForPreTraining` for ALBERT) of the
+  same sizes and vocabulary, in train mode (dropout on), on the same batches: forward
+  with `labels` (15% of the real tokens, -100 elsewhere, drawn on the host before
+  timing) and the sentence label (`next_sentence_label`, `sentence_order_label`),
+  backward, `AdamW.step()` (PyTorch has no LAMB), `zero_grad()`. Same warm-up and timed
+  steps.
 - tokens/s = batch * 128 / mean step time; the ratio is encoderx / PyTorch, both
   measured in this process one after the other (never concurrently).
 - Pipeline headroom: examples/s of `pipeline.BatchIterator` over the bundled corpus
   Task (batches pulled back to back after the first, which fills the shuffle buffer),
   divided by the examples/s the train step consumes (batch / step time). Above 1 the
-  input pipeline keeps up. The pipeline does not depend on the model, so it is measured
-  once, before any model runs, and shared by every row.
+  input pipeline keeps up. The pipeline depends on the data config alone (ALBERT's
+  vocabulary and SOP pairs make another), so each distinct one is measured once, before
+  any model runs, and shared by the rows that use it.
 
 The two frameworks do not do identical work: encoderx runs the MLM head on the
 gathered masked positions only (config.objective.mlm.max_predictions of them per row)
@@ -43,7 +47,7 @@ import numpy as np
 from absl import logging as absl_logging
 
 from encoderx import trainer as trainer_lib
-from encoderx.configs import bert_tiny
+from encoderx.configs import albert_tiny, bert_tiny
 from encoderx.data import pipeline, tasks
 
 SEQ_LENGTH = 128
@@ -51,10 +55,12 @@ WARMUP_STEPS = 2  # untimed steps after compilation (allocator, caches, thread p
 PIPELINE_MIN_BATCHES = 40  # timed pipeline batches; more if the train steps need more
 MLM_RATE = 0.15
 
-# Model fields that each size changes in the bert_tiny config.
+# Model name -> (Hugging Face family, its config, the model fields changed in it).
 MODEL_SIZES = {
-    "bert_tiny": {},
-    "bert_small": dict(num_layers=4, hidden_size=512, num_heads=8, intermediate_size=2048),
+    "bert_tiny": ("bert", bert_tiny, {}),
+    "bert_small": ("bert", bert_tiny, dict(num_layers=4, hidden_size=512, num_heads=8,
+                                           intermediate_size=2048)),
+    "albert_tiny": ("albert", albert_tiny, {}),
 }
 
 
@@ -78,8 +84,9 @@ class StepTiming:
 
 
 def build_config(model_name: str, batch_size: int):
-  config = bert_tiny.get_config()
-  for field, value in MODEL_SIZES[model_name].items():
+  _, config_module, fields = MODEL_SIZES[model_name]
+  config = config_module.get_config()
+  for field, value in fields.items():
     config.model[field] = value
   config.data.seq_length = SEQ_LENGTH
   config.train.batch_size = batch_size
@@ -99,9 +106,14 @@ def time_steps(step: Callable[[int], None], warmup: int, steps: int) -> list[flo
 
 
 # --- data pipeline ----------------------------------------------------------------------
+def pretraining_task(config):
+  return tasks.register_pretraining_task(
+      config.data, sentence_objective=tasks.sentence_objective(config))
+
+
 def measure_pipeline(config, num_batches: int) -> tuple[float, float, list[dict]]:
   """(seconds to the first batch, examples/s after it, the batches pulled)."""
-  task = tasks.register_pretraining_task(config.data)
+  task = pretraining_task(config)
   batches = pipeline.BatchIterator(task, "train", SEQ_LENGTH, config.train.batch_size,
                                    seed=0)
   try:
@@ -140,10 +152,10 @@ def bench_encoderx(config, batches: list[dict], steps: int):
 
 
 # --- PyTorch / Hugging Face -------------------------------------------------------------
-def torch_model(model_config):
-  """BertForPreTraining with the sizes of an encoderx `ModelConfig`."""
+def torch_model(model_config, family: str = "bert"):
+  """Bert- or AlbertForPreTraining with the sizes of an encoderx `ModelConfig`."""
   import transformers  # pylint: disable=g-import-not-at-top
-  hf_config = transformers.BertConfig(
+  sizes = dict(
       vocab_size=model_config.vocab_size, hidden_size=model_config.hidden_size,
       num_hidden_layers=model_config.num_layers,
       num_attention_heads=model_config.num_heads,
@@ -155,11 +167,20 @@ def torch_model(model_config):
       attention_probs_dropout_prob=model_config.attention_dropout,
       layer_norm_eps=model_config.layer_norm_eps,
       initializer_range=model_config.initializer_range)
-  return transformers.BertForPreTraining(hf_config).train()
+  if family == "albert":
+    groups = 1 if model_config.layer_sharing == "all" else model_config.num_layers
+    return transformers.AlbertForPreTraining(transformers.AlbertConfig(
+        embedding_size=model_config.embedding_size, num_hidden_groups=groups,
+        **sizes)).train()
+  return transformers.BertForPreTraining(transformers.BertConfig(**sizes)).train()
 
 
-def torch_inputs(batch: dict, rng: np.random.Generator) -> dict:
-  """A numpy batch as BertForPreTraining's keyword arguments, with MLM labels."""
+# The keyword of each family's sentence-level label.
+SENTENCE_LABEL = {"bert": "next_sentence_label", "albert": "sentence_order_label"}
+
+
+def torch_inputs(batch: dict, rng: np.random.Generator, family: str = "bert") -> dict:
+  """A numpy batch as Bert/AlbertForPreTraining's keyword arguments, with MLM labels."""
   import torch  # pylint: disable=g-import-not-at-top
   real = batch["segment_ids"] > 0
   chosen = real & (rng.random(real.shape) < MLM_RATE)
@@ -168,20 +189,21 @@ def torch_inputs(batch: dict, rng: np.random.Generator) -> dict:
   return {"input_ids": as_long(batch["input_ids"]),
           "token_type_ids": as_long(batch["token_type_ids"]),
           "attention_mask": as_long(real), "labels": as_long(labels),
-          "next_sentence_label": as_long(batch["sentence_label"])}
+          SENTENCE_LABEL[family]: as_long(batch["sentence_label"])}
 
 
-def bench_torch(config, model_config, batches: list[dict], steps: int) -> StepTiming:
+def bench_torch(config, model_config, batches: list[dict], steps: int,
+                family: str = "bert") -> StepTiming:
   import torch  # pylint: disable=g-import-not-at-top
   torch.manual_seed(0)
-  model = torch_model(model_config)
+  model = torch_model(model_config, family)
   optimizer_config = config.optimizer
   optimizer = torch.optim.AdamW(
       model.parameters(), lr=optimizer_config.learning_rate,
       betas=(optimizer_config.b1, optimizer_config.b2), eps=optimizer_config.eps,
       weight_decay=optimizer_config.weight_decay)
   rng = np.random.default_rng(0)
-  inputs = [torch_inputs(batch, rng) for batch in batches]
+  inputs = [torch_inputs(batch, rng, family) for batch in batches]
 
   def run_step(index):
     loss = model(**inputs[index % len(inputs)]).loss
@@ -253,7 +275,7 @@ def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--steps", type=int, default=10, help="timed steps per model")
-  parser.add_argument("--models", default="bert_tiny,bert_small",
+  parser.add_argument("--models", default="bert_tiny,bert_small,albert_tiny",
                       help=f"comma-separated, among {', '.join(MODEL_SIZES)}")
   parser.add_argument("--skip_torch", action="store_true",
                       help="time encoderx and the pipeline only")
@@ -273,23 +295,30 @@ def main(argv=None) -> None:
   absl_logging.set_verbosity(absl_logging.ERROR)
   print(header(args), flush=True)
 
-  # Every step reuses these batches; the pipeline is timed while they are pulled.
+  # Every step reuses these batches; each pipeline is timed while they are pulled.
   num_batches = max(PIPELINE_MIN_BATCHES, 1 + WARMUP_STEPS + args.steps)
-  first_seconds, pipeline_rate, batches = measure_pipeline(
-      build_config(args.models[0], args.batch_size), num_batches)
-  print(f"\npipeline: first batch after {first_seconds:.1f} s (shuffle buffer), then "
-        f"{pipeline_rate:,.0f} examples/s over {num_batches} batches", flush=True)
+  configs = {name: build_config(name, args.batch_size) for name in args.models}
+  pipelines = {}  # task name -> (seconds to the first batch, examples/s, batches)
+  for model_name, config in configs.items():
+    task_name = pretraining_task(config).name
+    if task_name not in pipelines:
+      pipelines[task_name] = measure_pipeline(config, num_batches)
+      first_seconds, pipeline_rate, _ = pipelines[task_name]
+      print(f"\npipeline ({model_name} data): first batch after {first_seconds:.1f} s "
+            f"(shuffle buffer), then {pipeline_rate:,.0f} examples/s over {num_batches} "
+            "batches", flush=True)
 
   rows = []
-  for model_name in args.models:
-    config = build_config(model_name, args.batch_size)
+  for model_name, config in configs.items():
+    family = MODEL_SIZES[model_name][0]
+    _, pipeline_rate, batches = pipelines[pretraining_task(config).name]
     print(f"\n{model_name}:", flush=True)
     tokens_per_step = args.batch_size * SEQ_LENGTH
     jax_timing, model_config = bench_encoderx(config, batches, args.steps)
     print(describe_timing("encoderx", jax_timing, tokens_per_step), flush=True)
     torch_timing = None
     if not args.skip_torch:
-      torch_timing = bench_torch(config, model_config, batches, args.steps)
+      torch_timing = bench_torch(config, model_config, batches, args.steps, family)
       print(describe_timing("pytorch", torch_timing, tokens_per_step), flush=True)
     rows.append(table_row(model_name, args.batch_size, jax_timing, torch_timing,
                           pipeline_rate))
