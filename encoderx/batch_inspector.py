@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-SENTENCE_LABELS = {0: "B follows A", 1: "B is from another document"}
+SENTENCE_LABELS = {"nsp": {0: "B follows A", 1: "B is from another document"},
+                   "sop": {0: "A and B in order", 1: "A and B swapped"}}
 
 
 def _spans(values: np.ndarray, real: np.ndarray) -> list[tuple[int, int, int]]:
@@ -29,8 +30,10 @@ def _spans(values: np.ndarray, real: np.ndarray) -> list[tuple[int, int, int]]:
   return runs
 
 
-def describe(batch: dict, vocabulary, index: int = 0, width: int = 100) -> str:
-  """A readable account of row `index` of a (prepared) batch of numpy arrays."""
+def describe(batch: dict, vocabulary, index: int = 0, width: int = 100,
+             sentence_objective: str = "nsp") -> str:
+  """A readable account of row `index` of a (prepared) batch of numpy arrays; the
+  sentence label is read as `sentence_objective` ('nsp' or 'sop') defines it."""
   row = {name: np.asarray(value)[index] for name, value in batch.items()}
   real = row["segment_ids"] > 0
   ids = row["input_ids"]
@@ -56,7 +59,7 @@ def describe(batch: dict, vocabulary, index: int = 0, width: int = 100) -> str:
         for v, a, b in _spans(row["token_type_ids"], real)))
   if "sentence_label" in row:
     label = int(row["sentence_label"])
-    lines.append(f"label     : {label} ({SENTENCE_LABELS.get(label, '')})")
+    lines.append(f"label     : {label} ({SENTENCE_LABELS[sentence_objective].get(label, '')})")
   if "masked_positions" in row:
     lines.extend(_describe_predictions(row, vocabulary))
   return "\n".join(lines)

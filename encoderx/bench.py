@@ -1,19 +1,21 @@
 """Throughput of encoderx pretraining on this machine, against Hugging Face PyTorch.
 
     python -m encoderx.bench [--batch_size=32] [--steps=10] \
-        [--models=bert_tiny,bert_small,roberta_tiny,spanbert_tiny] [--skip_torch]
+        [--models=bert_tiny,bert_small,roberta_tiny,albert_tiny,spanbert_tiny] [--skip_torch]
 
 For each model, at sequence length 128 (its tiny config's data settings):
 
 - encoderx: the jitted train step (`Trainer.train_step`: masking, forward, loss,
-  backward, AdamW with clipping) on real batches of the bundled corpus. Compilation
-  (the first call) is timed apart; then WARMUP_STEPS untimed steps; then the mean of
-  --steps timed steps, each one `device_batch` + step + `block_until_ready`.
-- PyTorch: `transformers.BertForPreTraining` (BERT) or `RobertaForMaskedLM` (RoBERTa)
-  of the same sizes and vocabulary, in train mode (dropout on), on the same batches:
-  forward with `labels` (15% of the real tokens, -100 elsewhere, drawn on the host
-  before timing) and, for BERT, `next_sentence_label`; backward, `AdamW.step()`,
-  `zero_grad()`. Same warm-up and timed steps.
+  backward, the config's optimizer with clipping: AdamW, LAMB for ALBERT) on real
+  batches of the bundled corpus. Compilation (the first call) is timed apart; then
+  WARMUP_STEPS untimed steps; then the mean of --steps timed steps, each one
+  `device_batch` + step + `block_until_ready`.
+- PyTorch: `transformers.BertForPreTraining`, `RobertaForMaskedLM` or
+  `AlbertForPreTraining` of the same sizes and vocabulary, in train mode (dropout on),
+  on the same batches: forward with `labels` (15% of the real tokens, -100 elsewhere,
+  drawn on the host before timing) and the sentence label (`next_sentence_label`,
+  `sentence_order_label`) where the family has one; backward, `AdamW.step()` (PyTorch
+  has no LAMB), `zero_grad()`. Same warm-up and timed steps.
 - tokens/s = batch * 128 / mean step time; the ratio is encoderx / PyTorch, both
   measured in this process one after the other (never concurrently).
 - spanbert_tiny (span masking, MLM + SBO heads, single-segment rows) has no PyTorch
@@ -51,7 +53,7 @@ import numpy as np
 from absl import logging as absl_logging
 
 from encoderx import trainer as trainer_lib
-from encoderx.configs import bert_tiny, roberta_tiny, spanbert_tiny
+from encoderx.configs import albert_tiny, bert_tiny, roberta_tiny, spanbert_tiny
 from encoderx.data import packing, pipeline, tasks
 
 SEQ_LENGTH = 128
@@ -65,6 +67,7 @@ MODELS = {
     "bert_small": ("bert", bert_tiny, dict(num_layers=4, hidden_size=512, num_heads=8,
                                            intermediate_size=2048)),
     "roberta_tiny": ("roberta", roberta_tiny, {}),
+    "albert_tiny": ("albert", albert_tiny, {}),
     "spanbert_tiny": (None, spanbert_tiny, {}),
 }
 
@@ -111,9 +114,14 @@ def time_steps(step: Callable[[int], None], warmup: int, steps: int) -> list[flo
 
 
 # --- data pipeline ----------------------------------------------------------------------
+def pretraining_task(config):
+  return tasks.register_pretraining_task(
+      config.data, sentence_objective=tasks.sentence_objective(config))
+
+
 def measure_pipeline(config, num_batches: int) -> tuple[float, float, list[dict]]:
   """(seconds to the first batch, examples/s after it, the batches pulled)."""
-  task = tasks.register_pretraining_task(config.data)
+  task = pretraining_task(config)
   batches = pipeline.BatchIterator(task, "train", SEQ_LENGTH, config.train.batch_size,
                                    seed=0)
   try:
@@ -144,7 +152,7 @@ def measure_padding(lengths=(128, 512), num_batches: int = 8) -> list[dict]:
       config = bert_tiny.get_config()
       config.data.builder, config.objective.names = builder, objectives
       config.data.seq_length = length
-      task = tasks.register_pretraining_task(config.data)
+      task = pretraining_task(config)
       batches = pipeline.BatchIterator(task, "train", length, 16, seed=0)
       try:
         pulled = [next(batches) for _ in range(num_batches)]
@@ -177,13 +185,18 @@ def bench_encoderx(config, batches: list[dict], steps: int):
 
 # --- PyTorch / Hugging Face -------------------------------------------------------------
 def torch_model(family: str, model_config, pad_id: int):
-  """BertForPreTraining or RobertaForMaskedLM with the sizes of an encoderx `ModelConfig`."""
+  """The family's Hugging Face pretraining model with an encoderx `ModelConfig`'s sizes."""
   import transformers  # pylint: disable=g-import-not-at-top
   config_class, model_class = {
       "bert": (transformers.BertConfig, transformers.BertForPreTraining),
       "roberta": (transformers.RobertaConfig, transformers.RobertaForMaskedLM),
+      "albert": (transformers.AlbertConfig, transformers.AlbertForPreTraining),
   }[family]
-  hf_config = config_class(
+  family_sizes = {}
+  if family == "albert":
+    family_sizes = dict(embedding_size=model_config.embedding_size, num_hidden_groups=(
+        1 if model_config.layer_sharing == "all" else model_config.num_layers))
+  hf_config = config_class(**family_sizes,
       vocab_size=model_config.vocab_size, hidden_size=model_config.hidden_size,
       num_hidden_layers=model_config.num_layers,
       num_attention_heads=model_config.num_heads,
@@ -198,11 +211,15 @@ def torch_model(family: str, model_config, pad_id: int):
   return model_class(hf_config).train()
 
 
+# The keyword of each family's sentence-level label (RoBERTa has none).
+SENTENCE_LABEL = {"bert": "next_sentence_label", "albert": "sentence_order_label"}
+
+
 def torch_inputs(family: str, batch: dict, rng: np.random.Generator) -> dict:
   """A numpy batch as the Hugging Face model's keyword arguments, with MLM labels.
 
-  RoBERTa derives its positions from input_ids (padding is <pad>); BERT's take the
-  token types and the NSP label too.
+  RoBERTa derives its positions from input_ids (padding is <pad>); BERT and ALBERT take
+  the token types and their sentence label too.
   """
   import torch  # pylint: disable=g-import-not-at-top
   real = batch["segment_ids"] > 0
@@ -211,9 +228,9 @@ def torch_inputs(family: str, batch: dict, rng: np.random.Generator) -> dict:
   as_long = lambda x: torch.from_numpy(np.asarray(x, np.int64))
   inputs = {"input_ids": as_long(batch["input_ids"]), "attention_mask": as_long(real),
             "labels": as_long(labels)}
-  if family == "bert":
+  if family in SENTENCE_LABEL:
     inputs.update(token_type_ids=as_long(batch["token_type_ids"]),
-                  next_sentence_label=as_long(batch["sentence_label"]))
+                  **{SENTENCE_LABEL[family]: as_long(batch["sentence_label"])})
   return inputs
 
 
@@ -300,7 +317,8 @@ def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--steps", type=int, default=10, help="timed steps per model")
-  parser.add_argument("--models", default="bert_tiny,bert_small,roberta_tiny,spanbert_tiny",
+  parser.add_argument("--models",
+                      default="bert_tiny,bert_small,roberta_tiny,albert_tiny,spanbert_tiny",
                       help=f"comma-separated, among {', '.join(MODELS)}")
   parser.add_argument("--skip_torch", action="store_true",
                       help="time encoderx and the pipeline only")
@@ -328,7 +346,7 @@ def main(argv=None) -> None:
   data = {}
   for model_name in args.models:
     config = build_config(model_name, args.batch_size)
-    task = tasks.task_name(config.data)
+    task = pretraining_task(config).name
     if task not in data:
       data[task] = measure_pipeline(config, num_batches)
       first_seconds, pipeline_rate, _ = data[task]
@@ -339,7 +357,7 @@ def main(argv=None) -> None:
   rows = []
   for model_name in args.models:
     config = build_config(model_name, args.batch_size)
-    _, pipeline_rate, batches = data[tasks.task_name(config.data)]
+    _, pipeline_rate, batches = data[pretraining_task(config).name]
     print(f"\n{model_name}:", flush=True)
     tokens_per_step = args.batch_size * SEQ_LENGTH
     jax_timing, model_config = bench_encoderx(config, batches, args.steps)

@@ -17,18 +17,21 @@ import ml_collections
 BUNDLED_CORPUS = "bundled:austen"
 BUNDLED_WORDPIECE_VOCAB = "bundled:austen-wordpiece"
 BUNDLED_BPE_VOCAB = "bundled:austen-bpe"
+BUNDLED_SENTENCEPIECE_VOCAB = "bundled:austen-sentencepiece"
 
 ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu")
 LAYER_SHARING = ("none", "all", "ffn", "attention")
 EXAMPLE_BUILDERS = ("sentence_pairs", "full_sentences", "doc_sentences")
 # Vocabulary kinds -> the module whose command line trains one (named in errors).
 VOCAB_KINDS = {"wordpiece": "encoderx.data.vocabulary",
-               "byte_bpe": "encoderx.data.bpe_vocabulary"}
-OBJECTIVES = ("mlm", "nsp", "sbo")
-SENTENCE_OBJECTIVES = ("nsp",)
+               "byte_bpe": "encoderx.data.bpe_vocabulary",
+               "sentencepiece": "encoderx.data.sentencepiece_vocabulary"}
+OBJECTIVES = ("mlm", "nsp", "sop", "sbo")
+SENTENCE_OBJECTIVES = ("nsp", "sop")
 MASKING_UNITS = ("token", "word", "ngram", "span")
 # Units of whole words: each masked unit has boundary tokens, which SBO predicts from.
 WHOLE_WORD_UNITS = ("word", "ngram", "span")
+OPTIMIZERS = ("adamw", "lamb")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -87,11 +90,15 @@ def default_config() -> ml_collections.ConfigDict:
       shuffle_buffer=10000,
       vocab=ml_collections.ConfigDict(dict(
           # "wordpiece": path is a BERT vocab.txt. "byte_bpe" (RoBERTa, GPT-2): path is
-          # a directory holding vocab.json and merges.txt.
+          # a directory holding vocab.json and merges.txt. "sentencepiece" (ALBERT):
+          # path is a .model file.
           kind="wordpiece",
           path=BUNDLED_WORDPIECE_VOCAB,
-          lower_case=True,  # wordpiece only
-          strip_accents=True,  # wordpiece only
+          # Text preparation as in Hugging Face: BertTokenizer's do_lower_case and
+          # strip_accents; for sentencepiece AlbertTokenizer's do_lower_case and (not)
+          # keep_accents. Byte-level BPE keeps text as it is.
+          lower_case=True,
+          strip_accents=True,
       )),
   ))
 
@@ -114,6 +121,7 @@ def default_config() -> ml_collections.ConfigDict:
   ))
 
   config.optimizer = ml_collections.ConfigDict(dict(
+      name="adamw",  # or "lamb" (ALBERT): same schedule, clipping and decay mask.
       learning_rate=1e-4,
       warmup_steps=10_000,
       b1=0.9,
@@ -289,8 +297,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if sentence and data.builder != "sentence_pairs":
     _fail("data.builder", f"{sentence[0]} needs 'sentence_pairs', got {data.builder!r}.")
   if not sentence and data.builder == "sentence_pairs":
-    _fail("data.builder", "'sentence_pairs' builds examples for nsp; without it use "
-          "'full_sentences' or 'doc_sentences'.")
+    _fail("data.builder", "'sentence_pairs' builds examples for nsp or sop; without "
+          "them use 'full_sentences' or 'doc_sentences'.")
   if data.builder == "sentence_pairs" and model.type_vocab_size == 1:
     _fail("model.type_vocab_size", "is 1, but sentence pairs give segment B token type 1.",
           "Use 2 (or 0: no token type embedding).")
@@ -316,6 +324,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _fail("train.batch_size", f"{train.batch_size} is not divisible by "
           f"train.grad_accum_steps={train.grad_accum_steps}.")
   optimizer = config.optimizer
+  _check_choice("optimizer.name", optimizer.name, OPTIMIZERS)
   if optimizer.learning_rate <= 0:
     _fail("optimizer.learning_rate", f"must be positive, got {optimizer.learning_rate}.")
   if optimizer.warmup_steps < 0 or optimizer.warmup_steps >= train.steps:

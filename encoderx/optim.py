@@ -1,7 +1,11 @@
-"""The optimizer: AdamW with linear warmup then linear decay, and global-norm clipping.
+"""The optimizer: AdamW (BERT) or LAMB (ALBERT), with linear warmup then linear decay,
+and global-norm clipping.
 
-`clip_norm` <= 0 turns clipping off. Weight decay skips LayerNorm parameters and biases, as in BERT (google-research/bert
-optimization.py excludes "LayerNorm", "layer_norm" and "bias").
+`clip_norm` <= 0 turns clipping off. Weight decay skips LayerNorm parameters and biases,
+as in BERT (google-research/bert optimization.py excludes "LayerNorm", "layer_norm" and
+"bias"). LAMB is optax's: Adam's update plus decoupled weight decay, scaled per parameter by the
+trust ratio ||w|| / ||update||. ALBERT's LAMB also leaves LayerNorm parameters and biases
+out of that layer-wise scaling; optax.lamb scales every parameter.
 """
 from __future__ import annotations
 
@@ -26,12 +30,16 @@ def decay_mask(params) -> dict:
       for path in flat})
 
 
+OPTIMIZERS = {"adamw": optax.adamw, "lamb": optax.lamb}
+
+
 def build(optimizer_config, total_steps: int) -> optax.GradientTransformation:
   schedule = learning_rate_schedule(optimizer_config, total_steps)
   clip = optimizer_config.clip_norm
+  optimizer = OPTIMIZERS[optimizer_config.name]
   return optax.chain(
       optax.clip_by_global_norm(clip) if clip > 0 else optax.identity(),
-      optax.adamw(schedule, b1=optimizer_config.b1, b2=optimizer_config.b2,
-                  eps=optimizer_config.eps, weight_decay=optimizer_config.weight_decay,
-                  mask=decay_mask),
+      optimizer(schedule, b1=optimizer_config.b1, b2=optimizer_config.b2,
+                eps=optimizer_config.eps, weight_decay=optimizer_config.weight_decay,
+                mask=decay_mask),
   )

@@ -167,11 +167,13 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
   from clu import metric_writers  # pylint: disable=g-import-not-at-top
 
   trainer = trainer_lib.Trainer(config, devices=devices)
+  sentence_objective = tasks.sentence_objective(config)
   if not config.data.tfds_name:
-    counts = tasks.check_text_corpus(config.data)
+    counts = tasks.check_text_corpus(config.data, sentence_objective)
     logger.info("corpus: %d training and %d held-out documents",
                 counts["train"], counts["validation"])
-  task = tasks.register_pretraining_task(config.data)
+  task = tasks.register_pretraining_task(config.data,
+                                         sentence_objective=sentence_objective)
   description = trainer.describe()
 
   os.makedirs(workdir, exist_ok=True)

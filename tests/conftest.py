@@ -7,6 +7,7 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import importlib  # noqa: E402
 import pathlib  # noqa: E402
 
 import jax  # noqa: E402
@@ -78,13 +79,13 @@ def write_corpus(tmp_path):
 
 @pytest.fixture
 def tiny_config():
-  """tiny_config() -> configs/bert_tiny.py shrunk for tests (a fresh locked ConfigDict)."""
+  """tiny_config([name]) -> configs/<name>.py (default bert_tiny) shrunk for tests (a
+  fresh locked ConfigDict)."""
   return _tiny_config
 
 
-def _tiny_config():
-  from encoderx.configs import bert_tiny
-  config = bert_tiny.get_config()
+def _tiny_config(name: str = "bert_tiny"):
+  config = importlib.import_module(f"encoderx.configs.{name}").get_config()
   config.model.num_layers = 2
   config.model.hidden_size = 32
   config.model.num_heads = 2

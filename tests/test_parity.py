@@ -97,22 +97,28 @@ def test_masked_positions_gather_the_same_logits(torch_bert):
       atol=1e-5)
 
 
-def test_conversion_round_trips_exactly(torch_bert):
-  _, params = _flax(dataclasses.replace(MODEL, scan_layers=True), torch_bert)
-  state_dict = hf.to_hf(params, dataclasses.replace(MODEL, scan_layers=True))
-  reference = torch_bert.state_dict()
-  tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
+def check_round_trip(state_dict, torch_model, fresh_model, tied: set[str]) -> None:
+  """`state_dict` (from to_hf) equals `torch_model`'s bit for bit but for the `tied`
+  weights, and loaded into `fresh_model` it computes what `torch_model` does."""
+  reference = torch_model.state_dict()
   assert set(state_dict) == set(reference) - tied
   for name, value in state_dict.items():
     np.testing.assert_array_equal(value, reference[name].numpy(), err_msg=name)
-  reloaded = transformers.BertForPreTraining(hf_bert_config(MODEL)).eval()
-  missing, unexpected = reloaded.load_state_dict(
+  missing, unexpected = fresh_model.load_state_dict(
       {k: torch.from_numpy(v) for k, v in state_dict.items()}, strict=False)
   assert set(missing) <= tied and not unexpected
   _, batch = _padded_batch(seed=2)
-  np.testing.assert_allclose(_torch_outputs(reloaded, batch).prediction_logits.numpy(),
-                             _torch_outputs(torch_bert, batch).prediction_logits.numpy(),
+  np.testing.assert_allclose(_torch_outputs(fresh_model, batch).prediction_logits.numpy(),
+                             _torch_outputs(torch_model, batch).prediction_logits.numpy(),
                              atol=1e-6)
+
+
+def test_conversion_round_trips_exactly(torch_bert):
+  _, params = _flax(dataclasses.replace(MODEL, scan_layers=True), torch_bert)
+  state_dict = hf.to_hf(params, dataclasses.replace(MODEL, scan_layers=True))
+  check_round_trip(state_dict, torch_bert,
+                   transformers.BertForPreTraining(hf_bert_config(MODEL)).eval(),
+                   tied={"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"})
 
 
 def test_bfloat16_compute_stays_close(torch_bert):

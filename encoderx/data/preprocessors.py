@@ -116,13 +116,16 @@ def documents_to_examples(dataset: tf.data.Dataset,
 
 def build_sentence_pairs(dataset: tf.data.Dataset, sequence_length: Mapping[str, int],
                          output_features: Mapping[str, seqio.Feature],
-                         short_seq_prob: float, document_pool: int) -> tf.data.Dataset:
-  """Tokenized documents -> NSP examples `[CLS] A [SEP] B [SEP]` (see segment_pairs)."""
+                         short_seq_prob: float, document_pool: int,
+                         label_mode: str = "nsp") -> tf.data.Dataset:
+  """Tokenized documents -> NSP or SOP (`label_mode`) examples `[CLS] A [SEP] B [SEP]`
+  (see segment_pairs)."""
   vocabulary = output_features["input_ids"].vocabulary
   seq_length = sequence_length["input_ids"]
   builder = segment_pairs.SentencePairBuilder(
       seq_length, short_seq_prob,
-      segment_pairs.SpecialIds(vocabulary.pad_id, vocabulary.cls_id, vocabulary.sep_id))
+      segment_pairs.SpecialIds(vocabulary.pad_id, vocabulary.cls_id, vocabulary.sep_id),
+      label_mode=label_mode)
   return documents_to_examples(dataset, builder, seq_length, document_pool)
 
 

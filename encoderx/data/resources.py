@@ -14,6 +14,9 @@ _BUNDLED = {
     # Byte-level BPE vocabulary (8,000 tokens, RoBERTa's special tokens) trained on it:
     # a directory with vocab.json and merges.txt.
     "austen-bpe": "austen-bpe",
+    # SentencePiece unigram model (8,000 pieces, ALBERT's layout, lower-cased) trained on
+    # the Austen sample; the .vocab next to it lists its pieces.
+    "austen-sentencepiece": "austen-sentencepiece.model",
 }
 
 

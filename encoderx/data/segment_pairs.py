@@ -1,4 +1,4 @@
-"""Sentence-aware segment pairs `[CLS] A [SEP] B [SEP]` for next-sentence prediction.
+"""Sentence-aware segment pairs `[CLS] A [SEP] B [SEP]` for NSP (BERT) and SOP (ALBERT).
 
 The algorithm is BERT's `create_instances_from_document` (google-research/bert,
 create_pretraining_data.py): sentences of a document are gathered into chunks of a
@@ -7,6 +7,11 @@ boundary into A and B; with probability 1/2 B is replaced by a run of sentences 
 another document (label 1, "NotNext") and the unused sentences go back to the document.
 The pair is then truncated, one token at a time from the longer segment, at a random
 end, so both segments survive.
+
+Sentence-order prediction (ALBERT's `create_instances_from_document` with
+random_next_sentence=False) uses no other document: B is always A's continuation, and
+with probability 1/2 the truncated pair is swapped (label 1, as Hugging Face
+`AlbertForPreTraining`'s sentence_order_label).
 
 Where this differs from BERT, and why:
 - a chunk of one sentence (a one-sentence document, a long sentence) that must be a real
@@ -29,7 +34,9 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-IS_NEXT, NOT_NEXT = 0, 1
+IS_NEXT, NOT_NEXT = 0, 1  # NSP labels
+IN_ORDER, SWAPPED = 0, 1  # SOP labels
+LABEL_MODES = ("nsp", "sop")
 # The [seq_length] features of every pretraining example; pairs add `sentence_label`.
 TOKEN_FEATURES = ("input_ids", "token_type_ids", "segment_ids", "positions", "word_starts")
 
@@ -120,25 +127,30 @@ def pair_features(a, b, label: int, seq_length: int, special: SpecialIds) -> dic
 
 
 class SentencePairBuilder:
-  """Turns a group of documents into NSP examples (see the module docstring)."""
+  """Turns a group of documents into NSP or SOP examples (see the module docstring)."""
   feature_names = TOKEN_FEATURES + ("sentence_label",)
 
-  def __init__(self, seq_length: int, short_seq_prob: float, special: SpecialIds):
+  def __init__(self, seq_length: int, short_seq_prob: float, special: SpecialIds,
+               label_mode: str = "nsp"):
+    if label_mode not in LABEL_MODES:
+      raise ValueError(f"label_mode {label_mode!r} is not one of {LABEL_MODES}")
     self.seq_length = seq_length
     self.max_tokens = seq_length - 3
     self.short_seq_prob = short_seq_prob
     self.special = special
+    self.label_mode = label_mode
 
   def __call__(self, documents: list[Document], rng: np.random.Generator
                ) -> Iterator[dict]:
     """Pairs of every document; random segments come from the group's other documents.
 
-    A group of one document (the last of an epoch, at worst) makes real next pairs only.
+    A group of one document (the last of an epoch, at worst) makes real next pairs only,
+    and so does SOP, which never reads other documents.
     """
     documents = [split_long_sentences(d, self.max_tokens) for d in documents]
     documents = [d for d in documents if d.sentences]
     for index, document in enumerate(documents):
-      others = documents[:index] + documents[index + 1:]
+      others = documents[:index] + documents[index + 1:] if self.label_mode == "nsp" else []
       yield from self._document_pairs(document, others, rng)
 
   def _random_segment(self, others, target, rng):
@@ -188,6 +200,8 @@ class SentencePairBuilder:
           b_ids, b_starts = self._random_segment(others, max(target - len(a_ids), 1), rng)
           i -= len(chunk) - a_end  # the unused sentences start the next chunk
         a, b = _truncate_pair((a_ids, a_starts), (b_ids, b_starts), self.max_tokens, rng)
+        if self.label_mode == "sop" and rng.random() < 0.5:
+          a, b, label = b, a, SWAPPED
         if len(a[0]) and len(b[0]):
           yield pair_features(a, b, label, self.seq_length, self.special)
         chunk, length = [], 0

@@ -19,33 +19,40 @@ import tensorflow as tf
 
 from encoderx import config as config_lib
 from encoderx.data import bpe_vocabulary, corpus, preprocessors, resources, segment_pairs
-from encoderx.data import vocabulary as vocabulary_lib
+from encoderx.data import sentencepiece_vocabulary, vocabulary as vocabulary_lib
 
 SPLITS = ("train", "validation")
-# Example builders: name -> (data config -> preprocessor of tokenized documents).
+# Example builders: name -> (data config, sentence objective) -> preprocessor of
+# tokenized documents. Sentence pairs are labelled for the sentence objective.
 BUILDERS = {
-    "sentence_pairs": lambda data: functools.partial(
+    "sentence_pairs": lambda data, sentence_objective: functools.partial(
         preprocessors.build_sentence_pairs, short_seq_prob=data.short_seq_prob,
-        document_pool=data.document_pool),
-    "full_sentences": lambda data: functools.partial(
+        document_pool=data.document_pool, label_mode=sentence_objective or "nsp"),
+    "full_sentences": lambda data, _: functools.partial(
         preprocessors.build_packed_sentences, cross_documents=True,
         document_pool=data.document_pool),
-    "doc_sentences": lambda data: functools.partial(
+    "doc_sentences": lambda data, _: functools.partial(
         preprocessors.build_packed_sentences, cross_documents=False,
         document_pool=data.document_pool),
 }
-
-
 # Vocabularies: config.data.vocab.kind -> the vocabulary built from config.data.vocab.
 VOCABULARIES = {
     "wordpiece": lambda vocab: vocabulary_lib.WordPieceVocabulary(
         vocab.path, lower_case=vocab.lower_case, strip_accents=vocab.strip_accents),
     "byte_bpe": lambda vocab: bpe_vocabulary.ByteLevelBpeVocabulary(vocab.path),
+    "sentencepiece": lambda vocab: sentencepiece_vocabulary.SentencePieceVocabulary(
+        vocab.path, lower_case=vocab.lower_case, strip_accents=vocab.strip_accents),
 }
 
 
 def build_vocabulary(vocab_config: ml_collections.ConfigDict) -> seqio.Vocabulary:
   return VOCABULARIES[vocab_config.kind](vocab_config)
+
+
+def sentence_objective(config) -> str | None:
+  """The sentence-level objective of a config ('nsp', 'sop'), which labels the pairs."""
+  names = [n for n in config.objective.names if n in config_lib.SENTENCE_OBJECTIVES]
+  return names[0] if names else None
 
 
 def corpus_files(data_config) -> list[str]:
@@ -59,26 +66,30 @@ def _corpus_format(data_config) -> corpus.CorpusFormat:
                              data_config.invalid_utf8)
 
 
-def check_text_corpus(data_config) -> dict[str, int]:
+def check_text_corpus(data_config, sentence_objective: str | None = "nsp"
+                      ) -> dict[str, int]:
   """Reads the whole corpus once, so that bad input fails before training starts.
 
   Returns the number of documents per split. Raises CorpusError for an unreadable,
-  empty or non-UTF-8 corpus, and for a split with too few documents to pair.
+  empty or non-UTF-8 corpus, and for a split with too few documents to pair (NSP draws
+  random next segments from other documents; SOP needs one).
   """
   counts = dict.fromkeys(SPLITS, 0)
   documents = corpus.read_documents(corpus_files(data_config), _corpus_format(data_config))
   for index, _ in enumerate(documents):
     held_out = corpus.is_held_out(index, data_config.eval_every_nth_document)
     counts["validation" if held_out else "train"] += 1
-  # Sentence pairs draw random segments from a second document; packing needs one.
-  needed = 2 if data_config.builder == "sentence_pairs" else 1
+  # NSP draws random segments from a second document; everything else needs one.
+  needed = 2 if (data_config.builder == "sentence_pairs"
+                 and (sentence_objective or "nsp") == "nsp") else 1
   for split, count in counts.items():
     if count < needed:
       raise corpus.CorpusError(
           f"the {split} split of the corpus has {count} document(s); the "
-          f"'{data_config.builder}' examples need at least {needed} (every "
-          f"{data_config.eval_every_nth_document}th document is held out). Add "
-          "documents, or check how they are separated (data.document_marker).")
+          f"'{data_config.builder}' examples{' for nsp' if needed == 2 else ''} need at "
+          f"least {needed} (every {data_config.eval_every_nth_document}th document is "
+          "held out). Add documents, or check how they are separated "
+          "(data.document_marker).")
   return counts
 
 
@@ -114,8 +125,9 @@ def _tfds_documents(dataset, text_key):
   return dataset.map(lambda i, ex: {"text": ex[text_key], "document_id": i})
 
 
-def task_name(data_config) -> str:
-  blob = json.dumps(data_config.to_dict(), sort_keys=True, default=str)
+def task_name(data_config, sentence_objective: str | None = "nsp") -> str:
+  blob = json.dumps([data_config.to_dict(), sentence_objective], sort_keys=True,
+                    default=str)
   return f"encoderx_{data_config.builder}_{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
 
 
@@ -127,9 +139,14 @@ def output_features(vocabulary: seqio.Vocabulary) -> dict[str, seqio.Feature]:
   return features
 
 
-def register_pretraining_task(data_config, name: str | None = None) -> seqio.Task:
-  """Registers (once) and returns the seqio Task for a `config.data`."""
-  name = name or task_name(data_config)
+def register_pretraining_task(data_config, name: str | None = None,
+                              sentence_objective: str | None = "nsp") -> seqio.Task:
+  """Registers (once) and returns the seqio Task for a `config.data`.
+
+  `sentence_objective` ('nsp' or 'sop', see `sentence_objective(config)`) is what
+  sentence pairs are labelled for.
+  """
+  name = name or task_name(data_config, sentence_objective)
   if name in seqio.TaskRegistry.names():
     return seqio.get_mixture_or_task(name)
   if data_config.tfds_name:
@@ -138,7 +155,7 @@ def register_pretraining_task(data_config, name: str | None = None) -> seqio.Tas
   else:
     source = text_file_source(data_config)
     documents = []
-  builder = BUILDERS[data_config.builder](data_config)
+  builder = BUILDERS[data_config.builder](data_config, sentence_objective)
   return seqio.TaskRegistry.add(
       name,
       source=source,

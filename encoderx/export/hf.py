@@ -4,12 +4,14 @@ A rule maps one Hugging Face parameter name to one encoderx parameter path with 
 array transform and its inverse (PyTorch Linear stores [out, in]; Flax Dense [in, out];
 attention kernels here are [hidden, heads, head_dim]). Converting in and back out is the
 identity, which the tests check, and outputs on converted weights match the PyTorch
-model's, which the tests check too.
+model's, which the tests check too. Each family has its rule table (`RULES`): 'bert'
+(BertForPreTraining), 'roberta' (RobertaForMaskedLM) and 'albert' (AlbertForPreTraining).
 
     params = hf.from_hf(BertForPreTraining.from_pretrained(d).state_dict(), model_config)
     state_dict = hf.to_hf(params, model_config)
     params = hf.from_hf(RobertaForMaskedLM.from_pretrained(d).state_dict(), model_config,
                         family="roberta")
+    params = hf.from_hf(albert_state_dict, model_config, family="albert")
 """
 from __future__ import annotations
 
@@ -51,30 +53,44 @@ def _layer_norm(hf: str, flax_path: str):
   return [(f"{hf}.weight", f"{flax_path}/scale", COPY), (f"{hf}.bias", f"{flax_path}/bias", COPY)]
 
 
-def _bert_layer(hf: str, flax: str):
+# Where each part of an encoder layer lives in a family's HF layer module.
+BERT_LAYER = dict(
+    query="attention.self.query", key="attention.self.key", value="attention.self.value",
+    out="attention.output.dense", attention_norm="attention.output.LayerNorm",
+    intermediate="intermediate.dense", output="output.dense", ffn_norm="output.LayerNorm")
+ALBERT_LAYER = dict(
+    query="attention.query", key="attention.key", value="attention.value",
+    out="attention.dense", attention_norm="attention.LayerNorm",
+    intermediate="ffn", output="ffn_output", ffn_norm="full_layer_layer_norm")
+
+
+def _layer(hf: str, flax: str, names: dict[str, str]):
+  """Rules of one encoder layer: HF module `hf` (parts named by `names`) <-> `flax`."""
   attention = f"{flax}/attention/self_attention"
-  return (_dense(f"{hf}.attention.self.query", f"{attention}/query", HEADS_IN, HEADS_BIAS)
-          + _dense(f"{hf}.attention.self.key", f"{attention}/key", HEADS_IN, HEADS_BIAS)
-          + _dense(f"{hf}.attention.self.value", f"{attention}/value", HEADS_IN, HEADS_BIAS)
-          + _dense(f"{hf}.attention.output.dense", f"{attention}/out", HEADS_OUT)
-          + _layer_norm(f"{hf}.attention.output.LayerNorm", f"{flax}/attention/layer_norm")
-          + _dense(f"{hf}.intermediate.dense", f"{flax}/ffn/intermediate")
-          + _dense(f"{hf}.output.dense", f"{flax}/ffn/output")
-          + _layer_norm(f"{hf}.output.LayerNorm", f"{flax}/ffn/layer_norm"))
+  return (_dense(f"{hf}.{names['query']}", f"{attention}/query", HEADS_IN, HEADS_BIAS)
+          + _dense(f"{hf}.{names['key']}", f"{attention}/key", HEADS_IN, HEADS_BIAS)
+          + _dense(f"{hf}.{names['value']}", f"{attention}/value", HEADS_IN, HEADS_BIAS)
+          + _dense(f"{hf}.{names['out']}", f"{attention}/out", HEADS_OUT)
+          + _layer_norm(f"{hf}.{names['attention_norm']}", f"{flax}/attention/layer_norm")
+          + _dense(f"{hf}.{names['intermediate']}", f"{flax}/ffn/intermediate")
+          + _dense(f"{hf}.{names['output']}", f"{flax}/ffn/output")
+          + _layer_norm(f"{hf}.{names['ffn_norm']}", f"{flax}/ffn/layer_norm"))
+
+
+def _embeddings(hf: str):
+  """Token, position and token-type tables and their LayerNorm (BERT and ALBERT)."""
+  flax = "encoder_model/embeddings"
+  return [(f"{hf}embeddings.{table}.weight", f"{flax}/{table}/embedding", COPY)
+          for table in ("word_embeddings", "position_embeddings", "token_type_embeddings")
+          ] + _layer_norm(f"{hf}embeddings.LayerNorm", f"{flax}/layer_norm")
 
 
 def _encoder(config: common.ModelConfig, hf: str):
   """Embeddings and layers, shared by BERT and RoBERTa (`hf`: 'bert.', 'roberta.', '')."""
-  rules = [
-      (f"{hf}embeddings.word_embeddings.weight",
-       "encoder_model/embeddings/word_embeddings/embedding", COPY),
-      (f"{hf}embeddings.position_embeddings.weight",
-       "encoder_model/embeddings/position_embeddings/embedding", COPY),
-      (f"{hf}embeddings.token_type_embeddings.weight",
-       "encoder_model/embeddings/token_type_embeddings/embedding", COPY),
-  ] + _layer_norm(f"{hf}embeddings.LayerNorm", "encoder_model/embeddings/layer_norm")
+  rules = _embeddings(hf)
   for i in range(config.num_layers):
-    rules += _bert_layer(f"{hf}encoder.layer.{i}", f"encoder_model/encoder/layer_{i}")
+    rules += _layer(f"{hf}encoder.layer.{i}", f"encoder_model/encoder/layer_{i}",
+                    BERT_LAYER)
   return rules
 
 
@@ -101,8 +117,39 @@ def roberta_rules(config: common.ModelConfig, prefix: str = "roberta"):
   return rules
 
 
+def albert_rules(config: common.ModelConfig, prefix: str = "albert"):
+  """Rules for AlbertForPreTraining / AlbertForMaskedLM / AlbertModel (prefix '').
+
+  ALBERT's layers are groups of shared layers: `layer_sharing='all'` is one group (the
+  released models; our `shared_layer`), 'none' is one group per layer (HF
+  num_hidden_groups = num_hidden_layers). HF always maps embeddings to the hidden size
+  (`embedding_hidden_mapping_in`), our Embeddings' `projection`, so embedding_size must
+  differ from hidden_size.
+  """
+  if config.layer_sharing not in ("all", "none"):
+    raise ValueError(f"layer_sharing={config.layer_sharing!r} has no Hugging Face ALBERT "
+                     "equivalent; ALBERT shares 'all' layers or (one group per layer) none.")
+  if config.embedding_size == config.hidden_size:
+    raise ValueError("Hugging Face ALBERT always projects embeddings to the hidden size; "
+                     "set model.embedding_size below model.hidden_size.")
+  hf = f"{prefix}." if prefix else ""
+  rules = _embeddings(hf) + _dense(f"{hf}encoder.embedding_hidden_mapping_in",
+                                   "encoder_model/embeddings/projection")
+  groups = ["shared_layer"] if config.layer_sharing == "all" else [
+      f"layer_{i}" for i in range(config.num_layers)]
+  for group, layer in enumerate(groups):
+    rules += _layer(f"{hf}encoder.albert_layer_groups.{group}.albert_layers.0",
+                    f"encoder_model/encoder/{layer}", ALBERT_LAYER)
+  rules += _dense(f"{hf}pooler", "encoder_model/pooler/dense")
+  rules += _dense("predictions.dense", "mlm_head/transform")
+  rules += _layer_norm("predictions.LayerNorm", "mlm_head/layer_norm")
+  rules += [("predictions.bias", "mlm_head/output_bias", COPY)]
+  rules += _dense("sop_classifier.classifier", "sentence_head/classifier")
+  return rules
+
+
 # Rule tables by model family; `family=` of from_hf / to_hf picks one.
-RULES = {"bert": bert_rules, "roberta": roberta_rules}
+RULES = {"bert": bert_rules, "roberta": roberta_rules, "albert": albert_rules}
 
 
 def rules_for(family: str, config: common.ModelConfig):

@@ -26,6 +26,7 @@ def build(objective_config, vocabulary, max_predictions: int | None = None
       "mlm": lambda: mlm.MaskedLanguageModel(
           mlm_config(objective_config.mlm, vocabulary, max_predictions)),
       "nsp": lambda: sentence.SentenceClassification(name="nsp"),
+      "sop": lambda: sentence.SentenceClassification(name="sop"),
       "sbo": sbo.SpanBoundary,
   }
   return tuple(builders[name]() for name in objective_config.names)

@@ -1,7 +1,9 @@
-"""Sentence-level objectives on the pooled [CLS]: next-sentence prediction (BERT).
+"""Sentence-level objectives on the pooled [CLS]: next-sentence prediction (BERT) and
+sentence-order prediction (ALBERT).
 
-The data builder sets `sentence_label` (0: B follows A; 1: B is from another document);
-this objective only scores the two-way classifier.
+The data builder sets `sentence_label` (NSP: 0 B follows A, 1 B is from another
+document; SOP: 0 A and B in order, 1 swapped); this objective only scores the two-way
+classifier.
 """
 from __future__ import annotations
 

@@ -1,0 +1,246 @@
+"""SentencePiece vocabulary (ALBERT) as a `seqio.Vocabulary`, and training one from text.
+
+`SentencePieceVocabulary` is seqio's (the model file, tensorflow-text's tokenizer inside
+tf.data) with the interface encoderx's data path and objectives use: the ids of the
+special tokens, `special_ids`, and `tokenize_words_tf` (pieces grouped by word; a word
+starts at a piece that begins with '▁').
+
+Text is prepared as Hugging Face `AlbertTokenizer` (and google-research/albert) do
+before the model sees it: `` and '' become ", accents are stripped (NFKD, marks
+dropped) unless `strip_accents=False`, and text is lower-cased unless
+`lower_case=False`; then the model's own normalizer runs (nmt_nfkc_cf for the models
+trained here). The ids equal Hugging Face `AlbertTokenizer`'s (tested on Austen text).
+google-research/albert's tokenizer also re-splits pieces that end in a digit and a comma
+('▁7,'); transformers 5 no longer does, and models trained here have no such pieces
+(SentencePiece keeps digits apart from other characters).
+
+The layout is ALBERT's: <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4 (control symbols:
+never produced from text), no BOS/EOS. Train one: `python -m
+encoderx.data.sentencepiece_vocabulary --files 'corpus/*.txt' --size 30000 --output
+spiece` (writes spiece.model and spiece.vocab).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import os
+import tempfile
+
+import numpy as np
+import seqio
+import sentencepiece
+import tensorflow as tf
+import tensorflow_text as tf_text
+from google.protobuf import message
+
+from encoderx.data import resources
+from encoderx.data.vocabulary import VocabularyError
+
+# ALBERT's special pieces, in id order after <pad> and <unk>.
+CONTROL_SYMBOLS = ("[CLS]", "[SEP]", "[MASK]")
+WORD_START = "▁"
+
+
+@dataclasses.dataclass
+class _LoadedModel:
+  """What seqio keeps in `_model` (tokenizer, sp_model), plus the word-start table.
+
+  seqio drops `_model` when pickling and comparing vocabularies, so derived data kept
+  here never makes two equal vocabularies differ.
+  """
+  tokenizer: sentencepiece.SentencePieceProcessor
+  sp_model: bytes  # the serialized ModelProto
+  starts_word: np.ndarray  # [pieces] bool: the piece begins with '▁'
+
+
+class SentencePieceVocabulary(seqio.SentencePieceVocabulary):
+  """A SentencePiece model file with ALBERT's special pieces (see the module docstring)."""
+
+  def __init__(self, path: str, lower_case: bool = True, strip_accents: bool = True):
+    self.path = resources.resolve(path)
+    self.lower_case = lower_case
+    self.strip_accents = strip_accents
+    super().__init__(self.path)
+    try:
+      tokenizer = self.tokenizer  # loads now, so that a bad file fails here
+    except (OSError, RuntimeError, message.DecodeError, tf.errors.OpError) as error:
+      raise VocabularyError(f"cannot read SentencePiece model '{path}': {error}") from None
+    # SentencePiece itself requires <unk>; encoderx needs the others.
+    missing = [piece for piece in CONTROL_SYMBOLS if not self._has_piece(piece)]
+    missing += ["<pad>"] if tokenizer.pad_id() < 0 else []
+    if missing:
+      raise VocabularyError(
+          f"SentencePiece model '{path}' lacks the special pieces {missing}; encoderx "
+          "needs <pad>, <unk>, [CLS], [SEP] and [MASK]. Train one with "
+          "`python -m encoderx.data.sentencepiece_vocabulary --help`.")
+
+  def _model_context(self) -> _LoadedModel:
+    if self._model is None:
+      loaded = super()._model_context()  # seqio reads the file (gfile paths too)
+      tokenizer = loaded.tokenizer
+      starts_word = np.array([tokenizer.id_to_piece(i).startswith(WORD_START)
+                              for i in range(tokenizer.get_piece_size())], bool)
+      self._model = _LoadedModel(tokenizer, loaded.sp_model, starts_word)
+    return self._model
+
+  def _has_piece(self, piece: str) -> bool:
+    return self.tokenizer.id_to_piece(self.tokenizer.piece_to_id(piece)) == piece
+
+  # --- ids of the special tokens -----------------------------------------------------
+  def token_to_id(self, token: str) -> int:
+    if not self._has_piece(token):
+      raise KeyError(token)
+    return self.tokenizer.piece_to_id(token)
+
+  def id_to_token(self, token_id: int) -> str:
+    if 0 <= token_id < self.tokenizer.get_piece_size():
+      return self.tokenizer.id_to_piece(token_id)
+    return self.tokenizer.id_to_piece(self.unk_id)
+
+  @property
+  def pad_id(self) -> int:
+    return self.tokenizer.pad_id()
+
+  @property
+  def cls_id(self) -> int:
+    return self.token_to_id("[CLS]")
+
+  @property
+  def sep_id(self) -> int:
+    return self.token_to_id("[SEP]")
+
+  @property
+  def mask_id(self) -> int:
+    return self.token_to_id("[MASK]")
+
+  @property
+  def eos_id(self) -> None:
+    # seqio's base reads the model's EOS (-1 in ALBERT's models) and cuts decoding at
+    # it; encoders mark ends with [SEP], which encode never adds.
+    return None
+
+  @property
+  def bos_id(self) -> None:
+    return None
+
+  @property
+  def special_ids(self) -> tuple[int, ...]:
+    """Ids that masking never chooses and never samples as a random replacement:
+    control pieces (<pad>, [CLS], [SEP], [MASK]), <unk> and unused pieces."""
+    tokenizer = self.tokenizer
+    return tuple(i for i in range(tokenizer.get_piece_size())
+                 if tokenizer.is_control(i) or tokenizer.is_unknown(i)
+                 or tokenizer.is_unused(i))
+
+  # --- TensorFlow ----------------------------------------------------------------------
+  def _prepare_tf(self, text: tf.Tensor) -> tf.Tensor:
+    """AlbertTokenizer's steps before the model's normalizer (module docstring)."""
+    text = tf.strings.regex_replace(text, "``|''", '"')
+    if self.strip_accents:
+      text = tf_text.normalize_utf8(text, "NFKD")
+      text = tf.strings.regex_replace(text, r"\p{M}", "")
+    if self.lower_case:
+      text = tf.strings.lower(text, encoding="utf-8")
+    return text
+
+  def _group_words(self, pieces: tf.RaggedTensor) -> tf.RaggedTensor:
+    """[..., pieces] -> [..., words, pieces]: a word starts at a '▁' piece (or a row's
+    first piece)."""
+    if pieces.ragged_rank > 1:
+      return pieces.with_values(self._group_words(pieces.values))
+    ids, rows = pieces.values, pieces.value_rowids()
+    first_in_row = tf.range(tf.size(ids, out_type=tf.int64)) == tf.gather(
+        pieces.row_starts(), rows)
+    starts = tf.gather(tf.constant(self._model_context().starts_word), ids) | first_in_row
+    words = tf.RaggedTensor.from_row_starts(ids, tf.where(starts)[:, 0])
+    words_per_row = tf.math.unsorted_segment_sum(tf.cast(starts, tf.int64), rows,
+                                                 pieces.nrows())
+    return tf.RaggedTensor.from_row_lengths(words, words_per_row)
+
+  def tokenize_words_tf(self, text: tf.Tensor) -> tf.RaggedTensor:
+    """Pieces grouped by word: text [...] -> int32 [..., words, pieces]."""
+    text = tf.convert_to_tensor(text, tf.string)
+    if text.shape.rank == 0:
+      return self.tokenize_words_tf(tf.expand_dims(text, 0))[0]
+    pieces = self.tf_tokenizer.tokenize(self._prepare_tf(text))
+    return self._group_words(tf.cast(pieces, tf.int32))
+
+  def _encode_tf(self, s: tf.Tensor) -> tf.Tensor:
+    return self.tokenize_words_tf(s).merge_dims(-2, -1)
+
+  # --- Python --------------------------------------------------------------------------
+  def _encode(self, s: str) -> list[int]:
+    return self._encode_tf(tf.constant(s)).numpy().tolist()
+
+  def __hash__(self):
+    return hash((self.path, self.lower_case, self.strip_accents))
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+  """Never leaves a half-written file: writes a temporary file, then renames it."""
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  with tempfile.NamedTemporaryFile(dir=directory, delete=False) as f:
+    f.write(data)
+  os.chmod(f.name, 0o644)
+  os.replace(f.name, path)
+
+
+def _has_text(path: str) -> bool:
+  with open(path, encoding="utf-8", errors="replace") as f:
+    return any(line.strip() for line in f)  # stops at the first line with text
+
+
+def train_sentencepiece(files: list[str], output_prefix: str, vocab_size: int = 30000,
+                        lower_case: bool = True, character_coverage: float = 0.99995,
+                        input_sentence_size: int = 10_000_000) -> SentencePieceVocabulary:
+  """Trains a unigram model like ALBERT's; writes <output_prefix>.model and .vocab.
+
+  ALBERT's flags (google-research/albert README): unigram, <pad>=0, <unk>=1, no BOS/EOS,
+  [CLS] [SEP] [MASK] as control symbols, character coverage 0.99995, at most 10M
+  sampled lines. The normalization is nmt_nfkc_cf (lower-cases, as albert-base-v2) or,
+  with `lower_case=False`, nmt_nfkc. ALBERT's user-defined symbols (punctuation) are
+  left out: Hugging Face's converted tokenizer does not split them first, so ids
+  would differ from `AlbertTokenizer`'s.
+  """
+  missing = [f for f in files if not os.path.isfile(f)]
+  if missing:
+    raise VocabularyError(f"cannot train a vocabulary: no such file(s) {missing}")
+  if not any(_has_text(f) for f in files):
+    raise VocabularyError(f"no text to train a vocabulary from in {files}")
+  model = io.BytesIO()
+  try:
+    sentencepiece.SentencePieceTrainer.train(
+        input=files, model_writer=model, vocab_size=vocab_size, model_type="unigram",
+        normalization_rule_name="nmt_nfkc_cf" if lower_case else "nmt_nfkc",
+        pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, control_symbols=list(CONTROL_SYMBOLS),
+        character_coverage=character_coverage, input_sentence_size=input_sentence_size,
+        shuffle_input_sentence=True, num_threads=os.cpu_count() or 1, minloglevel=2)
+  except RuntimeError as error:  # e.g. a vocab_size the corpus cannot fill
+    raise VocabularyError(f"cannot train a SentencePiece model on {files}: "
+                          f"{str(error).strip()}") from None
+  tokenizer = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
+  listing = "".join(f"{tokenizer.id_to_piece(i)}\t{tokenizer.get_score(i):g}\n"
+                    for i in range(tokenizer.get_piece_size()))
+  _write_atomically(output_prefix + ".vocab", listing.encode("utf-8"))  # for people
+  _write_atomically(output_prefix + ".model", model.getvalue())
+  return SentencePieceVocabulary(output_prefix + ".model", lower_case=lower_case)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description="Train an ALBERT SentencePiece model.")
+  parser.add_argument("--files", required=True, help="comma-separated text files or globs")
+  parser.add_argument("--output", required=True,
+                      help="output prefix: writes PREFIX.model and PREFIX.vocab")
+  parser.add_argument("--size", type=int, default=30000)
+  parser.add_argument("--cased", action="store_true", help="keep case (nmt_nfkc)")
+  args = parser.parse_args(argv)
+  from encoderx.config import resolve_file_patterns  # pylint: disable=g-import-not-at-top
+  vocab = train_sentencepiece(resolve_file_patterns(args.files, "--files"), args.output,
+                              vocab_size=args.size, lower_case=not args.cased)
+  print(f"wrote {args.output}.model: {vocab.vocab_size} pieces")
+
+
+if __name__ == "__main__":
+  main()
