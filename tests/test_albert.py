@@ -244,6 +244,9 @@ def test_sop_objective_selects_sop_pairs_in_the_task(tiny_config, write_corpus):
   assert tasks.check_text_corpus(config.data, "sop") == {"train": 1, "validation": 1}
   with pytest.raises(corpus.CorpusError, match="for nsp need at least 2"):
     tasks.check_text_corpus(config.data, "nsp")
+  config.data.eval_every_nth_document = 3  # the validation split is empty
+  with pytest.raises(corpus.CorpusError, match="validation split .* need at least 1"):
+    tasks.check_text_corpus(config.data, "sop")
 
 
 # --- Parity with Hugging Face AlbertForPreTraining ------------------------------------------
