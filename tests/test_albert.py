@@ -237,12 +237,16 @@ def test_sop_objective_selects_sop_pairs_in_the_task(tiny_config, write_corpus):
       assert in_order == (example["sentence_label"] == segment_pairs.IN_ORDER), where
   assert 0 < np.mean([e["sentence_label"] for e in examples]) < 1
   # SOP reads no other document: a split of one document is enough, unlike NSP.
-  config.data.eval_every_nth_document = 4
-  single = write_corpus([["One document.", "Of two sentences."]], name="single.txt")
-  config.data.files = str(single)
-  assert tasks.check_text_corpus(config.data, "sop") == {"train": 1, "validation": 0}
+  config.data.eval_every_nth_document = 2
+  two = write_corpus([["One document.", "Of two sentences."], ["Another one."]],
+                     name="two.txt")
+  config.data.files = str(two)
+  assert tasks.check_text_corpus(config.data, "sop") == {"train": 1, "validation": 1}
   with pytest.raises(corpus.CorpusError, match="at least two"):
     tasks.check_text_corpus(config.data, "nsp")
+  config.data.eval_every_nth_document = 3  # the validation split is empty
+  with pytest.raises(corpus.CorpusError, match="validation split .* at least one"):
+    tasks.check_text_corpus(config.data, "sop")
 
 
 # --- Parity with Hugging Face AlbertForPreTraining ------------------------------------------

@@ -57,20 +57,22 @@ def check_text_corpus(data_config, sentence_objective: str | None = "nsp"
   """Reads the whole corpus once, so that bad input fails before training starts.
 
   Returns the number of documents per split. Raises CorpusError for an unreadable,
-  empty or non-UTF-8 corpus, and for a split with too few documents to pair (NSP draws
-  random next segments from other documents; SOP needs one).
+  empty or non-UTF-8 corpus, and for a split with too few documents to pair: NSP draws
+  random next segments from other documents, so it needs two; SOP needs one.
   """
   counts = dict.fromkeys(SPLITS, 0)
   documents = corpus.read_documents(corpus_files(data_config), _corpus_format(data_config))
   for index, _ in enumerate(documents):
     held_out = corpus.is_held_out(index, data_config.eval_every_nth_document)
     counts["validation" if held_out else "train"] += 1
-  if data_config.builder == "sentence_pairs" and sentence_objective == "nsp":
+  if data_config.builder == "sentence_pairs":
+    needed = ("two to draw random next segments from" if sentence_objective == "nsp"
+              else "one")
     for split, count in counts.items():
-      if count < 2:
+      if count < (2 if sentence_objective == "nsp" else 1):
         raise corpus.CorpusError(
             f"the {split} split of the corpus has {count} document(s); sentence pairs "
-            "need at least two to draw random next segments from (every "
+            f"need at least {needed} (every "
             f"{data_config.eval_every_nth_document}th document is held out). Add "
             "documents, or check how they are separated (data.document_marker).")
   return counts
