@@ -30,8 +30,9 @@ def get_config():
   config.data.seq_length = 512
   config.data.short_seq_prob = 0.1
   config.objective.names = ("mlm", "sop")
-  # ALBERT masks n-grams (spans of up to 3 words); the MLM n-gram option is coming on
-  # another branch: switch it on here when it lands.
+  # ALBERT masks n-grams of up to 3 whole words, p(n) proportional to 1/n.
+  config.objective.mlm.unit = "ngram"
+  config.objective.mlm.max_ngram = 3
   config.objective.mlm.max_predictions = 20  # google-research/albert's pretraining flag
   config.optimizer.name = "lamb"
   config.optimizer.learning_rate = 0.00176

@@ -16,6 +16,8 @@ def get_config():
   config.data.vocab.kind = "sentencepiece"
   config.data.vocab.path = base.BUNDLED_SENTENCEPIECE_VOCAB
   config.objective.names = ("mlm", "sop")
+  config.objective.mlm.unit = "ngram"  # ALBERT's n-grams of up to 3 words
+  config.objective.mlm.max_predictions = 24  # 15% of 128 plus room for the last n-gram
   config.optimizer.name = "lamb"
   config.optimizer.learning_rate = 2e-2  # LAMB: each step moves a layer by 2% of its norm
   return config

@@ -53,6 +53,7 @@ import numpy as np
 from absl import logging as absl_logging
 
 from encoderx import trainer as trainer_lib
+from encoderx.export import hf
 from encoderx.configs import albert_tiny, bert_tiny, roberta_tiny, spanbert_tiny
 from encoderx.data import packing, pipeline, tasks
 
@@ -184,33 +185,6 @@ def bench_encoderx(config, batches: list[dict], steps: int):
 
 
 # --- PyTorch / Hugging Face -------------------------------------------------------------
-def torch_model(family: str, model_config, pad_id: int):
-  """The family's Hugging Face pretraining model with an encoderx `ModelConfig`'s sizes."""
-  import transformers  # pylint: disable=g-import-not-at-top
-  config_class, model_class = {
-      "bert": (transformers.BertConfig, transformers.BertForPreTraining),
-      "roberta": (transformers.RobertaConfig, transformers.RobertaForMaskedLM),
-      "albert": (transformers.AlbertConfig, transformers.AlbertForPreTraining),
-  }[family]
-  family_sizes = {}
-  if family == "albert":
-    family_sizes = dict(embedding_size=model_config.embedding_size, num_hidden_groups=(
-        1 if model_config.layer_sharing == "all" else model_config.num_layers))
-  hf_config = config_class(**family_sizes,
-      vocab_size=model_config.vocab_size, hidden_size=model_config.hidden_size,
-      num_hidden_layers=model_config.num_layers,
-      num_attention_heads=model_config.num_heads,
-      intermediate_size=model_config.intermediate_size,
-      hidden_act=model_config.hidden_act,
-      max_position_embeddings=model_config.max_position_embeddings,
-      type_vocab_size=model_config.type_vocab_size,
-      hidden_dropout_prob=model_config.hidden_dropout,
-      attention_probs_dropout_prob=model_config.attention_dropout,
-      layer_norm_eps=model_config.layer_norm_eps,
-      initializer_range=model_config.initializer_range, pad_token_id=pad_id)
-  return model_class(hf_config).train()
-
-
 # The keyword of each family's sentence-level label (RoBERTa has none).
 SENTENCE_LABEL = {"bert": "next_sentence_label", "albert": "sentence_order_label"}
 
@@ -234,11 +208,11 @@ def torch_inputs(family: str, batch: dict, rng: np.random.Generator) -> dict:
   return inputs
 
 
-def bench_torch(family: str, config, model_config, pad_id: int, batches: list[dict],
+def bench_torch(family: str, config, model_config, batches: list[dict],
                 steps: int) -> StepTiming:
   import torch  # pylint: disable=g-import-not-at-top
   torch.manual_seed(0)
-  model = torch_model(family, model_config, pad_id)
+  model = hf.hf_pretraining_model(model_config, family).train()
   optimizer_config = config.optimizer
   optimizer = torch.optim.AdamW(
       model.parameters(), lr=optimizer_config.learning_rate,
@@ -365,9 +339,7 @@ def main(argv=None) -> None:
     torch_timing = None
     family = MODELS[model_name][0]
     if family and not args.skip_torch:
-      pad_id = tasks.build_vocabulary(config.data.vocab).pad_id
-      torch_timing = bench_torch(family, config, model_config, pad_id,
-                                 batches, args.steps)
+      torch_timing = bench_torch(family, config, model_config, batches, args.steps)
       print(describe_timing("pytorch", torch_timing, tokens_per_step), flush=True)
     rows.append(table_row(model_name, args.batch_size, jax_timing, torch_timing,
                           pipeline_rate))

@@ -191,7 +191,9 @@ def unknown_field(path: str) -> str | None:
 
 
 def _fail(field: str, problem: str, fix: str = ""):
-  raise ConfigError(f"config field '{field}': {problem}" + (f" {fix}" if fix else ""))
+  """Raises ConfigError naming the config field (or, for '--name', the flag)."""
+  what = f"flag {field}" if field.startswith("--") else f"config field '{field}'"
+  raise ConfigError(f"{what}: {problem}" + (f" {fix}" if fix else ""))
 
 
 def _check_choice(field, value, choices):

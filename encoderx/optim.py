@@ -3,9 +3,11 @@ and global-norm clipping.
 
 `clip_norm` <= 0 turns clipping off. Weight decay skips LayerNorm parameters and biases,
 as in BERT (google-research/bert optimization.py excludes "LayerNorm", "layer_norm" and
-"bias"). LAMB is optax's: Adam's update plus decoupled weight decay, scaled per parameter by the
-trust ratio ||w|| / ||update||. ALBERT's LAMB also leaves LayerNorm parameters and biases
-out of that layer-wise scaling; optax.lamb scales every parameter.
+"bias"). LAMB is ALBERT's: Adam's update plus decoupled weight decay, scaled per
+parameter by the trust ratio ||w|| / ||update||, except LayerNorm parameters and biases,
+which ALBERT leaves out of that layer-wise scaling as out of weight decay
+(google-research/albert lamb_optimizer.py, exclude_from_layer_adaptation); optax.lamb,
+whose steps these are, scales every parameter.
 """
 from __future__ import annotations
 
@@ -30,7 +32,17 @@ def decay_mask(params) -> dict:
       for path in flat})
 
 
-OPTIMIZERS = {"adamw": optax.adamw, "lamb": optax.lamb}
+def lamb(learning_rate, b1: float, b2: float, eps: float, weight_decay: float,
+         mask) -> optax.GradientTransformation:
+  """optax.lamb's steps, with the trust ratio masked like weight decay (see above)."""
+  return optax.chain(
+      optax.scale_by_adam(b1=b1, b2=b2, eps=eps),
+      optax.add_decayed_weights(weight_decay, mask),
+      optax.masked(optax.scale_by_trust_ratio(), mask),
+      optax.scale_by_learning_rate(learning_rate))
+
+
+OPTIMIZERS = {"adamw": optax.adamw, "lamb": lamb}
 
 
 def build(optimizer_config, total_steps: int) -> optax.GradientTransformation:

@@ -118,9 +118,16 @@ class Trainer:
     return self.model.init({"params": key, "dropout": key}, batch)["params"]
 
   def describe(self) -> dict:
-    """What checkpoints must agree on to be resumed or converted by this config."""
-    return {"model": dataclasses.asdict(self.model_config),
-            "heads": list(self.model.heads)}
+    """What checkpoints must agree on to be resumed or converted by this config.
+
+    Model fields at their default value are left out, so that a checkpoint written
+    before a field was added (with a default that keeps the old behaviour) still matches.
+    """
+    model = {field.name: getattr(self.model_config, field.name)
+             for field in dataclasses.fields(self.model_config)
+             if field.default is dataclasses.MISSING
+             or getattr(self.model_config, field.name) != field.default}
+    return {"model": model, "heads": list(self.model.heads)}
 
   def _state_shardings(self) -> TrainState:
     key = jax.random.key(0)

@@ -21,8 +21,9 @@ from encoderx.data.vocabulary import VocabularyError
 from encoderx.export import hf
 from encoderx.models import common, pretraining
 
-from test_parity import (  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
-    _padded_batch, _torch_outputs, check_round_trip)
+from reference_models import (  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
+    check_round_trip, flax_from_torch, mlm_logits, padded_batch, small_model,
+    torch_outputs, torch_reference)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -250,58 +251,21 @@ def test_sop_objective_selects_sop_pairs_in_the_task(tiny_config, write_corpus):
 
 
 # --- Parity with Hugging Face AlbertForPreTraining ------------------------------------------
-MODEL = common.ModelConfig(
-    vocab_size=99, hidden_size=48, num_layers=3, num_heads=4, intermediate_size=80,
-    embedding_size=16, hidden_act="gelu_new", max_position_embeddings=40,
-    type_vocab_size=2, hidden_dropout=0.1, attention_dropout=0.1, layer_norm_eps=1e-12,
-    initializer_range=0.02, layer_sharing="all", scan_layers=False, remat=False,
-    dtype="float32", param_dtype="float32")
-
-
-def hf_albert_config(model: common.ModelConfig) -> "transformers.AlbertConfig":
-  return transformers.AlbertConfig(
-      vocab_size=model.vocab_size, embedding_size=model.embedding_size,
-      hidden_size=model.hidden_size, num_hidden_layers=model.num_layers,
-      num_hidden_groups=1 if model.layer_sharing == "all" else model.num_layers,
-      num_attention_heads=model.num_heads, intermediate_size=model.intermediate_size,
-      hidden_act=model.hidden_act, max_position_embeddings=model.max_position_embeddings,
-      type_vocab_size=model.type_vocab_size, layer_norm_eps=model.layer_norm_eps,
-      # Larger than ALBERT's 0.02 so that logits are O(1-10) and the bound means something.
-      initializer_range=0.2)
-
-
-def _torch_albert(model_config):
-  torch.manual_seed(0)
-  model = transformers.AlbertForPreTraining(hf_albert_config(model_config)).eval()
-  with torch.no_grad():  # HF initializes biases and LayerNorm trivially; make them count
-    for name, parameter in model.named_parameters():
-      if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name:
-        parameter.add_(0.1 * torch.randn_like(parameter))
-  return model
-
-
-def _flax_albert(model_config, torch_model):
-  model = pretraining.PretrainingModel(model_config)
-  expected = jax.eval_shape(lambda: model.init(jax.random.key(0),
-                                               pretraining.init_batch(1, 8)))["params"]
-  params = hf.from_hf(torch_model.state_dict(), model_config, expected=expected,
-                      family="albert")
-  return model, params
+MODEL = small_model(embedding_size=16, hidden_act="gelu_new", layer_sharing="all")
 
 
 @pytest.mark.parametrize("layer_sharing", ["all", "none"])
 def test_mlm_and_sop_logits_match_albert_for_pretraining(layer_sharing):
   model_config = dataclasses.replace(MODEL, layer_sharing=layer_sharing)
-  torch_model = _torch_albert(model_config)
-  model, params = _flax_albert(model_config, torch_model)
+  torch_model = torch_reference(model_config, "albert")
+  model, params = flax_from_torch(model_config, torch_model, family="albert")
   shared = params["encoder_model"]["encoder"]
   assert set(shared) == ({"shared_layer"} if layer_sharing == "all"
                          else {"layer_0", "layer_1", "layer_2"})
-  real, batch = _padded_batch()
-  theirs = _torch_outputs(torch_model, batch)
+  real, batch = padded_batch(MODEL.vocab_size)
+  theirs = torch_outputs(torch_model, batch)
   ours = model.apply({"params": params}, {k: jnp.asarray(v) for k, v in batch.items()})
-  mlm_diff = np.abs(np.asarray(ours["mlm_logits"])[real]
-                    - theirs.prediction_logits.numpy()[real]).max()
+  mlm_diff = np.abs(np.asarray(ours["mlm_logits"])[real] - mlm_logits(theirs)[real]).max()
   sop_diff = np.abs(np.asarray(ours["sentence_logits"]) - theirs.sop_logits.numpy()).max()
   print(f"ALBERT parity ({layer_sharing}): MLM max abs {mlm_diff:.2e}, "
         f"SOP max abs {sop_diff:.2e}")
@@ -311,10 +275,9 @@ def test_mlm_and_sop_logits_match_albert_for_pretraining(layer_sharing):
 
 
 def test_albert_conversion_round_trips_exactly():
-  torch_model = _torch_albert(MODEL)
-  _, params = _flax_albert(MODEL, torch_model)
-  check_round_trip(hf.to_hf(params, MODEL, family="albert"), torch_model,
-                   transformers.AlbertForPreTraining(hf_albert_config(MODEL)).eval(),
+  torch_model = torch_reference(MODEL, "albert")
+  _, params = flax_from_torch(MODEL, torch_model, family="albert")
+  check_round_trip(hf.to_hf(params, MODEL, family="albert"), torch_model, MODEL, "albert",
                    tied={"predictions.decoder.weight", "predictions.decoder.bias"})
   with pytest.raises(ValueError, match="no Hugging Face ALBERT equivalent"):
     hf.to_hf(params, dataclasses.replace(MODEL, layer_sharing="ffn"), family="albert")
@@ -363,10 +326,10 @@ def test_albert_configs_carry_the_paper_recipe():
     config_lib.validate(bad)
 
 
-def test_lamb_scales_each_update_to_the_learning_rate_times_the_weight_norm():
+def test_lamb_scales_each_update_to_the_learning_rate_times_the_weight_norm_but_biases():
   config = albert_tiny.get_config().optimizer
   config.warmup_steps = 0
-  params = {"dense": {"kernel": jnp.full((4, 3), 0.5), "bias": jnp.zeros(3)}}
+  params = {"dense": {"kernel": jnp.full((4, 3), 0.5), "bias": jnp.full(3, 2.0)}}
   grads = {"dense": {"kernel": jnp.arange(12.0).reshape(4, 3) - 5, "bias": jnp.ones(3)}}
   norms = {}
   for name in ("lamb", "adamw"):
@@ -375,11 +338,18 @@ def test_lamb_scales_each_update_to_the_learning_rate_times_the_weight_norm():
     state = optimizer.init(params)
     for _ in range(2):  # the second update, at learning rate schedule(1)
       updates, state = jax.jit(optimizer.update)(grads, state, params)
-    norms[name] = float(optax.tree.norm(updates["dense"]["kernel"]))
-  expected = float(optim.learning_rate_schedule(config, 100)(1)
-                   * optax.tree.norm(params["dense"]["kernel"]))
-  assert norms["lamb"] == pytest.approx(expected, rel=1e-5)  # trust ratio ||w||/||u||
-  assert norms["adamw"] != pytest.approx(expected, rel=0.1)
+    norms[name] = {k: float(optax.tree.norm(v)) for k, v in updates["dense"].items()}
+  learning_rate = float(optim.learning_rate_schedule(config, 100)(1))
+  expected = learning_rate * float(optax.tree.norm(params["dense"]["kernel"]))
+  # Trust ratio ||w|| / ||u||: the kernel's update is learning rate x its norm.
+  assert norms["lamb"]["kernel"] == pytest.approx(expected, rel=1e-5)
+  assert norms["adamw"]["kernel"] != pytest.approx(expected, rel=0.1)
+  # Biases (and LayerNorms) are left out of the layer-wise scaling, as in ALBERT: the
+  # bias gets Adam's update (about 1 per element for a constant gradient), not
+  # learning rate x ||bias||.
+  assert norms["lamb"]["bias"] == pytest.approx(learning_rate * np.sqrt(3), rel=1e-3)
+  assert norms["lamb"]["bias"] != pytest.approx(
+      learning_rate * float(optax.tree.norm(params["dense"]["bias"])), rel=0.1)
 
 
 # --- Pretraining -----------------------------------------------------------------------------

@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 from encoderx.data import packing, pipeline, segment_pairs, tasks
-from encoderx.models import common, pretraining
+from encoderx.models import pretraining
+
+from reference_models import small_model  # pylint: disable=g-bad-import-order
 
 SPECIAL = segment_pairs.SpecialIds(pad=0, cls=2, sep=3)
 
@@ -70,12 +72,8 @@ def test_overlong_sentences_are_split_not_dropped():
 
 
 def test_packed_rows_compute_what_their_documents_compute_alone():
-  config = common.ModelConfig(
-      vocab_size=120, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
-      embedding_size=32, hidden_act="gelu", max_position_embeddings=64, type_vocab_size=2,
-      hidden_dropout=0.1, attention_dropout=0.1, layer_norm_eps=1e-12,
-      initializer_range=0.2, layer_sharing="none", scan_layers=False, remat=False,
-      dtype="float32", param_dtype="float32")
+  config = small_model(vocab_size=120, hidden_size=32, embedding_size=32, num_layers=2,
+                       intermediate_size=64, max_position_embeddings=64)
   model = pretraining.PretrainingModel(config, heads=("mlm",))
   rng = np.random.default_rng(1)
   lengths = [7, 12, 5, 19]  # four sequences packed into one row of 48

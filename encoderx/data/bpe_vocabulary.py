@@ -26,19 +26,19 @@ Train one: `python -m encoderx.data.bpe_vocabulary --files 'corpus/*.txt' --size
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
 
 import numpy as np
-import seqio
 import tensorflow as tf
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers
 
 from encoderx.data import resources
-from encoderx.data.vocabulary import VocabularyError, check_training_files, save_model_files
+from encoderx.data.vocabulary import (TokenListVocabulary, VocabularyError,
+                                      check_training_files, save_model_files,
+                                      training_cli)
 
 # RoBERTa's special tokens, in the order of fairseq's dictionary (<s> <pad> </s> <unk>);
 # a trained vocabulary puts <mask> right after them.
@@ -78,8 +78,9 @@ def _read_files(path: str, directory: str) -> tuple[dict[str, int], list[tuple[s
   return vocab, merges
 
 
-class ByteLevelBpeVocabulary(seqio.Vocabulary):
+class ByteLevelBpeVocabulary(TokenListVocabulary):
   """A directory with `vocab.json` and `merges.txt` (`bundled:<name>` for shipped ones)."""
+  ROLES = dict(pad="<pad>", unk="<unk>", cls="<s>", sep="</s>", mask="<mask>")
 
   # Tokens include the space before a word: sentences that continue running text are
   # tokenized with the whitespace that precedes them (see preprocessors.tokenize_documents).
@@ -87,52 +88,14 @@ class ByteLevelBpeVocabulary(seqio.Vocabulary):
 
   def __init__(self, path: str):
     self.path = resources.resolve(path)
-    self._ids, merges = _read_files(path, self.path)
-    self.tokens = sorted(self._ids, key=self._ids.get)
+    ids, merges = _read_files(path, self.path)
     # What transformers.RobertaTokenizer builds from the same two files.
     self._tokenizer = tokenizers.Tokenizer(models.BPE(
-        vocab=self._ids, merges=merges, dropout=None, continuing_subword_prefix="",
+        vocab=ids, merges=merges, dropout=None, continuing_subword_prefix="",
         end_of_word_suffix="", fuse_unk=False))
     self._tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     self._tokenizer.decoder = decoders.ByteLevel()
-    super().__init__(extra_ids=0)
-
-  # --- ids of the special tokens -----------------------------------------------------
-  def token_to_id(self, token: str) -> int:
-    return self._ids[token]
-
-  @property
-  def pad_id(self) -> int:
-    return self._ids["<pad>"]
-
-  @property
-  def unk_id(self) -> int:
-    return self._ids["<unk>"]
-
-  @property
-  def cls_id(self) -> int:
-    return self._ids["<s>"]
-
-  @property
-  def sep_id(self) -> int:
-    return self._ids["</s>"]
-
-  @property
-  def mask_id(self) -> int:
-    return self._ids["<mask>"]
-
-  @property
-  def eos_id(self) -> None:
-    return None  # an encoder's </s> is a separator that encode never adds.
-
-  @property
-  def special_ids(self) -> tuple[int, ...]:
-    """Ids that masking never chooses and never samples as a random replacement."""
-    return tuple(sorted(self._ids[t] for t in SPECIAL_TOKENS))
-
-  @property
-  def _base_vocab_size(self) -> int:
-    return len(self.tokens)
+    super().__init__(sorted(ids, key=ids.get))
 
   # --- TensorFlow ----------------------------------------------------------------------
   def _tokenize_words(self, texts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -185,9 +148,6 @@ class ByteLevelBpeVocabulary(seqio.Vocabulary):
   def _encode(self, s: str) -> list[int]:
     return self._tokenizer.encode(s, add_special_tokens=False).ids
 
-  def id_to_token(self, token_id: int) -> str:
-    return self.tokens[token_id] if 0 <= token_id < len(self.tokens) else "<unk>"
-
   def _decode(self, ids) -> str:
     """The text the ids stand for (bytes joined back, special tokens kept)."""
     return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
@@ -215,18 +175,9 @@ def train_byte_bpe(files: list[str], output: str, vocab_size: int = 50265,
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(
-      description="Train a byte-level BPE vocabulary (vocab.json + merges.txt, RoBERTa).")
-  parser.add_argument("--files", required=True, help="comma-separated text files or globs")
-  parser.add_argument("--output", required=True,
-                      help="directory to write vocab.json and merges.txt into")
-  parser.add_argument("--size", type=int, default=50265)
-  args = parser.parse_args(argv)
-  from encoderx.config import resolve_file_patterns  # pylint: disable=g-import-not-at-top
-  vocab = train_byte_bpe(resolve_file_patterns(args.files, "--files"), args.output,
-                         vocab_size=args.size)
-  print(f"wrote {', '.join(os.path.join(args.output, n) for n in FILES)}: "
-        f"{vocab.vocab_size} tokens")
+  training_cli(argv, "Train a byte-level BPE vocabulary (vocab.json + merges.txt, RoBERTa).",
+               "directory to write vocab.json and merges.txt into", 50265,
+               lambda files, output, size, _: train_byte_bpe(files, output, vocab_size=size))
 
 
 if __name__ == "__main__":

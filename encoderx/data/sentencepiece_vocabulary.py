@@ -21,7 +21,6 @@ spiece` (writes spiece.model and spiece.vocab).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import io
 import os
@@ -35,7 +34,7 @@ import tensorflow_text as tf_text
 from google.protobuf import message
 
 from encoderx.data import resources
-from encoderx.data.vocabulary import VocabularyError
+from encoderx.data.vocabulary import VocabularyError, training_cli
 
 # ALBERT's special pieces, in id order after <pad> and <unk>.
 CONTROL_SYMBOLS = ("[CLS]", "[SEP]", "[MASK]")
@@ -229,17 +228,11 @@ def train_sentencepiece(files: list[str], output_prefix: str, vocab_size: int = 
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description="Train an ALBERT SentencePiece model.")
-  parser.add_argument("--files", required=True, help="comma-separated text files or globs")
-  parser.add_argument("--output", required=True,
-                      help="output prefix: writes PREFIX.model and PREFIX.vocab")
-  parser.add_argument("--size", type=int, default=30000)
-  parser.add_argument("--cased", action="store_true", help="keep case (nmt_nfkc)")
-  args = parser.parse_args(argv)
-  from encoderx.config import resolve_file_patterns  # pylint: disable=g-import-not-at-top
-  vocab = train_sentencepiece(resolve_file_patterns(args.files, "--files"), args.output,
-                              vocab_size=args.size, lower_case=not args.cased)
-  print(f"wrote {args.output}.model: {vocab.vocab_size} pieces")
+  training_cli(argv, "Train an ALBERT SentencePiece model.",
+               "output prefix: writes PREFIX.model and PREFIX.vocab", 30000,
+               lambda files, output, size, lower_case: train_sentencepiece(
+                   files, output, vocab_size=size, lower_case=lower_case),
+               cased_help="keep case (nmt_nfkc)")
 
 
 if __name__ == "__main__":

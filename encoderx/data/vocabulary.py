@@ -58,12 +58,62 @@ class _BasicTokenizer(bert_tokenizer.BasicTokenizer):
     return super().tokenize_with_offsets(text_input)
 
 
-class WordPieceVocabulary(seqio.Vocabulary):
-  """A BERT `vocab.txt` (one token per line, the line number is the id).
+class TokenListVocabulary(seqio.Vocabulary):
+  """A vocabulary that is a list of tokens (the index is the id), with the special tokens
+  encoderx needs named by role in ROLES: pad, unk, cls (sequence start), sep
+  (separator/end) and mask. Looked up by name, so their ids may be anything."""
+  ROLES: dict[str, str] = {}
 
-  Special tokens are looked up by name ([PAD], [UNK], [CLS], [SEP], [MASK]), so any
-  vocabulary that has them works, whatever their ids.
-  """
+  def __init__(self, tokens: list[str]):
+    self.tokens = tokens
+    self._ids = {token: i for i, token in enumerate(tokens)}
+    super().__init__(extra_ids=0)
+
+  def token_to_id(self, token: str) -> int:
+    return self._ids[token]
+
+  def id_to_token(self, token_id: int) -> str:
+    if 0 <= token_id < len(self.tokens):
+      return self.tokens[token_id]
+    return self.ROLES["unk"]
+
+  @property
+  def pad_id(self) -> int:
+    return self._ids[self.ROLES["pad"]]
+
+  @property
+  def unk_id(self) -> int:
+    return self._ids[self.ROLES["unk"]]
+
+  @property
+  def cls_id(self) -> int:
+    return self._ids[self.ROLES["cls"]]
+
+  @property
+  def sep_id(self) -> int:
+    return self._ids[self.ROLES["sep"]]
+
+  @property
+  def mask_id(self) -> int:
+    return self._ids[self.ROLES["mask"]]
+
+  @property
+  def eos_id(self) -> None:
+    return None  # encoders mark ends with a separator, which encode never adds.
+
+  @property
+  def special_ids(self) -> tuple[int, ...]:
+    """Ids that masking never chooses and never samples as a random replacement."""
+    return tuple(sorted(self._ids[token] for token in self.ROLES.values()))
+
+  @property
+  def _base_vocab_size(self) -> int:
+    return len(self.tokens)
+
+
+class WordPieceVocabulary(TokenListVocabulary):
+  """A BERT `vocab.txt` (one token per line, the line number is the id)."""
+  ROLES = dict(zip(("pad", "unk", "cls", "sep", "mask"), SPECIAL_TOKENS))
 
   def __init__(self, path: str, lower_case: bool = True, strip_accents: bool | None = None):
     self.path = resources.resolve(path)
@@ -81,48 +131,13 @@ class WordPieceVocabulary(seqio.Vocabulary):
           "vocab.txt has one token per line including [PAD] [UNK] [CLS] [SEP] [MASK].")
     self.lower_case = lower_case
     self.strip_accents = lower_case if strip_accents is None else strip_accents
-    self.tokens = tokens
-    self._ids = {token: i for i, token in enumerate(tokens)}
-    super().__init__(extra_ids=0)
-
-  # --- ids of the special tokens -----------------------------------------------------
-  def token_to_id(self, token: str) -> int:
-    return self._ids[token]
-
-  @property
-  def pad_id(self) -> int:
-    return self._ids["[PAD]"]
-
-  @property
-  def unk_id(self) -> int:
-    return self._ids["[UNK]"]
-
-  @property
-  def cls_id(self) -> int:
-    return self._ids["[CLS]"]
-
-  @property
-  def sep_id(self) -> int:
-    return self._ids["[SEP]"]
-
-  @property
-  def mask_id(self) -> int:
-    return self._ids["[MASK]"]
-
-  @property
-  def eos_id(self) -> None:
-    return None  # BERT marks ends with [SEP], which encode never adds.
+    super().__init__(tokens)
 
   @property
   def special_ids(self) -> tuple[int, ...]:
-    """Ids that masking never chooses and never samples as a random replacement:
-    the special tokens and BERT's reserved [unusedN] slots."""
+    """The special tokens and BERT's reserved [unusedN] slots."""
     return tuple(i for i, t in enumerate(self.tokens)
                  if t in SPECIAL_TOKENS or (t.startswith("[unused") and t.endswith("]")))
-
-  @property
-  def _base_vocab_size(self) -> int:
-    return len(self.tokens)
 
   # --- TensorFlow ----------------------------------------------------------------------
   @functools.cached_property
@@ -157,9 +172,6 @@ class WordPieceVocabulary(seqio.Vocabulary):
   # --- Python --------------------------------------------------------------------------
   def _encode(self, s: str) -> list[int]:
     return self._encode_tf(tf.constant(s)).numpy().tolist()
-
-  def id_to_token(self, token_id: int) -> str:
-    return self.tokens[token_id] if 0 <= token_id < len(self.tokens) else "[UNK]"
 
   def _decode(self, ids) -> str:
     """Tokens joined as BERT prints them: word pieces merged, special tokens kept."""
@@ -216,17 +228,34 @@ def train_wordpiece(files: list[str], output: str, vocab_size: int = 30522,
   return WordPieceVocabulary(output, lower_case=lower_case, strip_accents=strip_accents)
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description="Train a BERT WordPiece vocab.txt.")
+def training_cli(argv, description: str, output_help: str, default_size: int, train,
+                 cased_help: str | None = None) -> None:
+  """The command line of a vocabulary trainer: --files --output --size [--cased].
+
+  `train(files, output, vocab_size, lower_case)` trains and returns the vocabulary. Bad
+  files or sizes end with a one-line error, not a traceback.
+  """
+  from encoderx import config as config_lib  # pylint: disable=g-import-not-at-top
+  parser = argparse.ArgumentParser(description=description)
   parser.add_argument("--files", required=True, help="comma-separated text files or globs")
-  parser.add_argument("--output", required=True, help="where to write vocab.txt")
-  parser.add_argument("--size", type=int, default=30522)
-  parser.add_argument("--cased", action="store_true", help="keep case and accents")
+  parser.add_argument("--output", required=True, help=output_help)
+  parser.add_argument("--size", type=int, default=default_size)
+  if cased_help:
+    parser.add_argument("--cased", action="store_true", help=cased_help)
   args = parser.parse_args(argv)
-  from encoderx.config import resolve_file_patterns  # pylint: disable=g-import-not-at-top
-  vocab = train_wordpiece(resolve_file_patterns(args.files, "--files"), args.output,
-                          vocab_size=args.size, lower_case=not args.cased)
-  print(f"wrote {args.output}: {vocab.vocab_size} tokens")
+  try:
+    files = config_lib.resolve_file_patterns(args.files, "--files")
+    vocabulary = train(files, args.output, args.size, not getattr(args, "cased", False))
+  except (config_lib.ConfigError, VocabularyError) as error:
+    parser.error(str(error))
+  print(f"wrote {args.output}: {vocabulary.vocab_size} tokens")
+
+
+def main(argv=None):
+  training_cli(argv, "Train a BERT WordPiece vocab.txt.", "where to write vocab.txt", 30522,
+               lambda files, output, size, lower_case: train_wordpiece(
+                   files, output, vocab_size=size, lower_case=lower_case),
+               cased_help="keep case and accents")
 
 
 if __name__ == "__main__":

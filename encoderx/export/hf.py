@@ -159,6 +159,42 @@ def rules_for(family: str, config: common.ModelConfig):
   return RULES[family](config)
 
 
+# Family -> (transformers config class, pretraining model class) names.
+HF_CLASSES = {"bert": ("BertConfig", "BertForPreTraining"),
+              "roberta": ("RobertaConfig", "RobertaForMaskedLM"),
+              "albert": ("AlbertConfig", "AlbertForPreTraining")}
+
+
+def hf_config(config: common.ModelConfig, family: str = "bert", **overrides):
+  """The family's `transformers` config with the sizes of an encoderx ModelConfig.
+
+  RoBERTa numbers positions from its padding id + 1, so its pad_token_id is
+  position_offset - 1; ALBERT shares its layers in one group when layer_sharing='all'.
+  """
+  import transformers  # pylint: disable=g-import-not-at-top
+  fields = dict(
+      vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+      num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads,
+      intermediate_size=config.intermediate_size, hidden_act=config.hidden_act,
+      max_position_embeddings=config.max_position_embeddings,
+      type_vocab_size=config.type_vocab_size, hidden_dropout_prob=config.hidden_dropout,
+      attention_probs_dropout_prob=config.attention_dropout,
+      layer_norm_eps=config.layer_norm_eps, initializer_range=config.initializer_range)
+  if family == "roberta":
+    fields.update(pad_token_id=config.position_offset - 1, bos_token_id=0, eos_token_id=2)
+  elif family == "albert":
+    fields.update(embedding_size=config.embedding_size, num_hidden_groups=(
+        1 if config.layer_sharing == "all" else config.num_layers))
+  fields.update(overrides)
+  return getattr(transformers, HF_CLASSES[family][0])(**fields)
+
+
+def hf_pretraining_model(config: common.ModelConfig, family: str = "bert", **overrides):
+  """A freshly initialized PyTorch pretraining model of the family with these sizes."""
+  import transformers  # pylint: disable=g-import-not-at-top
+  return getattr(transformers, HF_CLASSES[family][1])(hf_config(config, family, **overrides))
+
+
 def _numpy(value) -> np.ndarray:
   if hasattr(value, "detach"):  # a torch tensor
     value = value.detach().cpu().float().numpy()
