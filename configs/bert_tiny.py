@@ -20,10 +20,10 @@ def get_config():
   config.optimizer.learning_rate = 2e-3
   config.optimizer.warmup_steps = 100
   config.optimizer.b2 = 0.98
-  config.train.steps = 1200
+  config.train.steps = 1000
   config.train.batch_size = 32
   config.train.log_every = 20
   config.eval.batches = 10
   config.eval.batch_size = 32
-  config.checkpoint.every_steps = 400
+  config.checkpoint.every_steps = 250
   return config
