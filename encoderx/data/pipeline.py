@@ -47,6 +47,10 @@ def epoch_seed(seed: int, epoch: int) -> int:
   return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0] % (2**31 - 1))
 
 
+def _release(iterator):
+  del iterator
+
+
 class BatchIterator:
   """Endless numpy batches of `task`'s `split`: {feature: [batch, ...]}.
 
@@ -62,8 +66,9 @@ class BatchIterator:
     self.seed, self.shuffle, self.shard_info = seed, shuffle, shard_info
     self.position = position or DataPosition()
     self._iterator = self._pending = self._next_epoch = None
-    self._prepare_after = 16  # batches into an epoch; half an epoch once one is known
-    self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    self._prepare_after = 16  # batches into the first epoch: short runs never pay
+    # One worker opens the next epoch, one releases finished ones.
+    self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2)
 
   def _epoch_dataset(self, epoch: int) -> tf.data.Dataset:
     lengths = {name: self.seq_length for name in segment_pairs.TOKEN_FEATURES}
@@ -82,8 +87,7 @@ class BatchIterator:
 
   def _maybe_prepare_next_epoch(self):
     # Opening an epoch fills the shuffle buffer (seconds on a small corpus); doing it in
-    # the background once this epoch is well under way keeps the train step fed, and
-    # short runs never pay for an epoch they do not reach.
+    # the background while this epoch is consumed keeps the train step fed.
     if self._next_epoch is None and self.position.batch >= self._prepare_after:
       self._next_epoch = self._executor.submit(self._open_epoch, self.position.epoch + 1)
 
@@ -101,12 +105,20 @@ class BatchIterator:
       if self._next_epoch is None:
         self._prepare_after = 0
         self._maybe_prepare_next_epoch()
+      finished = self._iterator
       self._iterator, batch = self._next_epoch.result()
+      # Deleting a tf.data iterator waits for its worker threads; on a busy CPU that took
+      # up to half a minute, so the last reference goes in the background.
+      self._executor.submit(_release, finished)
+      del finished
       if batch is None:
         raise ValueError(
             f"the {self.split} split yields fewer than {self.batch_size} examples per "
             "epoch, so not a single full batch; use a smaller batch size or more text.")
-      self._prepare_after = max(self.position.batch // 2, 1)
+      # Runs that finish an epoch go on to others: open the next one as soon as this one
+      # has started, so it has a whole epoch to fill its buffers (on a CPU busy with the
+      # train step that took up to half a minute).
+      self._prepare_after = 1
       self._next_epoch = None
       self.position = DataPosition(self.position.epoch + 1, 0)
     self.position = DataPosition(self.position.epoch, self.position.batch + 1)
