@@ -23,6 +23,7 @@ import numpy as np
 
 from encoderx.data import segment_pairs
 
+
 def packed_features(sequences: list[list[tuple[np.ndarray, np.ndarray]]], seq_length: int,
                     special: segment_pairs.SpecialIds) -> dict:
   """Fixed-length features of a row; sequences are lists of (ids, word starts) sentences."""

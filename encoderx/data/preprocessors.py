@@ -114,18 +114,20 @@ def documents_to_examples(dataset: tf.data.Dataset,
   return build_examples(dataset).unbatch()
 
 
+def _special_ids(output_features: Mapping[str, seqio.Feature]) -> segment_pairs.SpecialIds:
+  vocabulary = output_features["input_ids"].vocabulary
+  return segment_pairs.SpecialIds(vocabulary.pad_id, vocabulary.cls_id, vocabulary.sep_id)
+
+
 def build_sentence_pairs(dataset: tf.data.Dataset, sequence_length: Mapping[str, int],
                          output_features: Mapping[str, seqio.Feature],
                          short_seq_prob: float, document_pool: int,
                          label_mode: str = "nsp") -> tf.data.Dataset:
   """Tokenized documents -> NSP or SOP (`label_mode`) examples `[CLS] A [SEP] B [SEP]`
   (see segment_pairs)."""
-  vocabulary = output_features["input_ids"].vocabulary
   seq_length = sequence_length["input_ids"]
   builder = segment_pairs.SentencePairBuilder(
-      seq_length, short_seq_prob,
-      segment_pairs.SpecialIds(vocabulary.pad_id, vocabulary.cls_id, vocabulary.sep_id),
-      label_mode=label_mode)
+      seq_length, short_seq_prob, _special_ids(output_features), label_mode=label_mode)
   return documents_to_examples(dataset, builder, seq_length, document_pool)
 
 
@@ -133,10 +135,7 @@ def build_packed_sentences(dataset: tf.data.Dataset, sequence_length: Mapping[st
                            output_features: Mapping[str, seqio.Feature],
                            cross_documents: bool, document_pool: int) -> tf.data.Dataset:
   """Tokenized documents -> rows packed with whole sentences (see encoderx.data.packing)."""
-  vocabulary = output_features["input_ids"].vocabulary
   seq_length = sequence_length["input_ids"]
-  packer = packing.SentencePacker(
-      seq_length,
-      segment_pairs.SpecialIds(vocabulary.pad_id, vocabulary.cls_id, vocabulary.sep_id),
-      cross_documents=cross_documents)
+  packer = packing.SentencePacker(seq_length, _special_ids(output_features),
+                                  cross_documents=cross_documents)
   return documents_to_examples(dataset, packer, seq_length, document_pool)

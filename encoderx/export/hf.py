@@ -94,14 +94,21 @@ def _encoder(config: common.ModelConfig, hf: str):
   return rules
 
 
+def _mlm_head(dense: str, layer_norm: str, bias: str):
+  """The MLM head's transform, LayerNorm and output bias (its decoder is the tied word
+  embedding), named as the family names them."""
+  return (_dense(dense, "mlm_head/transform")
+          + _layer_norm(layer_norm, "mlm_head/layer_norm")
+          + [(bias, "mlm_head/output_bias", COPY)])
+
+
 def bert_rules(config: common.ModelConfig, prefix: str = "bert"):
   """Rules for BertForPreTraining / BertForMaskedLM / BertModel (prefix '')."""
   hf = f"{prefix}." if prefix else ""
   rules = _encoder(config, hf)
   rules += _dense(f"{hf}pooler.dense", "encoder_model/pooler/dense")
-  rules += _dense("cls.predictions.transform.dense", "mlm_head/transform")
-  rules += _layer_norm("cls.predictions.transform.LayerNorm", "mlm_head/layer_norm")
-  rules += [("cls.predictions.bias", "mlm_head/output_bias", COPY)]
+  rules += _mlm_head("cls.predictions.transform.dense",
+                     "cls.predictions.transform.LayerNorm", "cls.predictions.bias")
   rules += _dense("cls.seq_relationship", "sentence_head/classifier")
   return rules
 
@@ -111,9 +118,7 @@ def roberta_rules(config: common.ModelConfig, prefix: str = "roberta"):
   `roberta.`, no pooler (MLM only), and `lm_head` whose decoder is tied to the word
   embeddings (its bias is `lm_head.bias`)."""
   rules = _encoder(config, f"{prefix}." if prefix else "")
-  rules += _dense("lm_head.dense", "mlm_head/transform")
-  rules += _layer_norm("lm_head.layer_norm", "mlm_head/layer_norm")
-  rules += [("lm_head.bias", "mlm_head/output_bias", COPY)]
+  rules += _mlm_head("lm_head.dense", "lm_head.layer_norm", "lm_head.bias")
   return rules
 
 
@@ -141,9 +146,7 @@ def albert_rules(config: common.ModelConfig, prefix: str = "albert"):
     rules += _layer(f"{hf}encoder.albert_layer_groups.{group}.albert_layers.0",
                     f"encoder_model/encoder/{layer}", ALBERT_LAYER)
   rules += _dense(f"{hf}pooler", "encoder_model/pooler/dense")
-  rules += _dense("predictions.dense", "mlm_head/transform")
-  rules += _layer_norm("predictions.LayerNorm", "mlm_head/layer_norm")
-  rules += [("predictions.bias", "mlm_head/output_bias", COPY)]
+  rules += _mlm_head("predictions.dense", "predictions.LayerNorm", "predictions.bias")
   rules += _dense("sop_classifier.classifier", "sentence_head/classifier")
   return rules
 
