@@ -1,5 +1,6 @@
 """Data: documents from text files and TFDS, NSP segment pairs, the seqio Task, bad input."""
 import collections
+import concurrent.futures
 import re
 
 import numpy as np
@@ -167,6 +168,22 @@ def test_task_on_the_bundled_corpus_is_registered_deterministic_and_balanced(
       pieces = [vocabulary.id_to_token(int(i)) for i in ids[:n]]
       starts = example["word_starts"][:n].astype(bool)
       assert all(p.startswith("##") for p, s in zip(pieces[1:], starts[1:]) if not s)
+
+
+def test_datasets_built_at_once_equal_those_built_one_by_one(tiny_config):
+  # The next epoch opens on a background thread while other datasets are built (eval,
+  # another run): seqio's seed counter is global, so concurrent builds must not mix seeds.
+  config = tiny_config()
+  seeds = range(4)
+
+  def first_batch(seed):
+    return _task_examples(config, seed=seed, batches=1)[0]["input_ids"]
+
+  one_by_one = [first_batch(seed) for seed in seeds]
+  with concurrent.futures.ThreadPoolExecutor(len(seeds)) as executor:
+    at_once = list(executor.map(first_batch, seeds))
+  for seed, expected, actual in zip(seeds, one_by_one, at_once):
+    np.testing.assert_array_equal(actual, expected, err_msg=f"seed {seed}")
 
 
 def test_validation_split_is_held_out_documents(tiny_config, tmp_path, write_corpus):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import logging
+import threading
 
 import numpy as np
 import seqio
@@ -43,6 +44,13 @@ class _SeqioCacheAdvice(logging.Filter):
 logging.getLogger("absl").addFilter(_SeqioCacheAdvice())
 
 
+# seqio hands seeds to random preprocessors from a module-global counter that
+# `get_dataset` sets from its `seed` and advances as it builds the pipeline; two datasets
+# built at once (the next epoch opening in the background while another is built) take
+# each other's seeds and the data stops being a function of the seed. Builds take turns.
+_DATASET_BUILD_LOCK = threading.Lock()
+
+
 def epoch_seed(seed: int, epoch: int) -> int:
   return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0] % (2**31 - 1))
 
@@ -72,9 +80,10 @@ class BatchIterator:
 
   def _epoch_dataset(self, epoch: int) -> tf.data.Dataset:
     lengths = {name: self.seq_length for name in segment_pairs.TOKEN_FEATURES}
-    dataset = self.task.get_dataset(
-        sequence_length=lengths, split=self.split, shuffle=self.shuffle,
-        seed=epoch_seed(self.seed, epoch), shard_info=self.shard_info, num_epochs=1)
+    with _DATASET_BUILD_LOCK:
+      dataset = self.task.get_dataset(
+          sequence_length=lengths, split=self.split, shuffle=self.shuffle,
+          seed=epoch_seed(self.seed, epoch), shard_info=self.shard_info, num_epochs=1)
     dataset = dataset.batch(self.batch_size, drop_remainder=True)
     options = tf.data.Options()
     options.deterministic = True
