@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import config as config_lib
+from encoderx import files as files_lib
 from encoderx import trainer as trainer_lib
 from encoderx.data import corpus, pipeline, tasks, vocabulary
 
@@ -110,11 +111,8 @@ def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, params,
 
 
 def _write_config(config, workdir: str) -> None:
-  path = os.path.join(workdir, "config.json")
-  temporary = path + ".tmp"
-  with open(temporary, "w") as f:
-    f.write(config.to_json_best_effort(indent=2))
-  os.replace(temporary, path)
+  files_lib.write_atomically(os.path.join(workdir, "config.json"),
+                             config.to_json_best_effort(indent=2))
 
 
 class _Meter:

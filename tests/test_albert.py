@@ -113,6 +113,8 @@ def test_bad_sentencepiece_files_fail_clearly(tmp_path, austen_files):
   empty.write_text("\n  \n")
   with pytest.raises(VocabularyError, match="no text"):
     spm_lib.train_sentencepiece([str(empty)], str(tmp_path / "out"), vocab_size=100)
+  with pytest.raises(VocabularyError, match="no such file"):
+    spm_lib.train_sentencepiece([str(tmp_path / "none.txt")], str(tmp_path / "out"))
   with pytest.raises(VocabularyError, match="Vocabulary size too high"):
     spm_lib.train_sentencepiece(austen_files[:1], str(tmp_path / "out"), vocab_size=90000)
   assert not list(tmp_path.glob("out*"))  # nothing half-written

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
-import tempfile
 
 import numpy as np
 import seqio
@@ -33,8 +32,9 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from google.protobuf import message
 
+from encoderx import files as files_lib
 from encoderx.data import resources
-from encoderx.data.vocabulary import VocabularyError, training_cli
+from encoderx.data.vocabulary import VocabularyError, check_training_files, training_cli
 
 # ALBERT's special pieces, in id order after <pad> and <unk>.
 CONTROL_SYMBOLS = ("[CLS]", "[SEP]", "[MASK]")
@@ -176,16 +176,6 @@ class SentencePieceVocabulary(seqio.SentencePieceVocabulary):
     return hash((self.path, self.lower_case, self.strip_accents))
 
 
-def _write_atomically(path: str, data: bytes) -> None:
-  """Never leaves a half-written file: writes a temporary file, then renames it."""
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  with tempfile.NamedTemporaryFile(dir=directory, delete=False) as f:
-    f.write(data)
-  os.chmod(f.name, 0o644)
-  os.replace(f.name, path)
-
-
 def _has_text(path: str) -> bool:
   with open(path, encoding="utf-8", errors="replace") as f:
     return any(line.strip() for line in f)  # stops at the first line with text
@@ -203,9 +193,7 @@ def train_sentencepiece(files: list[str], output_prefix: str, vocab_size: int = 
   left out: Hugging Face's converted tokenizer does not split them first, so ids
   would differ from `AlbertTokenizer`'s.
   """
-  missing = [f for f in files if not os.path.isfile(f)]
-  if missing:
-    raise VocabularyError(f"cannot train a vocabulary: no such file(s) {missing}")
+  check_training_files(files)
   if not any(_has_text(f) for f in files):
     raise VocabularyError(f"no text to train a vocabulary from in {files}")
   model = io.BytesIO()
@@ -222,8 +210,8 @@ def train_sentencepiece(files: list[str], output_prefix: str, vocab_size: int = 
   tokenizer = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
   listing = "".join(f"{tokenizer.id_to_piece(i)}\t{tokenizer.get_score(i):g}\n"
                     for i in range(tokenizer.get_piece_size()))
-  _write_atomically(output_prefix + ".vocab", listing.encode("utf-8"))  # for people
-  _write_atomically(output_prefix + ".model", model.getvalue())
+  files_lib.write_atomically(output_prefix + ".vocab", listing)  # for people
+  files_lib.write_atomically(output_prefix + ".model", model.getvalue())
   return SentencePieceVocabulary(output_prefix + ".model", lower_case=lower_case)
 
 
