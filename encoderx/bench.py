@@ -153,12 +153,8 @@ def measure_padding(lengths=(128, 512), num_batches: int = 8) -> list[dict]:
       config = bert_tiny.get_config()
       config.data.builder, config.objective.names = builder, objectives
       config.data.seq_length = length
-      task = pretraining_task(config)
-      batches = pipeline.BatchIterator(task, "train", length, 16, seed=0)
-      try:
-        pulled = [next(batches) for _ in range(num_batches)]
-      finally:
-        batches.close()
+      pulled = pipeline.take_batches(pretraining_task(config), "train", length, 16,
+                                     num_batches)
       row[f"padding at {length}"] = f"{packing.padding_fraction(pulled):.1%}"
     rows.append(row)
   return rows

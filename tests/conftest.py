@@ -53,11 +53,8 @@ def austen_batch():
   from encoderx.data import pipeline, tasks
   config = bert_tiny.get_config()
   task = tasks.register_pretraining_task(config.data)
-  iterator = pipeline.BatchIterator(task, "train", 128, 64, seed=0)
-  try:
-    batch = {name: value.copy() for name, value in next(iterator).items()}
-  finally:
-    iterator.close()
+  (first,) = pipeline.take_batches(task, "train", 128, 64, 1)
+  batch = {name: value.copy() for name, value in first.items()}
   for row, length in enumerate(range(40, 128, 11)):
     for name in ("input_ids", "segment_ids", "token_type_ids", "positions", "word_starts"):
       batch[name][row, length:] = 0

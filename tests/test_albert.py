@@ -224,12 +224,8 @@ def test_sop_objective_selects_sop_pairs_in_the_task(tiny_config, write_corpus):
   vocabulary = tasks.build_vocabulary(config.data.vocab)
   task = tasks.register_pretraining_task(config.data, sentence_objective="sop")
   assert task.name != tasks.task_name(config.data, "nsp")
-  batches = pipeline.BatchIterator(task, "train", 64, 8, seed=0)
-  try:
-    examples = [{k: v[row] for k, v in batch.items()}
-                for batch in (next(batches) for _ in range(5)) for row in range(8)]
-  finally:
-    batches.close()
+  examples = [{k: v[row] for k, v in batch.items()}
+              for batch in pipeline.take_batches(task, "train", 64, 8, 5) for row in range(8)]
   for example in examples:
     where = [[(word[1], word[2:4]) for word in vocabulary.decode(segment.tolist()).split()
               if len(word) == 5 and word[0] == "z" and word[-1] == "q"]

@@ -136,11 +136,7 @@ def test_bad_corpora_get_clear_errors(tmp_path, tiny_config):
 
 def _task_examples(config, split="train", seed=0, batches=3, batch_size=8):
   task = tasks.register_pretraining_task(config.data)
-  iterator = pipeline.BatchIterator(task, split, config.data.seq_length, batch_size, seed=seed)
-  try:
-    return [next(iterator) for _ in range(batches)]
-  finally:
-    iterator.close()
+  return pipeline.take_batches(task, split, config.data.seq_length, batch_size, batches, seed)
 
 
 def test_task_on_the_bundled_corpus_is_registered_deterministic_and_balanced(

@@ -106,11 +106,8 @@ def test_packed_rows_compute_what_their_documents_compute_alone():
 def _padding(config, seq_length, batches=30):
   config.data.seq_length = seq_length
   task = tasks.register_pretraining_task(config.data)
-  iterator = pipeline.BatchIterator(task, "train", seq_length, 16, seed=0)
-  try:
-    return packing.padding_fraction([next(iterator) for _ in range(batches)])
-  finally:
-    iterator.close()
+  return packing.padding_fraction(pipeline.take_batches(task, "train", seq_length, 16,
+                                                        batches))
 
 
 def test_full_sentences_waste_less_padding_than_doc_sentences_on_the_bundled_corpus(

@@ -17,12 +17,8 @@ ONE_DEVICE = jax.devices()[:1]
 
 def _batches(config, count, batch_size=None):
   task = tasks.register_pretraining_task(config.data)
-  iterator = pipeline.BatchIterator(task, "train", config.data.seq_length,
-                                    batch_size or config.train.batch_size, seed=11)
-  try:
-    return [next(iterator) for _ in range(count)]
-  finally:
-    iterator.close()
+  return pipeline.take_batches(task, "train", config.data.seq_length,
+                               batch_size or config.train.batch_size, count, seed=11)
 
 
 def _losses(trainer, batches):

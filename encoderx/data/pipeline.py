@@ -139,3 +139,13 @@ class BatchIterator:
     # it finishes in the background instead of holding up the caller (15 s at the end of
     # the main job when it waited).
     self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def take_batches(task: seqio.Task, split: str, seq_length: int, batch_size: int,
+                 count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+  """The first `count` batches of `split` (to look at, measure or test with)."""
+  iterator = BatchIterator(task, split, seq_length, batch_size, seed=seed)
+  try:
+    return [next(iterator) for _ in range(count)]
+  finally:
+    iterator.close()
