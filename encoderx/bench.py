@@ -134,7 +134,7 @@ def measure_pipeline(config, num_batches: int) -> tuple[float, float, list[dict]
     examples_per_second = num_batches * config.train.batch_size / (
         time.perf_counter() - start)
   finally:
-    batches.close()  # waits for the next epoch opening in the background
+    batches.close(wait=True)  # the next epoch may be opening in the background
   del batches
   gc.collect()  # frees tf.data's iterators, so no prefetch thread runs in the timings
   return first_seconds, examples_per_second, pulled

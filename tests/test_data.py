@@ -247,6 +247,19 @@ def test_tfds_datasets_are_selectable_by_name(tiny_config, tmp_path):
   assert text.count("[SEP]") == 16 and " the " in text
 
 
+def test_close_can_wait_for_the_next_epoch_opening_in_the_background(tiny_config):
+  # The benchmark closes with wait=True so that no epoch is still being opened (and its
+  # shuffle buffer filled) while it times the train step.
+  config = tiny_config()
+  task = tasks.register_pretraining_task(config.data)
+  iterator = pipeline.BatchIterator(task, "train", 64, 4, seed=0)
+  for _ in range(iterator._prepare_after):
+    next(iterator)
+  assert iterator._next_epoch is not None
+  iterator.close(wait=True)
+  assert iterator._next_epoch.done()
+
+
 def test_resumed_iterator_continues_with_the_next_batch(tiny_config):
   config = tiny_config()
   task = tasks.register_pretraining_task(config.data)

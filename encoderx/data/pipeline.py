@@ -134,11 +134,12 @@ class BatchIterator:
     self._maybe_prepare_next_epoch()
     return batch
 
-  def close(self):
-    # Work still running (opening the next epoch, releasing the last) is no longer needed:
-    # it finishes in the background instead of holding up the caller (15 s at the end of
-    # the main job when it waited).
-    self._executor.shutdown(wait=False, cancel_futures=True)
+  def close(self, wait: bool = False):
+    """Stops the background work. Work already running (opening the next epoch,
+    releasing the last) is no longer needed and by default finishes in the background
+    instead of holding up the caller (15 s at the end of the main job when it waited);
+    `wait=True` returns once it is done, e.g. before timing something else."""
+    self._executor.shutdown(wait=wait, cancel_futures=True)
 
 
 def take_batches(task: seqio.Task, split: str, seq_length: int, batch_size: int,
