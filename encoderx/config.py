@@ -7,11 +7,14 @@ before anything is built or compiled.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import glob
 import os
 
 import ml_collections
+
+from encoderx.models import attention, common
 
 # Names that resolve to files shipped inside the package (see encoderx/data/resources).
 BUNDLED_CORPUS = "bundled:austen"
@@ -19,8 +22,6 @@ BUNDLED_WORDPIECE_VOCAB = "bundled:austen-wordpiece"
 BUNDLED_BPE_VOCAB = "bundled:austen-bpe"
 BUNDLED_SENTENCEPIECE_VOCAB = "bundled:austen-sentencepiece"
 
-ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu")
-LAYER_SHARING = ("none", "all", "ffn", "attention")
 EXAMPLE_BUILDERS = ("sentence_pairs", "full_sentences", "doc_sentences")
 # Vocabulary kinds -> the module whose command line trains one (named in errors).
 VOCAB_KINDS = {"wordpiece": "encoderx.data.vocabulary",
@@ -32,7 +33,6 @@ MASKING_UNITS = ("token", "word", "ngram", "span")
 # Units of whole words: each masked unit has boundary tokens, which SBO predicts from.
 WHOLE_WORD_UNITS = ("word", "ngram", "span")
 OPTIMIZERS = ("adamw", "lamb")
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 class ConfigError(ValueError):
@@ -43,29 +43,9 @@ def default_config() -> ml_collections.ConfigDict:
   """Every field encoderx reads, with BERT-base defaults; locked against new fields."""
   config = ml_collections.ConfigDict()
 
-  config.model = ml_collections.ConfigDict(dict(
-      vocab_size=0,  # 0: the vocabulary's size.
-      hidden_size=768,
-      num_layers=12,
-      num_heads=12,
-      intermediate_size=3072,
-      embedding_size=0,  # 0: hidden_size; smaller factorizes the embedding (ALBERT).
-      hidden_act="gelu",
-      max_position_embeddings=512,
-      # Added to every position id: RoBERTa's positions start after its padding id,
-      # at 2, so its table has max length + 2 rows (514 for 512).
-      position_offset=0,
-      type_vocab_size=2,
-      hidden_dropout=0.1,
-      attention_dropout=0.1,
-      layer_norm_eps=1e-12,
-      initializer_range=0.02,
-      layer_sharing="none",
-      scan_layers=False,
-      remat=False,
-      dtype="float32",  # compute dtype; bfloat16 on TPU.
-      param_dtype="float32",
-  ))
+  # The model's fields are defined, defaulted and documented in one place:
+  # encoderx/models/common.py's ModelConfig.
+  config.model = ml_collections.ConfigDict(dataclasses.asdict(common.ModelConfig()))
 
   config.data = ml_collections.ConfigDict(dict(
       # Comma-separated file globs, or BUNDLED_CORPUS. Ignored when tfds_name is set.
@@ -248,10 +228,13 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
           "must be >= 0 (0 means the default).")
   if model.position_offset < 0:
     _fail("model.position_offset", f"must be >= 0, got {model.position_offset}.")
-  _check_choice("model.hidden_act", model.hidden_act, ACTIVATIONS)
-  _check_choice("model.layer_sharing", model.layer_sharing, LAYER_SHARING)
-  _check_choice("model.dtype", model.dtype, DTYPES)
-  _check_choice("model.param_dtype", model.param_dtype, DTYPES)
+  _check_choice("model.hidden_act", model.hidden_act, tuple(common.ACTIVATIONS))
+  _check_choice("model.attention", model.attention, tuple(attention.VARIANTS))
+  _check_choice("model.position_embedding", model.position_embedding,
+                common.POSITION_EMBEDDINGS)
+  _check_choice("model.layer_sharing", model.layer_sharing, common.LAYER_SHARING)
+  _check_choice("model.dtype", model.dtype, common.DTYPES)
+  _check_choice("model.param_dtype", model.param_dtype, common.DTYPES)
   if model.scan_layers and model.layer_sharing != "none":
     _fail("model.scan_layers", "scans distinct layers; it cannot be combined with "
           f"model.layer_sharing={model.layer_sharing!r}.")

@@ -1,18 +1,60 @@
-"""Multi-head self-attention with per-head kernels and logical axes.
+"""Attention variants of the encoder layer, by name, and what every layer is given.
+
+An encoder layer receives the hidden states and one `LayerContext`, built once per
+forward pass: the attention mask (padding and packed sequences), positions, segment
+information and whatever an attention variant computes once for all layers (`relative`:
+relative-position embeddings, for instance). `model.attention` picks the variant from
+VARIANTS; a variant is its attention module plus, optionally, the module that computes
+its part of the context (owned by the encoder stack, so its parameters are shared by all
+layers). Adding an attention (DeBERTa's disentangled, XLNet's two-stream relative) is a
+`register()` call, not a copy of the stack.
 
 Kernels are created in their final shape ([hidden, heads, head_dim] for q/k/v,
 [heads, head_dim, hidden] for the output). Flax's MultiHeadDotProductAttention creates
 them flat and reshapes, which breaks under logical axis rules (the flat kernel gets the
 3-D kernel's sharding constraint when `param()` re-checks shapes inside `apply`).
-The attention itself is Flax's `dot_product_attention` (fp32 softmax, dropout).
 """
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from encoderx.models import common
+
+# Logical shape of per-head activations: [batch, length, heads, head_dim].
+HEADS_AXES = ("activation_batch", "activation_length", "activation_heads", "activation_kv")
+
+
+@flax.struct.dataclass
+class LayerContext:
+  """What every encoder layer is given besides the hidden states."""
+  mask: jax.Array  # [batch, 1, query, key] bool: which keys each query may attend to
+  positions: jax.Array  # [batch, length] position of each token in its own sequence
+  segment_ids: jax.Array  # [batch, length] packed sequence (1, 2, ...); 0 is padding
+  token_type_ids: jax.Array  # [batch, length] segment A (0) / B (1)
+  relative: Any = None  # computed once for all layers by the variant's context module
+
+
+def padding_and_packing_mask(segment_ids: jax.Array) -> jax.Array:
+  """Attention mask [batch, 1, length, length] from segment ids [batch, length].
+
+  Tokens attend to tokens of their own segment (one document of a packed row); id 0 is
+  padding and is never attended to.
+  """
+  same_segment = segment_ids[:, :, None] == segment_ids[:, None, :]
+  return (same_segment & (segment_ids[:, None, :] > 0))[:, None, :, :]
+
+
+def layer_context(batch: dict) -> LayerContext:
+  """The context of a model input batch (see encoderx/models/pretraining.py)."""
+  return LayerContext(mask=padding_and_packing_mask(batch["segment_ids"]),
+                      positions=batch["positions"], segment_ids=batch["segment_ids"],
+                      token_type_ids=batch["token_type_ids"])
 
 
 class Projection(nn.Module):
@@ -35,32 +77,63 @@ class Projection(nn.Module):
     return jnp.einsum(self.spec, x, kernel) + bias
 
 
+def heads_projection(config: common.ModelConfig, name: str) -> Projection:
+  """[batch, length, hidden] -> [batch, length, heads, head_dim] (query, key, value)."""
+  hidden, heads, head_dim = config.hidden_size, config.num_heads, config.head_dim
+  return Projection(config, "blh,hnd->blnd", (hidden, heads, head_dim),
+                    ("embed", "heads", "kv"), (heads, head_dim), ("heads", "kv"), name=name)
+
+
+def output_projection(config: common.ModelConfig, name: str = "out") -> Projection:
+  """[batch, length, heads, head_dim] -> [batch, length, hidden]."""
+  hidden, heads, head_dim = config.hidden_size, config.num_heads, config.head_dim
+  return Projection(config, "blnd,ndh->blh", (heads, head_dim, hidden),
+                    ("heads", "kv", "embed"), (hidden,), ("embed",), name=name)
+
+
 class SelfAttention(nn.Module):
-  """[batch, length, hidden] -> [batch, length, hidden]; `mask` [batch, 1, q, k]."""
+  """BERT's multi-head self-attention: [batch, length, hidden] -> same.
+
+  The attention itself is Flax's `dot_product_attention` (fp32 softmax, dropout).
+  """
   config: common.ModelConfig
 
   @nn.compact
-  def __call__(self, x: jax.Array, mask: jax.Array, deterministic: bool) -> jax.Array:
+  def __call__(self, x: jax.Array, context: LayerContext, deterministic: bool) -> jax.Array:
     config = self.config
-    hidden, heads, head_dim = config.hidden_size, config.num_heads, config.head_dim
-
-    def heads_projection(name):
-      projection = Projection(config, "blh,hnd->blnd", (hidden, heads, head_dim),
-                              ("embed", "heads", "kv"), (heads, head_dim), ("heads", "kv"),
-                              name=name)
-      return nn.with_logical_constraint(
-          projection(x), ("activation_batch", "activation_length", "activation_heads",
-                          "activation_kv"))
-
-    query, key, value = (heads_projection(n) for n in ("query", "key", "value"))
+    query, key, value = (nn.with_logical_constraint(heads_projection(config, n)(x),
+                                                    HEADS_AXES)
+                         for n in ("query", "key", "value"))
     dropout_rng = None
     if not deterministic and config.attention_dropout > 0:
       dropout_rng = self.make_rng("dropout")
-    context = nn.dot_product_attention(
-        query, key, value, mask=mask, dropout_rng=dropout_rng,
+    attended = nn.dot_product_attention(
+        query, key, value, mask=context.mask, dropout_rng=dropout_rng,
         dropout_rate=config.attention_dropout, broadcast_dropout=False,
         deterministic=deterministic, dtype=config.compute_dtype,
         force_fp32_for_softmax=True)
-    output = Projection(config, "blnd,ndh->blh", (heads, head_dim, hidden),
-                        ("heads", "kv", "embed"), (hidden,), ("embed",), name="out")
-    return output(context)
+    return output_projection(config)(attended)
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """An attention variant.
+
+  attention: a module class built as `attention(config, name=...)` and called as
+    `(hidden [batch, length, hidden], LayerContext, deterministic) -> [batch, length,
+    hidden]`.
+  context: None, or a module class built as `context(config, name='relative')` by the
+    encoder stack and called once per forward pass as `(LayerContext, deterministic) ->
+    value`; layers then see that value as `context.relative`.
+  """
+  attention: type[nn.Module]
+  context: type[nn.Module] | None = None
+
+
+VARIANTS: dict[str, Variant] = {"standard": Variant(SelfAttention)}
+
+
+def register(name: str, variant: Variant) -> Variant:
+  """Makes `variant` available as `model.attention=name`."""
+  VARIANTS[name] = variant
+  return variant

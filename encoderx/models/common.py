@@ -1,5 +1,8 @@
 """What every model module shares: the model config, initializers, dtypes, activations.
 
+`ModelConfig` is the one definition of the model's fields: `config.model` in the config
+schema (encoderx/config.py) is made from it, so a field is named and defaulted here only.
+
 Parameters carry logical axis names (see encoderx/sharding.py for the table that maps
 them to mesh axes); activations are constrained with the `activation_*` names.
 """
@@ -21,30 +24,40 @@ ACTIVATIONS = {
     "relu": jax.nn.relu,
     "silu": jax.nn.silu,
 }
+LAYER_SHARING = ("none", "all", "ffn", "attention")
+POSITION_EMBEDDINGS = ("absolute", "none")
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  """`config.model` as a frozen (hashable) dataclass, with the vocabulary size resolved."""
-  vocab_size: int
-  hidden_size: int
-  num_layers: int
-  num_heads: int
-  intermediate_size: int
-  embedding_size: int
-  hidden_act: str
-  max_position_embeddings: int
-  type_vocab_size: int
-  hidden_dropout: float
-  attention_dropout: float
-  layer_norm_eps: float
-  initializer_range: float
-  layer_sharing: str
-  scan_layers: bool
-  remat: bool
-  dtype: str
-  param_dtype: str
-  position_offset: int = 0  # added to position ids (RoBERTa: 2)
+  """The encoder's fields (BERT-base defaults); frozen, so hashable as a module field."""
+  vocab_size: int = 0  # 0: the vocabulary's size.
+  hidden_size: int = 768
+  num_layers: int = 12
+  num_heads: int = 12
+  intermediate_size: int = 3072
+  embedding_size: int = 0  # 0: hidden_size; smaller factorizes the embedding (ALBERT).
+  hidden_act: str = "gelu"
+  # The attention variant, by name (encoderx/models/attention.py: VARIANTS).
+  attention: str = "standard"
+  # "absolute": a learned table of max_position_embeddings rows (BERT); "none": no
+  # position embedding in the input (variants with relative positions).
+  position_embedding: str = "absolute"
+  max_position_embeddings: int = 512
+  # Added to every position id: RoBERTa's positions start after its padding id, at 2,
+  # so its table has max length + 2 rows (514 for 512).
+  position_offset: int = 0
+  type_vocab_size: int = 2
+  hidden_dropout: float = 0.1
+  attention_dropout: float = 0.1
+  layer_norm_eps: float = 1e-12
+  initializer_range: float = 0.02
+  layer_sharing: str = "none"  # "all" (ALBERT), "ffn", "attention" or "none".
+  scan_layers: bool = False
+  remat: bool = False
+  dtype: str = "float32"  # compute dtype; bfloat16 on TPU.
+  param_dtype: str = "float32"
 
   @classmethod
   def from_config(cls, model_config, vocab_size: int | None = None) -> "ModelConfig":

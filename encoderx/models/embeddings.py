@@ -1,4 +1,4 @@
-"""Token + learned absolute position + segment (token type) embeddings."""
+"""Token + learned absolute position (optional) + segment (token type) embeddings."""
 from __future__ import annotations
 
 import flax.linen as nn
@@ -14,7 +14,8 @@ class Embeddings(nn.Module):
   Row `positions + position_offset` of the position table embeds a position (RoBERTa's
   rows 0 and 1 are unused: its positions start after its padding id).
 
-  The tables have width `embedding_size`; when that is smaller than `hidden_size`
+  `position_embedding='none'` leaves the position table out (attention variants with
+  relative positions). The tables have width `embedding_size`; when that is smaller than `hidden_size`
   (ALBERT's factorization, V x E + E x H) a projection maps E to H after LayerNorm.
   """
   config: common.ModelConfig
@@ -26,8 +27,9 @@ class Embeddings(nn.Module):
         param_dtype=config.weights_dtype,
         embedding_init=common.initializer(config, axes), name=name)
     self.word_embeddings = embed(config.vocab_size, ("vocab", "embed"), "word_embeddings")
-    self.position_embeddings = embed(config.max_position_embeddings,
-                                     ("positions", "embed"), "position_embeddings")
+    if config.position_embedding == "absolute":
+      self.position_embeddings = embed(config.max_position_embeddings,
+                                       ("positions", "embed"), "position_embeddings")
     if config.type_vocab_size:
       self.token_type_embeddings = embed(config.type_vocab_size, (None, "embed"),
                                          "token_type_embeddings")
@@ -39,8 +41,9 @@ class Embeddings(nn.Module):
 
   def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
                positions: jax.Array, deterministic: bool) -> jax.Array:
-    x = (self.word_embeddings(input_ids)
-         + self.position_embeddings(positions + self.config.position_offset))
+    x = self.word_embeddings(input_ids)
+    if self.config.position_embedding == "absolute":
+      x = x + self.position_embeddings(positions + self.config.position_offset)
     if self.config.type_vocab_size:
       x = x + self.token_type_embeddings(token_type_ids)
     x = self.dropout(self.layer_norm(x), deterministic=deterministic)
@@ -52,12 +55,3 @@ class Embeddings(nn.Module):
     """Scores against every token embedding (the tied output layer): [..., E] -> [..., V]."""
     return self.word_embeddings.attend(x.astype(self.config.compute_dtype))
 
-
-def padding_and_packing_mask(segment_ids: jax.Array) -> jax.Array:
-  """Attention mask [batch, 1, length, length] from segment ids [batch, length].
-
-  Tokens attend to tokens of their own segment (one document of a packed row); id 0 is
-  padding and is never attended to.
-  """
-  same_segment = segment_ids[:, :, None] == segment_ids[:, None, :]
-  return (same_segment & (segment_ids[:, None, :] > 0))[:, None, :, :]

@@ -1,5 +1,7 @@
 """The post-LayerNorm Transformer encoder stack of BERT, with its options.
 
+- `attention`: the attention variant of every layer (encoderx/models/attention.py); a
+  variant with a context module gets it built here, once, shared by all layers.
 - `layer_sharing`: 'none'; 'all' (one layer applied num_layers times, ALBERT);
   'attention' or 'ffn' (that sublayer's parameters shared by every layer).
 - `scan_layers`: distinct layers as one `nn.scan` (parameters stacked on a leading
@@ -15,13 +17,15 @@ from encoderx.models import attention, common
 
 
 class AttentionBlock(nn.Module):
-  """Multi-head self-attention + dropout + residual + LayerNorm."""
+  """The variant's attention + dropout + residual + LayerNorm."""
   config: common.ModelConfig
 
   @nn.compact
-  def __call__(self, x: jax.Array, mask: jax.Array, deterministic: bool) -> jax.Array:
+  def __call__(self, x: jax.Array, context: attention.LayerContext,
+               deterministic: bool) -> jax.Array:
     config = self.config
-    y = attention.SelfAttention(config, name="self_attention")(x, mask, deterministic)
+    variant = attention.VARIANTS[config.attention]
+    y = variant.attention(config, name="self_attention")(x, context, deterministic)
     y = nn.Dropout(config.hidden_dropout)(y, deterministic=deterministic)
     return common.layer_norm(config, "layer_norm")(x + y)
 
@@ -52,8 +56,9 @@ class EncoderLayer(nn.Module):
     self.attention = self.shared_attention or AttentionBlock(self.config)
     self.ffn = self.shared_ffn or FeedForwardBlock(self.config)
 
-  def __call__(self, x: jax.Array, mask: jax.Array, deterministic: bool) -> jax.Array:
-    x = self.attention(x, mask, deterministic)
+  def __call__(self, x: jax.Array, context: attention.LayerContext,
+               deterministic: bool) -> jax.Array:
+    x = self.attention(x, context, deterministic)
     return common.constrain_hidden(self.ffn(x, deterministic))
 
 
@@ -62,11 +67,11 @@ class _ScannedLayer(nn.Module):
   config: common.ModelConfig
 
   @nn.compact
-  def __call__(self, x, mask, deterministic):
+  def __call__(self, x, context, deterministic):
     layer = EncoderLayer
     if self.config.remat:
       layer = nn.remat(layer, static_argnums=(3,), prevent_cse=False)
-    return layer(self.config, name="layer")(x, mask, deterministic), None
+    return layer(self.config, name="layer")(x, context, deterministic), None
 
 
 class Encoder(nn.Module):
@@ -75,6 +80,9 @@ class Encoder(nn.Module):
 
   def setup(self):
     config = self.config
+    context_module = attention.VARIANTS[config.attention].context
+    if context_module is not None:
+      self.relative = context_module(config)
     if config.scan_layers:
       self.layers = nn.scan(
           _ScannedLayer, variable_axes={"params": 0},
@@ -82,7 +90,7 @@ class Encoder(nn.Module):
           in_axes=(nn.broadcast, nn.broadcast), length=config.num_layers,
           metadata_params={nn.PARTITION_NAME: "layers"})(config)
       return
-    # static_argnums counts self: (self, x, mask, deterministic).
+    # static_argnums counts self: (self, x, context, deterministic).
     layer = nn.remat(EncoderLayer, static_argnums=(3,)) if config.remat else EncoderLayer
     if config.layer_sharing == "all":
       self.layers = [layer(config, name="shared_layer")] * config.num_layers
@@ -97,10 +105,13 @@ class Encoder(nn.Module):
     self.layers = [layer(config, **shared, name=f"layer_{i}")
                    for i in range(config.num_layers)]
 
-  def __call__(self, x: jax.Array, mask: jax.Array, deterministic: bool) -> jax.Array:
+  def __call__(self, x: jax.Array, context: attention.LayerContext,
+               deterministic: bool) -> jax.Array:
+    if attention.VARIANTS[self.config.attention].context is not None:
+      context = context.replace(relative=self.relative(context, deterministic))
     if self.config.scan_layers:
-      x, _ = self.layers(x, mask, deterministic)
+      x, _ = self.layers(x, context, deterministic)
       return x
     for layer in self.layers:
-      x = layer(x, mask, deterministic)
+      x = layer(x, context, deterministic)
     return x

@@ -13,7 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from encoderx.models import common, embeddings, encoder, heads
+from encoderx.models import attention, common, embeddings, encoder, heads
 
 
 class EncoderModel(nn.Module):
@@ -30,8 +30,7 @@ class EncoderModel(nn.Module):
   def __call__(self, batch: dict, deterministic: bool = True) -> dict:
     x = self.embeddings(batch["input_ids"], batch["token_type_ids"], batch["positions"],
                         deterministic)
-    mask = embeddings.padding_and_packing_mask(batch["segment_ids"])
-    hidden = self.encoder(x, mask, deterministic)
+    hidden = self.encoder(x, attention.layer_context(batch), deterministic)
     outputs = {"hidden": hidden}
     if self.with_pooler:
       outputs["pooled"] = self.pooler(hidden)
