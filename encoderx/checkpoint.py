@@ -1,4 +1,5 @@
-"""orbax checkpoints of a run: train state, data position and what model it is.
+"""orbax checkpoints of a run: train state, data position and what model it is; and the
+parameters of its best evaluation.
 
 Each checkpoint step holds three items:
   state  params, optimizer state, step and RNG key (sharded arrays)
@@ -11,6 +12,8 @@ directory that holds another run's checkpoints unless asked to resume it, and ne
 resumes a checkpoint of a different model.
 """
 from __future__ import annotations
+
+import os
 
 import orbax.checkpoint as ocp
 
@@ -81,3 +84,69 @@ class Checkpoints:
   def close(self) -> None:
     self.manager.wait_until_finished()
     self.manager.close()
+
+
+class BestCheckpoint:
+  """The parameters (and method state) of the run's best evaluation by one metric, in
+  their own directory (`best/`), one checkpoint kept."""
+
+  def __init__(self, directory: str, metric: str, mode: str = "max"):
+    self.metric = metric
+    self.manager = ocp.CheckpointManager(
+        directory,
+        options=ocp.CheckpointManagerOptions(
+            max_to_keep=1, best_fn=lambda metrics: metrics[metric], best_mode=mode,
+            create=True, enable_async_checkpointing=False),
+        item_names=("weights", "metrics"))
+
+  def save(self, step: int, state, metrics: dict) -> None:
+    if self.metric not in metrics:
+      raise CheckpointError(
+          f"config field 'eval.best_metric': the evaluation has no metric "
+          f"'{self.metric}'; it reports {', '.join(sorted(metrics))}.")
+    if step in self.manager.all_steps():
+      return
+    weights = {"params": state.params, "method_state": state.method_state}
+    self.manager.save(step, args=ocp.args.Composite(
+        weights=ocp.args.StandardSave(weights), metrics=ocp.args.JsonSave(metrics)),
+        metrics=metrics)
+
+  def best_step(self) -> int | None:
+    return self.manager.best_step()
+
+  def restore(self, step: int, abstract_state) -> tuple[object, object, dict]:
+    """(params, method state, metrics) of `step`."""
+    abstract = {"params": abstract_state.params, "method_state": abstract_state.method_state}
+    restored = self.manager.restore(step, args=ocp.args.Composite(
+        weights=ocp.args.StandardRestore(abstract), metrics=ocp.args.JsonRestore()))
+    weights = restored["weights"]
+    return weights["params"], weights["method_state"], restored["metrics"]
+
+  def close(self) -> None:
+    self.manager.wait_until_finished()
+    self.manager.close()
+
+
+def restore_for_inference(workdir: str, description: dict, abstract_state,
+                          best_metric: str = "", best_mode: str = "max"):
+  """(params, method state) of a run for predictions: its best checkpoint by
+  `best_metric` (best/) if it kept one, else its latest; the model must be the one
+  `description` describes."""
+  checkpoints = Checkpoints(os.path.join(workdir, "checkpoints"))
+  try:
+    latest = checkpoints.check_can_start(description, resume=True)
+    if best_metric and os.path.isdir(os.path.join(workdir, "best")):
+      best = BestCheckpoint(os.path.join(workdir, "best"), best_metric, best_mode)
+      try:
+        if best.best_step() is not None:
+          params, method_state, _ = best.restore(best.best_step(), abstract_state)
+          return params, method_state
+      finally:
+        best.close()
+    if latest is None:
+      raise CheckpointError(f"{workdir} holds no checkpoint to predict with; train first "
+                            "(the same command without --predict).")
+    state, _ = checkpoints.restore(latest, abstract_state)
+    return state.params, state.method_state
+  finally:
+    checkpoints.close()

@@ -14,6 +14,7 @@ import os
 
 import ml_collections
 
+from encoderx import objectives, optim
 from encoderx.models import attention, common
 
 # Names that resolve to files shipped inside the package (see encoderx/data/resources).
@@ -22,17 +23,10 @@ BUNDLED_WORDPIECE_VOCAB = "bundled:austen-wordpiece"
 BUNDLED_BPE_VOCAB = "bundled:austen-bpe"
 BUNDLED_SENTENCEPIECE_VOCAB = "bundled:austen-sentencepiece"
 
-EXAMPLE_BUILDERS = ("sentence_pairs", "full_sentences", "doc_sentences")
 # Vocabulary kinds -> the module whose command line trains one (named in errors).
 VOCAB_KINDS = {"wordpiece": "encoderx.data.vocabulary",
                "byte_bpe": "encoderx.data.bpe_vocabulary",
                "sentencepiece": "encoderx.data.sentencepiece_vocabulary"}
-OBJECTIVES = ("mlm", "nsp", "sop", "sbo")
-SENTENCE_OBJECTIVES = ("nsp", "sop")
-MASKING_UNITS = ("token", "word", "ngram", "span")
-# Units of whole words: each masked unit has boundary tokens, which SBO predicts from.
-WHOLE_WORD_UNITS = ("word", "ngram", "span")
-OPTIMIZERS = ("adamw", "lamb")
 
 
 class ConfigError(ValueError):
@@ -42,6 +36,15 @@ class ConfigError(ValueError):
 def default_config() -> ml_collections.ConfigDict:
   """Every field encoderx reads, with BERT-base defaults; locked against new fields."""
   config = ml_collections.ConfigDict()
+
+  # The training method (encoderx/method.py: REGISTRY): "pretrain" (MLM with optional
+  # NSP / SOP / SBO terms) or "classify" (sequence classification fine-tuning).
+  config.method = "pretrain"
+  # Parameters to start from (fresh init when empty): a work directory or checkpoint
+  # directory of another run, or "hf:<Hugging Face model directory>". The encoder's
+  # fields (config.model but dropout, dtypes, scan and remat) and the vocabulary
+  # (config.data.vocab) are taken from it. Same as the --init_from flag.
+  config.init_from = ""
 
   # The model's fields are defined, defaulted and documented in one place:
   # encoderx/models/common.py's ModelConfig.
@@ -82,13 +85,18 @@ def default_config() -> ml_collections.ConfigDict:
       )),
   ))
 
+  # Pretraining objectives (method "pretrain").
   config.objective = ml_collections.ConfigDict(dict(
       names=("mlm", "nsp"),
+      # The loss is the sum over `names` of weight x that objective's mean loss.
+      weights=ml_collections.ConfigDict({name: 1.0 for name in objectives.NAMES}),
       mlm=ml_collections.ConfigDict(dict(
           rate=0.15,
           mask_token_prob=0.8,
           random_token_prob=0.1,
           max_predictions=20,
+          # The cap in the long-sequence phase (train.long_fraction; BERT: 80 at 512).
+          long_max_predictions=80,
           # What is masked: "token" (BERT), "word" (whole-word masking, BERT-wwm),
           # "ngram" (n whole words, p(n) ~ 1/n, n <= max_ngram: ALBERT) or "span"
           # (SpanBERT: n whole words, n ~ Geometric(span_geometric_p) on
@@ -120,13 +128,33 @@ def default_config() -> ml_collections.ConfigDict:
       # Final fraction of the steps run at long_seq_length (BERT: 0.1 at 512).
       long_fraction=0.0,
       long_seq_length=512,
-      long_max_predictions=80,
+  ))
+
+  # Fine-tuning on labelled examples (method "classify").
+  config.finetune = ml_collections.ConfigDict(dict(
+      # TSV, CSV or JSON-lines files (by extension, or `format`), one example a row,
+      # with a header naming the columns (TSV/CSV) or keys (JSONL).
+      train_file="",
+      dev_file="",
+      format="",  # "", "tsv", "csv" or "jsonl"; "": from the file's extension.
+      text_column="text",
+      text_pair_column="",  # set for sentence-pair tasks: [CLS] text [SEP] pair [SEP].
+      label_column="label",
+      labels=(),  # label names in order (ids 0, 1, ...); (): the training file's, sorted.
+      # The sentence representation fed to the classifier: "pooler" (BERT's tanh dense
+      # on the first token) or "first_token" (the encoder's output at the first token).
+      pooling="pooler",
+      classifier_dropout=0.1,
   ))
 
   config.eval = ml_collections.ConfigDict(dict(
-      batches=20,
+      batches=20,  # held-out batches per evaluation; 0: the whole split.
       batch_size=64,
       every_steps=0,  # 0: only at the end of the run.
+      # A metric of the evaluation (e.g. "accuracy") to keep the best checkpoint by, in
+      # best/ of the work directory; "": no best checkpoint.
+      best_metric="",
+      best_mode="max",  # or "min".
   ))
 
   config.checkpoint = ml_collections.ConfigDict(dict(
@@ -170,154 +198,117 @@ def unknown_field(path: str) -> str | None:
   return None
 
 
-def _fail(field: str, problem: str, fix: str = ""):
+def fail(field: str, problem: str, fix: str = ""):
   """Raises ConfigError naming the config field (or, for '--name', the flag)."""
   what = f"flag {field}" if field.startswith("--") else f"config field '{field}'"
   raise ConfigError(f"{what}: {problem}" + (f" {fix}" if fix else ""))
 
 
-def _check_choice(field, value, choices):
+def check_choice(field, value, choices):
   if value not in choices:
-    _fail(field, f"{value!r} is not one of {', '.join(map(repr, choices))}.")
+    fail(field, f"{value!r} is not one of {', '.join(map(repr, choices))}.")
 
 
-def _check_positive(config, *fields):
+def check_positive(config, *fields):
   for field in fields:
     group, name = field.split(".", 1)
     value = config[group]
     for part in name.split("."):
       value = value[part]
     if value <= 0:
-      _fail(field, f"must be positive, got {value}.")
+      fail(field, f"must be positive, got {value}.")
 
 
 def resolve_file_patterns(patterns: str, field: str = "data.files") -> list[str]:
   """Expands comma-separated globs to sorted files; a clear error if any matches none."""
   if not patterns.strip():
-    _fail(field, "is empty.", "Give comma-separated paths or globs of text files.")
+    fail(field, "is empty.", "Give comma-separated paths or globs of text files.")
   files = []
   for pattern in (p.strip() for p in patterns.split(",") if p.strip()):
     matched = sorted(glob.glob(os.path.expanduser(pattern)))
     matched = [m for m in matched if os.path.isfile(m)]
     if not matched:
-      _fail(field, f"'{pattern}' matches no file.",
+      fail(field, f"'{pattern}' matches no file.",
             "Check the path (it is resolved from the current directory).")
     files.extend(matched)
   return files
 
 
 def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Checks every field a run depends on; raises ConfigError naming the first bad one."""
+  """Checks every field a run depends on; raises ConfigError naming the first bad one.
+
+  The fields every run reads are checked here; the method's own (config.objective for
+  pretraining, config.finetune for fine-tuning) by the method's `validate`.
+  """
+  from encoderx import method as method_lib  # pylint: disable=g-import-not-at-top
   problems = list(_unknown_fields(config, default_config()))
   if problems:
     raise ConfigError("; ".join(problems))
+  check_choice("method", config.method, tuple(method_lib.REGISTRY))
 
   model, data, train = config.model, config.data, config.train
-  _check_positive(config, "model.hidden_size", "model.num_layers", "model.num_heads",
+  check_positive(config, "model.hidden_size", "model.num_layers", "model.num_heads",
                   "model.intermediate_size", "model.max_position_embeddings",
                   "data.seq_length", "train.steps", "train.batch_size",
                   "train.grad_accum_steps", "train.log_every", "eval.batch_size",
-                  "checkpoint.every_steps", "checkpoint.keep",
-                  "objective.mlm.max_predictions", "objective.mlm.max_ngram",
-                  "objective.mlm.max_span_words")
+                  "checkpoint.every_steps", "checkpoint.keep")
   if model.hidden_size % model.num_heads:
-    _fail("model.hidden_size", f"{model.hidden_size} is not divisible by "
+    fail("model.hidden_size", f"{model.hidden_size} is not divisible by "
           f"model.num_heads={model.num_heads}.")
   if model.embedding_size < 0 or model.vocab_size < 0:
-    _fail("model.embedding_size" if model.embedding_size < 0 else "model.vocab_size",
+    fail("model.embedding_size" if model.embedding_size < 0 else "model.vocab_size",
           "must be >= 0 (0 means the default).")
   if model.position_offset < 0:
-    _fail("model.position_offset", f"must be >= 0, got {model.position_offset}.")
-  _check_choice("model.hidden_act", model.hidden_act, tuple(common.ACTIVATIONS))
-  _check_choice("model.attention", model.attention, tuple(attention.VARIANTS))
-  _check_choice("model.position_embedding", model.position_embedding,
+    fail("model.position_offset", f"must be >= 0, got {model.position_offset}.")
+  check_choice("model.hidden_act", model.hidden_act, tuple(common.ACTIVATIONS))
+  check_choice("model.attention", model.attention, tuple(attention.VARIANTS))
+  check_choice("model.position_embedding", model.position_embedding,
                 common.POSITION_EMBEDDINGS)
-  _check_choice("model.layer_sharing", model.layer_sharing, common.LAYER_SHARING)
-  _check_choice("model.dtype", model.dtype, common.DTYPES)
-  _check_choice("model.param_dtype", model.param_dtype, common.DTYPES)
+  check_choice("model.layer_sharing", model.layer_sharing, common.LAYER_SHARING)
+  check_choice("model.dtype", model.dtype, common.DTYPES)
+  check_choice("model.param_dtype", model.param_dtype, common.DTYPES)
   if model.scan_layers and model.layer_sharing != "none":
-    _fail("model.scan_layers", "scans distinct layers; it cannot be combined with "
+    fail("model.scan_layers", "scans distinct layers; it cannot be combined with "
           f"model.layer_sharing={model.layer_sharing!r}.")
   for field in ("hidden_dropout", "attention_dropout"):
     if not 0.0 <= model[field] < 1.0:
-      _fail(f"model.{field}", f"must be in [0, 1), got {model[field]}.")
+      fail(f"model.{field}", f"must be in [0, 1), got {model[field]}.")
 
   longest = max(data.seq_length, train.long_seq_length if train.long_fraction else 0)
-  if longest + model.position_offset > model.max_position_embeddings:
+  if (model.position_embedding == "absolute"
+      and longest + model.position_offset > model.max_position_embeddings):
     offset = (f" + model.position_offset={model.position_offset}"
               if model.position_offset else "")
-    _fail("data.seq_length" if longest == data.seq_length else "train.long_seq_length",
+    fail("data.seq_length" if longest == data.seq_length else "train.long_seq_length",
           f"{longest}{offset} exceeds model.max_position_embeddings="
           f"{model.max_position_embeddings}.")
   if data.seq_length < 8:
-    _fail("data.seq_length", f"{data.seq_length} is too short for [CLS] A [SEP] B [SEP].")
+    fail("data.seq_length", f"{data.seq_length} is too short for [CLS] A [SEP] B [SEP].")
   if not 0.0 <= train.long_fraction < 1.0:
-    _fail("train.long_fraction", f"must be in [0, 1), got {train.long_fraction}.")
-
-  _check_choice("data.builder", data.builder, EXAMPLE_BUILDERS)
-  _check_choice("data.invalid_utf8", data.invalid_utf8, ("error", "replace"))
-  _check_choice("data.vocab.kind", data.vocab.kind, VOCAB_KINDS)
-  if not 0.0 <= data.short_seq_prob <= 1.0:
-    _fail("data.short_seq_prob", f"must be in [0, 1], got {data.short_seq_prob}.")
-  if data.eval_every_nth_document < 2:
-    _fail("data.eval_every_nth_document", "must be >= 2 so that most documents train.")
-  if data.tfds_name and ":" not in data.tfds_name:
-    _fail("data.tfds_name", f"{data.tfds_name!r} lacks a version, which seqio requires.",
-          f"Write e.g. '{data.tfds_name}:1.0.0' (tfds.builder(name).version).")
-  if not data.tfds_name and data.files != BUNDLED_CORPUS:
-    resolve_file_patterns(data.files)
+    fail("train.long_fraction", f"must be in [0, 1), got {train.long_fraction}.")
+  check_choice("data.vocab.kind", data.vocab.kind, VOCAB_KINDS)
   if not data.vocab.path.startswith("bundled:") and not os.path.exists(
       os.path.expanduser(data.vocab.path)):
-    _fail("data.vocab.path", f"'{data.vocab.path}' does not exist.",
+    fail("data.vocab.path", f"'{data.vocab.path}' does not exist.",
           f"Train one with `python -m {VOCAB_KINDS[data.vocab.kind]} --help`.")
 
-  names = tuple(config.objective.names)
-  for name in names:
-    _check_choice("objective.names", name, OBJECTIVES)
-  if "mlm" not in names:
-    _fail("objective.names", f"{names} lacks 'mlm'; every pretraining recipe here masks.")
-  sentence = [n for n in names if n in SENTENCE_OBJECTIVES]
-  if len(sentence) > 1:
-    _fail("objective.names", f"has two sentence objectives {sentence}; choose one.")
-  if sentence and data.builder != "sentence_pairs":
-    _fail("data.builder", f"{sentence[0]} needs 'sentence_pairs', got {data.builder!r}.")
-  if not sentence and data.builder == "sentence_pairs":
-    _fail("data.builder", "'sentence_pairs' builds examples for nsp or sop; without "
-          "them use 'full_sentences' or 'doc_sentences'.")
-  if data.builder == "sentence_pairs" and model.type_vocab_size == 1:
-    _fail("model.type_vocab_size", "is 1, but sentence pairs give segment B token type 1.",
-          "Use 2 (or 0: no token type embedding).")
-  mlm = config.objective.mlm
-  _check_choice("objective.mlm.unit", mlm.unit, MASKING_UNITS)
-  if "sbo" in names and mlm.unit not in WHOLE_WORD_UNITS:
-    _fail("objective.mlm.unit", f"sbo predicts masked units from their boundary tokens; "
-          f"it needs one of {', '.join(map(repr, WHOLE_WORD_UNITS))}, got {mlm.unit!r}.",
-          "SpanBERT sets 'span'.")
-  if not 0.0 < mlm.span_geometric_p <= 1.0:
-    _fail("objective.mlm.span_geometric_p", f"must be in (0, 1], got {mlm.span_geometric_p}.")
-  if not 0.0 < mlm.rate < 1.0:
-    _fail("objective.mlm.rate", f"must be in (0, 1), got {mlm.rate}.")
-  if mlm.mask_token_prob < 0 or mlm.random_token_prob < 0 or (
-      mlm.mask_token_prob + mlm.random_token_prob > 1.0):
-    _fail("objective.mlm.mask_token_prob",
-          "and random_token_prob must be >= 0 and sum to at most 1.")
-  if mlm.max_predictions > data.seq_length:
-    _fail("objective.mlm.max_predictions", f"{mlm.max_predictions} exceeds "
-          f"data.seq_length={data.seq_length}.")
-
   if train.batch_size % train.grad_accum_steps:
-    _fail("train.batch_size", f"{train.batch_size} is not divisible by "
+    fail("train.batch_size", f"{train.batch_size} is not divisible by "
           f"train.grad_accum_steps={train.grad_accum_steps}.")
   optimizer = config.optimizer
-  _check_choice("optimizer.name", optimizer.name, OPTIMIZERS)
+  check_choice("optimizer.name", optimizer.name, tuple(optim.OPTIMIZERS))
   if optimizer.learning_rate <= 0:
-    _fail("optimizer.learning_rate", f"must be positive, got {optimizer.learning_rate}.")
+    fail("optimizer.learning_rate", f"must be positive, got {optimizer.learning_rate}.")
   if optimizer.warmup_steps < 0 or optimizer.warmup_steps >= train.steps:
-    _fail("optimizer.warmup_steps", f"{optimizer.warmup_steps} must be >= 0 and below "
+    fail("optimizer.warmup_steps", f"{optimizer.warmup_steps} must be >= 0 and below "
           f"train.steps={train.steps}.")
+  if config.eval.batches < 0:
+    fail("eval.batches", f"must be >= 0 (0: the whole split), got {config.eval.batches}.")
+  check_choice("eval.best_mode", config.eval.best_mode, ("max", "min"))
   for axis in ("data", "fsdp", "tensor"):
     if config.mesh[axis] == 0 or config.mesh[axis] < -1:
-      _fail(f"mesh.{axis}", f"must be a positive size or -1, got {config.mesh[axis]}.")
+      fail(f"mesh.{axis}", f"must be a positive size or -1, got {config.mesh[axis]}.")
   if sum(config.mesh[a] == -1 for a in ("data", "fsdp", "tensor")) > 1:
-    _fail("mesh", "at most one axis may be -1.")
+    fail("mesh", "at most one axis may be -1.")
+  method_lib.method_class(config.method).validate(config)
   return config

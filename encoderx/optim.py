@@ -15,9 +15,12 @@ import flax
 import optax
 
 
-def learning_rate_schedule(optimizer_config, total_steps: int) -> optax.Schedule:
-  """0 -> peak over warmup_steps, then linearly to 0 at total_steps."""
-  peak, warmup = optimizer_config.learning_rate, optimizer_config.warmup_steps
+def learning_rate_schedule(optimizer_config, total_steps: int,
+                           peak: float | None = None) -> optax.Schedule:
+  """0 -> peak (default optimizer.learning_rate) over warmup_steps, then linearly to 0
+  at total_steps."""
+  peak = optimizer_config.learning_rate if peak is None else peak
+  warmup = optimizer_config.warmup_steps
   return optax.join_schedules([
       optax.linear_schedule(0.0, peak, max(warmup, 1)),
       optax.linear_schedule(peak, 0.0, max(total_steps - warmup, 1)),
@@ -45,8 +48,10 @@ def lamb(learning_rate, b1: float, b2: float, eps: float, weight_decay: float,
 OPTIMIZERS = {"adamw": optax.adamw, "lamb": lamb}
 
 
-def build(optimizer_config, total_steps: int) -> optax.GradientTransformation:
-  schedule = learning_rate_schedule(optimizer_config, total_steps)
+def build(optimizer_config, total_steps: int,
+          peak_learning_rate: float | None = None) -> optax.GradientTransformation:
+  """The configured optimizer; `peak_learning_rate` overrides optimizer.learning_rate."""
+  schedule = learning_rate_schedule(optimizer_config, total_steps, peak_learning_rate)
   clip = optimizer_config.clip_norm
   optimizer = OPTIMIZERS[optimizer_config.name]
   return optax.chain(

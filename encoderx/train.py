@@ -1,11 +1,13 @@
-"""The training loop and its command line.
+"""The training loop and its command line, for every training method.
 
     python -m encoderx.train --config=configs/bert_tiny.py --workdir=runs/tiny \
-        [--config.train.steps=200] [--resume]
+        [--config.train.steps=200] [--resume] [--init_from=RUN_DIR | hf:HF_DIR] \
+        [--predict=FILE [--predict_output=FILE]]
 
 Writes to the work directory: config.json, TensorBoard metrics (train/ and eval/ under
-tensorboard/) and orbax checkpoints (checkpoints/). Progress is a bar with step, loss,
-MLM and sentence accuracy and tokens/s; the run ends with a held-out evaluation.
+tensorboard/), orbax checkpoints (checkpoints/) and, when config.eval.best_metric is set,
+the parameters of the best evaluation (best/). Progress is a bar with step, loss, the
+method's accuracies and tokens/s; the run ends with a held-out evaluation.
 
 SIGINT (Ctrl-C) or SIGTERM (preemption) stops the run at the next step boundary after
 saving a checkpoint; `--resume` continues it exactly where it stopped.
@@ -13,9 +15,7 @@ saving a checkpoint; `--resume` continues it exactly where it stopped.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import math
 import os
 import signal
 import sys
@@ -23,7 +23,6 @@ import threading
 import time
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import seqio
@@ -32,15 +31,17 @@ from tqdm.auto import tqdm
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import config as config_lib
 from encoderx import files as files_lib
+from encoderx import initialize
 from encoderx import trainer as trainer_lib
-from encoderx.data import corpus, pipeline, tasks, vocabulary
+from encoderx.data import corpus, labelled, pipeline, vocabulary
 
 logger = logging.getLogger("encoderx")
 
 # Errors that come from what the user gave (config, corpus, vocabulary, work directory):
 # the command line prints their message, not a traceback.
 USER_ERRORS = (config_lib.ConfigError, corpus.CorpusError, vocabulary.VocabularyError,
-               checkpoint_lib.CheckpointError)
+               checkpoint_lib.CheckpointError, initialize.InitError,
+               labelled.LabelledDataError)
 
 
 class _StopRequest:
@@ -84,30 +85,21 @@ def _local_batch_size(global_batch: int) -> int:
   return global_batch // jax.process_count()
 
 
-def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, params,
+def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, state,
              phase: trainer_lib.Phase) -> dict[str, float]:
-  """Mean loss and accuracy per objective over `eval.batches` held-out batches.
-
-  The held-out examples and their masks are the same at every evaluation of a run.
-  """
+  """The method's held-out metrics: over `eval.batches` batches of the validation split
+  (the same examples and masks at every evaluation of a run), or, with eval.batches=0,
+  over every example of it once."""
   config = trainer.config
-  batches = pipeline.BatchIterator(
+  batches = pipeline.evaluation_batches(
       task, "validation", phase.seq_length, _local_batch_size(config.eval.batch_size),
-      seed=config.train.seed, shuffle=False, shard_info=_shard_info())
-  eval_terms = trainer.eval_terms(phase.index)
+      count=config.eval.batches, seed=config.train.seed, shard_info=_shard_info())
+  evaluate_step = trainer.evaluate_step(phase.index)
   key = jax.random.key(config.train.seed + 1)
-  totals = None
-  try:
-    for index in range(config.eval.batches):
-      terms = eval_terms(params, trainer.device_batch(next(batches)),
-                         jax.random.fold_in(key, index))
-      totals = terms if totals is None else jax.tree_util.tree_map(jnp.add, totals, terms)
-  finally:
-    batches.close()
-  metrics = {k: float(v) for k, v in trainer_lib.summarize(totals).items()}
-  if "mlm_loss" in metrics:
-    metrics["mlm_perplexity"] = math.exp(min(metrics["mlm_loss"], 50.0))
-  return metrics
+  outputs = [evaluate_step(state.params, state.method_state, trainer.device_batch(batch),
+                           jax.random.fold_in(key, index))
+             for index, batch in enumerate(batches)]
+  return trainer.methods[phase.index].summarize_evaluation(jax.device_get(outputs))
 
 
 def _write_config(config, workdir: str) -> None:
@@ -142,10 +134,11 @@ class _Meter:
 
 
 def _postfix(metrics: dict) -> dict:
+  """The progress bar's fields: the loss, every accuracy the method reports, tokens/s."""
   shown = {"loss": f"{metrics['loss']:.3f}"}
-  for name in ("mlm", "nsp", "sop", "sbo"):
-    if f"{name}_accuracy" in metrics:
-      shown[f"{name}_acc"] = f"{metrics[f'{name}_accuracy']:.3f}"
+  for name, value in metrics.items():
+    if name.endswith("accuracy"):
+      shown[name.removesuffix("uracy")] = f"{value:.3f}"
   if "tokens_per_second" in metrics:
     shown["tok/s"] = f"{metrics['tokens_per_second']:,.0f}"
   return shown
@@ -154,37 +147,37 @@ def _postfix(metrics: dict) -> dict:
 def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
         stop_at_step: int | None = None, show_progress: bool = True,
         devices=None) -> dict:
-  """Pretrains as `config` says, in `workdir`; returns the train history and eval.
+  """Trains as `config` says (its method, data and schedule), in `workdir`.
 
   `stop_at_step` stops there as a preemption would (checkpoint saved, no evaluation),
   to be continued with `resume=True`. `devices` (default: all) form the mesh.
   Returns {'history': [{'step', 'loss', ...}, ...] (one per log interval),
   'eval': {...held-out metrics...}, 'step': last step, 'stopped': bool,
-  'params': the trained parameters}.
+  'params': the trained parameters, 'method_state': the method's state}.
   """
   from clu import metric_writers  # pylint: disable=g-import-not-at-top
 
+  config = initialize.resolve_config(config)
   trainer = trainer_lib.Trainer(config, devices=devices)
-  sentence_objective = tasks.sentence_objective(config)
-  if not config.data.tfds_name:
-    counts = tasks.check_text_corpus(config.data, sentence_objective)
-    logger.info("corpus: %d training and %d held-out documents",
-                counts["train"], counts["validation"])
-  task = tasks.register_pretraining_task(config.data,
-                                         sentence_objective=sentence_objective)
+  trainer.method.check_data()
+  task = trainer.method.task()
   description = trainer.describe()
 
   os.makedirs(workdir, exist_ok=True)
-  checkpoints = checkpoint_lib.Checkpoints(os.path.join(os.path.abspath(workdir),
-                                                        "checkpoints"),
+  workdir = os.path.abspath(workdir)
+  checkpoints = checkpoint_lib.Checkpoints(os.path.join(workdir, "checkpoints"),
                                            keep=config.checkpoint.keep,
                                            async_save=config.checkpoint.async_save)
+  best = None
+  if config.eval.best_metric:
+    best = checkpoint_lib.BestCheckpoint(os.path.join(workdir, "best"),
+                                         config.eval.best_metric, config.eval.best_mode)
   stop = _StopRequest()
   history, eval_metrics, position = [], {}, {}
   try:
     start_step = checkpoints.check_can_start(description, resume)
     if start_step is None:
-      state = trainer.init_state()
+      state = initialize.initial_state(trainer)
       logger.info("starting a new run in %s", workdir)
     else:
       state, position = checkpoints.restore(start_step,
@@ -196,9 +189,16 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
         os.path.join(workdir, "tensorboard"), just_logging=jax.process_index() > 0,
         asynchronous=True)
 
+    def evaluate_and_log(state, phase, step) -> dict:
+      metrics = evaluate(trainer, task, state, phase)
+      writer.write_scalars(step, {f"eval/{k}": v for k, v in metrics.items()})
+      if best is not None:
+        best.save(step, state, metrics)
+      return metrics
+
     step = int(state.step)
     with stop.installed(), tqdm(total=config.train.steps, initial=step, unit="step",
-                                disable=not show_progress, desc="pretrain",
+                                disable=not show_progress, desc=config.method,
                                 dynamic_ncols=True) as bar:
       for phase in trainer.phases:
         if step >= phase.end:
@@ -227,10 +227,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
               checkpoints.save(step, state, position, description)
             if step == stop_at_step:
               stop.requested = True
-            if config.eval.every_steps and step % config.eval.every_steps == 0:
-              writer.write_scalars(step, {
-                  f"eval/{k}": v for k, v in
-                  evaluate(trainer, task, state.params, phase).items()})
+            if (config.eval.every_steps and step % config.eval.every_steps == 0
+                and step < config.train.steps):
+              evaluate_and_log(state, phase, step)
         finally:
           batches.close()
         if stop.requested:
@@ -239,13 +238,36 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
         checkpoints.save(step, state, position, description)
 
     if not stop.requested:
-      eval_metrics = evaluate(trainer, task, state.params, trainer.phases[-1])
-      writer.write_scalars(step, {f"eval/{k}": v for k, v in eval_metrics.items()})
+      eval_metrics = evaluate_and_log(state, trainer.phases[-1], step)
     writer.flush()
   finally:
     checkpoints.close()
+    if best is not None:
+      best.close()
   return {"history": history, "eval": eval_metrics, "step": step,
-          "stopped": stop.requested, "params": state.params}
+          "stopped": stop.requested, "params": state.params,
+          "method_state": state.method_state}
+
+
+def predict(config: ml_collections.ConfigDict, workdir: str, input_path: str,
+            output_path: str, devices=None) -> int:
+  """Writes the predictions of the run in `workdir` (its best checkpoint, else its
+  latest) for the examples of `input_path` to `output_path`; returns their number."""
+  config = initialize.resolve_config(config)
+  trainer = trainer_lib.Trainer(config, devices=devices)
+  abstract = trainer.abstract_state_with_shardings()
+  workdir = os.path.abspath(workdir)
+  params, method_state = checkpoint_lib.restore_for_inference(
+      workdir, trainer.describe(), abstract, config.eval.best_metric, config.eval.best_mode)
+  predict_step = trainer.predict_step()
+  rows, batches = trainer.method.prediction_batches(
+      input_path, _local_batch_size(config.eval.batch_size))
+  outputs = [jax.device_get(predict_step(params, method_state, trainer.device_batch(b)))
+             for b in batches]
+  predictions = {name: np.concatenate([o[name] for o in outputs])[:len(rows)]
+                 for name in outputs[0]} if outputs else {}
+  trainer.method.write_predictions(rows, predictions, output_path)
+  return len(rows)
 
 
 def _format_eval(metrics: dict) -> str:
@@ -261,8 +283,16 @@ def main(argv) -> None:
   absl_logging.set_verbosity(absl_logging.WARNING)
   logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
   logger.setLevel(logging.INFO)
+  config = flags_.config
+  if flags_.init_from:
+    config.init_from = flags_.init_from
   try:
-    result = run(flags_.config, flags_.workdir, resume=flags_.resume,
+    if flags_.predict:
+      output = flags_.predict_output or os.path.join(flags_.workdir, "predictions.tsv")
+      count = predict(config, flags_.workdir, flags_.predict, output)
+      print(f"wrote {count} predictions to {output}")
+      return
+    result = run(config, flags_.workdir, resume=flags_.resume,
                  stop_at_step=flags_.stop_at_step)
   except USER_ERRORS as error:
     print(f"encoderx: error: {error}", file=sys.stderr)
@@ -306,6 +336,13 @@ def cli() -> None:
   flags.DEFINE_bool("resume", False, "Continue the run whose checkpoints are in --workdir.")
   flags.DEFINE_integer("stop_at_step", None, "Stop (with a checkpoint) after this step; "
                        "continue later with --resume.")
+  flags.DEFINE_string("init_from", "", "Start from the parameters of another run (its work "
+                      "or checkpoint directory) or of a Hugging Face model directory "
+                      "(hf:DIR); sets config.init_from.")
+  flags.DEFINE_string("predict", "", "Instead of training: write the predictions of the "
+                      "run in --workdir for the examples of this file.")
+  flags.DEFINE_string("predict_output", "", "Where --predict writes (default: "
+                      "<workdir>/predictions.tsv).")
   flags.mark_flags_as_required(["config", "workdir"])
   app.run(main, flags_parser=_parse_flags)
 

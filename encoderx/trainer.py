@@ -1,13 +1,15 @@
-"""Everything a pretraining run is made of, built from a config, and its step functions.
+"""Everything a training run is made of, built from a config, and its step functions.
 
-    trainer = Trainer(config)          # validates; builds vocabulary, model, mesh
-    state = trainer.init_state()       # parameters created already sharded
-    step = trainer.train_step(phase)   # one jax.jit: mask -> model -> loss -> AdamW
+    trainer = Trainer(config)          # validates; builds the method, mesh, optimizers
+    state = trainer.init_state()       # parameters (and method state) created sharded
+    step = trainer.train_step(phase)   # one jax.jit: prepare -> loss -> gradients -> update
     state, metrics = step(state, trainer.device_batch(batch))
 
-The train step is a single jitted function with explicit in/out shardings and the state
-donated (pjit semantics). Masking runs inside it, keyed by fold_in(run key, step), so
-the masks of a step do not depend on how many devices run it or on restarts.
+The trainer knows no objective, head or model family: those belong to the training
+method (`config.method`, see encoderx/method.py). The train step is a single jitted
+function with explicit in/out shardings and the state donated (pjit semantics). The
+method's `prepare` (masking) runs inside it, keyed by fold_in(run key, step), so what a
+step computes does not depend on how many devices run it or on restarts.
 """
 from __future__ import annotations
 
@@ -25,18 +27,17 @@ import optax
 from jax.sharding import PartitionSpec
 
 from encoderx import config as config_lib
-from encoderx import objectives as objectives_lib
+from encoderx import method as method_lib
 from encoderx import optim, sharding
-from encoderx.data import tasks
-from encoderx.models import common, pretraining
 
 
 @flax.struct.dataclass
 class TrainState:
-  step: jax.Array  # int32 scalar: optimizer updates done
+  step: jax.Array  # int32 scalar: train steps done
   params: Any
-  opt_state: Any
+  opt_state: Any  # {update name: optimizer state}
   rng: jax.Array  # uint32 key data of the run's base key
+  method_state: Any  # what the method keeps besides parameters ({} for most)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,17 +47,15 @@ class Phase:
   start: int
   end: int
   seq_length: int
-  max_predictions: int
 
 
 def phases(config) -> tuple[Phase, ...]:
   train = config.train
   if not train.long_fraction:
-    return (Phase(0, 0, train.steps, config.data.seq_length,
-                  config.objective.mlm.max_predictions),)
+    return (Phase(0, 0, train.steps, config.data.seq_length),)
   switch = int(round(train.steps * (1.0 - train.long_fraction)))
-  return (Phase(0, 0, switch, config.data.seq_length, config.objective.mlm.max_predictions),
-          Phase(1, switch, train.steps, train.long_seq_length, train.long_max_predictions))
+  return (Phase(0, 0, switch, config.data.seq_length),
+          Phase(1, switch, train.steps, train.long_seq_length))
 
 
 def run_rng(seed: int) -> jax.Array:
@@ -65,18 +64,11 @@ def run_rng(seed: int) -> jax.Array:
 
 
 def step_keys(rng: jax.Array, step) -> tuple[jax.Array, jax.Array]:
-  """(masking key, dropout key) of a step: functions of the run key and step alone."""
+  """(prepare key, loss key) of a step: functions of the run key and step alone."""
   return tuple(jax.random.split(jax.random.fold_in(jax.random.wrap_key_data(rng), step)))
 
 
-def prepare(objectives, batch: dict, key: jax.Array) -> dict:
-  """Applies every objective's `prepare` (masking) with its own key."""
-  for index, objective in enumerate(objectives):
-    batch = objective.prepare(batch, jax.random.fold_in(key, index))
-  return batch
-
-
-def _micro_batches(batch: dict, count: int) -> dict:
+def _split_micro_batches(tree, count: int):
   """[batch, ...] -> [count, batch / count, ...], micro-batch i = rows i, i+count, ...
 
   Strided rows keep every micro-batch spread over all data-parallel devices.
@@ -85,65 +77,72 @@ def _micro_batches(batch: dict, count: int) -> dict:
     x = x.reshape((x.shape[0] // count, count) + x.shape[1:]).swapaxes(0, 1)
     spec = PartitionSpec(None, sharding.BATCH_AXES, *([None] * (x.ndim - 2)))
     return jax.lax.with_sharding_constraint(x, spec)
-  return jax.tree_util.tree_map(split, batch)
+  return jax.tree_util.tree_map(split, tree)
+
+
+def _join_micro_batches(tree):
+  """Inverse of _split_micro_batches: [count, batch / count, ...] -> [batch, ...]."""
+  return jax.tree_util.tree_map(
+      lambda x: x.swapaxes(0, 1).reshape((-1,) + x.shape[2:]), tree)
+
+
+def _select(params: dict, groups: tuple[str, ...] | None) -> tuple[dict, dict]:
+  """(the parameter groups an update trains, the others)."""
+  if groups is None:
+    return params, {}
+  return ({k: v for k, v in params.items() if k in groups},
+          {k: v for k, v in params.items() if k not in groups})
 
 
 class Trainer:
-  """Vocabulary, model, mesh, optimizer and jitted steps of one config."""
+  """Method, mesh, optimizers and jitted steps of one config."""
 
   def __init__(self, config, devices=None):
     self.config = config_lib.validate(config)
-    self.vocabulary = tasks.build_vocabulary(config.data.vocab)
-    self.model_config = common.ModelConfig.from_config(config.model,
-                                                       self.vocabulary.vocab_size)
-    if self.model_config.vocab_size < self.vocabulary.vocab_size:
-      raise config_lib.ConfigError(
-          f"config field 'model.vocab_size': {self.model_config.vocab_size} is smaller "
-          f"than the vocabulary's {self.vocabulary.vocab_size} tokens "
-          f"({config.data.vocab.path}). Set it to 0 to use the vocabulary's size.")
+    self.method = method_lib.build(config)
     self.phases = phases(config)
-    self.objectives = {p.index: objectives_lib.build(config.objective, self.vocabulary,
-                                                     p.max_predictions)
-                       for p in self.phases}
-    self.model = pretraining.PretrainingModel(
-        self.model_config, heads=objectives_lib.model_heads(self.objectives[0]))
-    self.schedule = optim.learning_rate_schedule(config.optimizer, config.train.steps)
-    self.optimizer = optim.build(config.optimizer, config.train.steps)
+    self.methods = {p.index: self.method.for_phase(p) for p in self.phases}
+    self.updates = self.method.updates
+    self.schedules = {u.name: optim.learning_rate_schedule(config.optimizer, config.train.steps,
+                                                           u.learning_rate)
+                      for u in self.updates}
+    self.optimizers = {u.name: optim.build(config.optimizer, config.train.steps,
+                                           u.learning_rate)
+                       for u in self.updates}
     self.mesh = sharding.make_mesh(config.mesh, devices)
     self.state_shardings = self._state_shardings()
 
   # --- state ----------------------------------------------------------------------------
-  def _boxed_params(self, key):
-    batch = pretraining.init_batch(1, 8, max_predictions=2)
-    return self.model.init({"params": key, "dropout": key}, batch)["params"]
-
   def describe(self) -> dict:
-    """What checkpoints must agree on to be resumed or converted by this config.
+    """What checkpoints must agree on to be resumed by this config."""
+    return {"method": self.config.method, **self.method.describe()}
 
-    Model fields at their default value are left out, so that a checkpoint written
-    before a field was added (with a default that keeps the old behaviour) still matches.
-    """
-    model = {field.name: getattr(self.model_config, field.name)
-             for field in dataclasses.fields(self.model_config)
-             if field.default is dataclasses.MISSING
-             or getattr(self.model_config, field.name) != field.default}
-    return {"model": model, "heads": list(self.model.heads)}
+  def _init_key(self) -> jax.Array:
+    return jax.random.fold_in(jax.random.key(self.config.train.seed), 0)
+
+  def _opt_states(self, params):
+    return {u.name: self.optimizers[u.name].init(_select(params, u.groups)[0])
+            for u in self.updates}
 
   def _state_shardings(self) -> TrainState:
-    key = jax.random.key(0)
-    boxed = jax.eval_shape(self._boxed_params, key)
-    param_specs = nn.get_partition_spec(boxed)
-    params = nn.unbox(boxed)
-    opt_state = jax.eval_shape(self.optimizer.init, params)
-    opt_specs = optax.tree_map_params(
-        self.optimizer, lambda _, spec: spec, opt_state, param_specs,
-        transform_non_params=lambda _: PartitionSpec(),
-        is_leaf=lambda x: isinstance(x, PartitionSpec))
+    boxed = jax.eval_shape(self.method.init, self._init_key())
+    param_specs = nn.get_partition_spec(boxed["params"])
+    state_specs = nn.get_partition_spec(boxed.get("state", {}))
+    params = nn.unbox(boxed["params"])
+    opt_state = jax.eval_shape(self._opt_states, params)
+    opt_specs = {
+        u.name: optax.tree_map_params(
+            self.optimizers[u.name], lambda _, spec: spec, opt_state[u.name],
+            _select(param_specs, u.groups)[0],
+            transform_non_params=lambda _: PartitionSpec(),
+            is_leaf=lambda x: isinstance(x, PartitionSpec))
+        for u in self.updates}
     abstract = TrainState(
         step=jax.ShapeDtypeStruct((), jnp.int32), params=params, opt_state=opt_state,
-        rng=jax.ShapeDtypeStruct((2,), jnp.uint32))
+        rng=jax.ShapeDtypeStruct((2,), jnp.uint32),
+        method_state=nn.unbox(boxed.get("state", {})))
     specs = TrainState(step=PartitionSpec(), params=param_specs, opt_state=opt_specs,
-                       rng=PartitionSpec())
+                       rng=PartitionSpec(), method_state=state_specs)
     self.abstract_state = abstract
     return sharding.logical_to_shardings(specs, abstract, self.mesh)
 
@@ -153,16 +152,23 @@ class Trainer:
         lambda leaf, s: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=s),
         self.abstract_state, self.state_shardings)
 
+  def init_params(self):
+    """Freshly initialized parameters, sharded as in the train state."""
+    with self._context():
+      return jax.jit(lambda: nn.unbox(self.method.init(self._init_key())["params"]),
+                     out_shardings=self.state_shardings.params)()
+
   def init_state(self, params=None) -> TrainState:
     """A fresh state created sharded; `params` (e.g. converted weights) replace init."""
     seed = self.config.train.seed
 
     def init(params):
-      key = jax.random.key(seed)
+      variables = self.method.init(self._init_key())
       if params is None:
-        params = nn.unbox(self._boxed_params(jax.random.fold_in(key, 0)))
+        params = nn.unbox(variables["params"])
       return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                        opt_state=self.optimizer.init(params), rng=run_rng(seed))
+                        opt_state=self._opt_states(params), rng=run_rng(seed),
+                        method_state=nn.unbox(variables.get("state", {})))
 
     with self._context():
       if params is None:
@@ -183,79 +189,116 @@ class Trainer:
     return {name: jax.make_array_from_process_local_data(batch_sharding, value)
             for name, value in batch.items()}
 
-  def _loss_and_grads(self, objectives, params, batch, dropout_key):
-    denominators = {o.name: o.denominator(batch) for o in objectives}
+  def _loss_and_grads(self, method, update, params, method_state, batch, key,
+                      denominators, carry):
+    """(loss, LossOutput, gradients of update's groups) over the whole batch, in
+    grad_accum_steps micro-batches whose gradients are added."""
+    trained, frozen = _select(params, update.groups)
 
-    def loss_fn(params, micro_batch, key):
-      outputs = self.model.apply({"params": params}, micro_batch, deterministic=False,
-                                 rngs={"dropout": key})
-      terms = {o.name: o.terms(outputs, micro_batch) for o in objectives}
-      loss = sum(terms[name]["loss_sum"] / denominators[name] for name in terms)
-      return loss, terms
+    def loss_fn(trained, state, micro_batch, key, carry):
+      return method.loss({**frozen, **trained}, state, micro_batch, key, denominators,
+                         update, carry)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     accumulate = self.config.train.grad_accum_steps
     if accumulate == 1:
-      (loss, terms), grads = grad_fn(params, batch, dropout_key)
-      return loss, terms, grads
+      (loss, output), grads = grad_fn(trained, method_state, batch, key, carry)
+      return loss, output, grads
 
-    def add_micro_batch(total, inputs):
-      index, micro_batch = inputs
-      result = grad_fn(params, micro_batch, jax.random.fold_in(dropout_key, index))
-      return jax.tree_util.tree_map(jnp.add, total, result), None
+    # The method state is split with the batch when it holds a row per example, else
+    # threaded through the micro-batches; a carry comes stacked by micro-batch.
+    per_example = method.per_example_state
+    micro_batches = _split_micro_batches(batch, accumulate)
+    micro_states = _split_micro_batches(method_state, accumulate) if per_example else None
 
-    micro_batches = _micro_batches(batch, accumulate)
-    first = jax.tree_util.tree_map(lambda x: x[0], micro_batches)
+    def add_micro_batch(totals, inputs):
+      (loss_total, sums_total, grads_total), threaded_state = totals
+      index, micro_batch, micro_state, micro_carry = inputs
+      state = micro_state if per_example else threaded_state
+      (loss, output), grads = grad_fn(trained, state, micro_batch,
+                                      jax.random.fold_in(key, index), micro_carry)
+      added = jax.tree_util.tree_map(jnp.add, (loss_total, sums_total, grads_total),
+                                     (loss, output.sums, grads))
+      return ((added, threaded_state if per_example else output.state),
+              (output.carry, output.state if per_example else None))
+
+    first = jax.tree_util.tree_map(lambda x: x[0], (micro_batches, micro_states, carry))
+    (_, first_output), first_grads = jax.eval_shape(
+        grad_fn, trained, first[1] if per_example else method_state, first[0], key, first[2])
     zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype),
-                                   jax.eval_shape(grad_fn, params, first, dropout_key))
-    ((loss, terms), grads), _ = jax.lax.scan(
-        add_micro_batch, zeros, (jnp.arange(accumulate), micro_batches))
-    return loss, terms, grads
+                                   ((jax.ShapeDtypeStruct((), jnp.float32),
+                                     first_output.sums, first_grads)))
+    ((loss, sums, grads), threaded), (carries, states) = jax.lax.scan(
+        add_micro_batch, (zeros, method_state),
+        (jnp.arange(accumulate), micro_batches, micro_states, carry))
+    new_state = _join_micro_batches(states) if per_example else threaded
+    return loss, method_lib.LossOutput(sums=sums, state=new_state, carry=carries), grads
 
-  def _train_step(self, objectives, state: TrainState, batch: dict):
-    prepare_key, dropout_key = step_keys(state.rng, state.step)
-    batch = prepare(objectives, batch, prepare_key)
-    loss, terms, grads = self._loss_and_grads(objectives, state.params, batch, dropout_key)
-    updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads),
-               "learning_rate": self.schedule(state.step)}
-    metrics.update(summarize(terms))
-    return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+  def _train_step(self, method, state: TrainState, batch: dict):
+    prepare_key, loss_key = step_keys(state.rng, state.step)
+    batch = method.prepare(batch, prepare_key)
+    denominators = method.denominators(batch)
+    params, method_state, opt_state = state.params, state.method_state, dict(state.opt_state)
+    metrics, sums, carry = {}, {}, None
+    several = len(self.updates) > 1
+    for index, update in enumerate(self.updates):
+      key = jax.random.fold_in(loss_key, index) if index else loss_key
+      loss, output, grads = self._loss_and_grads(method, update, params, method_state,
+                                                 batch, key, denominators, carry)
+      trained, frozen = _select(params, update.groups)
+      changes, opt_state[update.name] = self.optimizers[update.name].update(
+          grads, opt_state[update.name], trained)
+      params = {**frozen, **optax.apply_updates(trained, changes)}
+      method_state, carry, sums = output.state, output.carry, {**sums, **output.sums}
+      suffix = f"_{update.name}" if several else ""
+      metrics[f"loss{suffix}"] = loss
+      metrics[f"grad_norm{suffix}"] = optax.tree.norm(grads)
+      metrics[f"learning_rate{suffix}"] = self.schedules[update.name](state.step)
+    if several:
+      metrics["loss"] = sum(metrics[f"loss_{u.name}"] for u in self.updates)
+    metrics.update(method.summarize(sums))
+    return state.replace(step=state.step + 1, params=params, opt_state=opt_state,
+                         method_state=method_state), metrics
 
   @functools.cache
   def train_step(self, phase_index: int = 0):
     """jit(state, batch) -> (state, metrics) for a phase; the state is donated."""
-    step = jax.jit(functools.partial(self._train_step, self.objectives[phase_index]),
+    step = jax.jit(functools.partial(self._train_step, self.methods[phase_index]),
                    in_shardings=(self.state_shardings, sharding.batch_sharding(self.mesh)),
                    out_shardings=(self.state_shardings, sharding.replicated(self.mesh)),
                    donate_argnums=(0,))
     return self._in_context(step)
 
   def prepared_batch(self, batch: dict, step: int, phase_index: int = 0) -> dict:
-    """The batch as the train step of `step` sees it (masked, with targets), on host.
+    """The batch as the train step of `step` sees it (e.g. masked, with targets), on host.
 
     For looking at what the model is trained on; uses the run key of the config's seed.
     """
     prepare_key, _ = step_keys(run_rng(self.config.train.seed), step)
-    prepared = jax.jit(functools.partial(prepare, self.objectives[phase_index]))(
+    prepared = jax.jit(self.methods[phase_index].prepare)(
         {k: jnp.asarray(v) for k, v in batch.items()}, prepare_key)
     return jax.device_get(prepared)
 
-  def _eval_terms(self, objectives, params, batch: dict, key: jax.Array) -> dict:
-    batch = prepare(objectives, batch, key)
-    outputs = self.model.apply({"params": params}, batch, deterministic=True)
-    return {o.name: o.terms(outputs, batch) for o in objectives}
+  @functools.cache
+  def evaluate_step(self, phase_index: int = 0):
+    """jit(params, method_state, batch, key) -> the method's evaluation outputs."""
+    evaluate = jax.jit(self.methods[phase_index].evaluate,
+                       in_shardings=(self.state_shardings.params,
+                                     self.state_shardings.method_state,
+                                     sharding.batch_sharding(self.mesh),
+                                     sharding.replicated(self.mesh)),
+                       out_shardings=sharding.replicated(self.mesh))
+    return self._in_context(evaluate)
 
   @functools.cache
-  def eval_terms(self, phase_index: int = 0):
-    """jit(params, batch, key) -> {objective: {loss_sum, correct, count}}."""
-    terms = jax.jit(functools.partial(self._eval_terms, self.objectives[phase_index]),
-                    in_shardings=(self.state_shardings.params,
-                                  sharding.batch_sharding(self.mesh),
-                                  sharding.replicated(self.mesh)),
-                    out_shardings=sharding.replicated(self.mesh))
-    return self._in_context(terms)
+  def predict_step(self):
+    """jit(params, method_state, batch) -> the method's per-example predictions."""
+    predict = jax.jit(self.methods[self.phases[-1].index].predict,
+                      in_shardings=(self.state_shardings.params,
+                                    self.state_shardings.method_state,
+                                    sharding.batch_sharding(self.mesh)),
+                      out_shardings=sharding.replicated(self.mesh))
+    return self._in_context(predict)
 
   def _in_context(self, function):
     @functools.wraps(function)
@@ -263,13 +306,3 @@ class Trainer:
       with self._context():
         return function(*args)
     return call
-
-
-def summarize(terms: dict) -> dict:
-  """{objective: sums} -> {objective_loss, objective_accuracy} means."""
-  metrics = {}
-  for name, t in terms.items():
-    count = jnp.maximum(t["count"], 1.0)
-    metrics[f"{name}_loss"] = t["loss_sum"] / count
-    metrics[f"{name}_accuracy"] = t["correct"] / count
-  return metrics

@@ -52,7 +52,7 @@ def austen_batch():
   from encoderx.configs import bert_tiny
   from encoderx.data import pipeline, tasks
   config = bert_tiny.get_config()
-  task = tasks.register_pretraining_task(config.data)
+  task = tasks.register_pretraining_task(config)
   (first,) = pipeline.take_batches(task, "train", 128, 64, 1)
   batch = {name: value.copy() for name, value in first.items()}
   for row, length in enumerate(range(40, 128, 11)):

@@ -222,8 +222,10 @@ def test_sop_objective_selects_sop_pairs_in_the_task(tiny_config, write_corpus):
   config.data.eval_every_nth_document = 3
   assert tasks.sentence_objective(config) == "sop"
   vocabulary = tasks.build_vocabulary(config.data.vocab)
-  task = tasks.register_pretraining_task(config.data, sentence_objective="sop")
-  assert task.name != tasks.task_name(config.data, "nsp")
+  task = tasks.register_pretraining_task(config)
+  nsp = config.copy_and_resolve_references()
+  nsp.objective.names = ("mlm", "nsp")
+  assert task.name != tasks.task_name(nsp)
   examples = [{k: v[row] for k, v in batch.items()}
               for batch in pipeline.take_batches(task, "train", 64, 8, 5) for row in range(8)]
   for example in examples:
@@ -239,13 +241,14 @@ def test_sop_objective_selects_sop_pairs_in_the_task(tiny_config, write_corpus):
   config.data.eval_every_nth_document = 2
   two = write_corpus([["One document.", "Of two sentences."],
                       ["A held-out one.", "Also of two."]], name="two.txt")
-  config.data.files = str(two)
-  assert tasks.check_text_corpus(config.data, "sop") == {"train": 1, "validation": 1}
+  config.data.files = nsp.data.files = str(two)
+  nsp.data.eval_every_nth_document = 2
+  assert tasks.check_text_corpus(config) == {"train": 1, "validation": 1}
   with pytest.raises(corpus.CorpusError, match="for nsp need at least 2"):
-    tasks.check_text_corpus(config.data, "nsp")
+    tasks.check_text_corpus(nsp)
   config.data.eval_every_nth_document = 3  # the validation split is empty
   with pytest.raises(corpus.CorpusError, match="validation split .* need at least 1"):
-    tasks.check_text_corpus(config.data, "sop")
+    tasks.check_text_corpus(config)
 
 
 # --- Parity with Hugging Face AlbertForPreTraining ------------------------------------------

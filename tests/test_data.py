@@ -126,16 +126,16 @@ def test_bad_corpora_get_clear_errors(tmp_path, tiny_config):
   config = tiny_config()
   config.data.files = str(tmp_path / "missing*.txt")
   with pytest.raises(Exception, match=r"data\.files.*matches no file"):
-    tasks.check_text_corpus(config.data)
+    tasks.check_text_corpus(config)
   single = tmp_path / "single.txt"
   single.write_text("One document. It has two sentences.\n")
   config.data.files = str(single)
   with pytest.raises(corpus.CorpusError, match="need at least 2"):
-    tasks.check_text_corpus(config.data)
+    tasks.check_text_corpus(config)
 
 
 def _task_examples(config, split="train", seed=0, batches=3, batch_size=8):
-  task = tasks.register_pretraining_task(config.data)
+  task = tasks.register_pretraining_task(config)
   return pipeline.take_batches(task, split, config.data.seq_length, batch_size, batches, seed)
 
 
@@ -191,7 +191,7 @@ def test_validation_split_is_held_out_documents(tiny_config, tmp_path, write_cor
   config.data.document_marker = ""  # blank lines separate documents
   config.data.sentence_per_line = True
   config.data.eval_every_nth_document = 5
-  assert tasks.check_text_corpus(config.data) == {"train": 16, "validation": 4}
+  assert tasks.check_text_corpus(config) == {"train": 16, "validation": 4}
   vocabulary = tasks.build_vocabulary(config.data.vocab)
 
   def documents_seen(split):
@@ -251,7 +251,7 @@ def test_close_can_wait_for_the_next_epoch_opening_in_the_background(tiny_config
   # The benchmark closes with wait=True so that no epoch is still being opened (and its
   # shuffle buffer filled) while it times the train step.
   config = tiny_config()
-  task = tasks.register_pretraining_task(config.data)
+  task = tasks.register_pretraining_task(config)
   iterator = pipeline.BatchIterator(task, "train", 64, 4, seed=0)
   for _ in range(iterator._prepare_after):
     next(iterator)
@@ -262,7 +262,7 @@ def test_close_can_wait_for_the_next_epoch_opening_in_the_background(tiny_config
 
 def test_resumed_iterator_continues_with_the_next_batch(tiny_config):
   config = tiny_config()
-  task = tasks.register_pretraining_task(config.data)
+  task = tasks.register_pretraining_task(config)
   straight = pipeline.BatchIterator(task, "train", 64, 16, seed=3)
   batches = [next(straight) for _ in range(5)]
   position = straight.position

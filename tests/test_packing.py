@@ -105,7 +105,7 @@ def test_packed_rows_compute_what_their_documents_compute_alone():
 
 def _padding(config, seq_length, batches=30):
   config.data.seq_length = seq_length
-  task = tasks.register_pretraining_task(config.data)
+  task = tasks.register_pretraining_task(config)
   return packing.padding_fraction(pipeline.take_batches(task, "train", seq_length, 16,
                                                         batches))
 

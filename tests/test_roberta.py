@@ -75,7 +75,7 @@ def _austen_rows(vocabulary, lines, length):
 def test_masks_are_dynamic_per_step_and_repeat_for_the_same_step(austen_lines):
   config = _small(roberta_tiny.get_config())
   trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
-  vocabulary = trainer.vocabulary
+  vocabulary = trainer.method.vocabulary
   assert isinstance(vocabulary, bpe_vocabulary.ByteLevelBpeVocabulary)
   # prepared_batch is the train step's masking: same function, same run key.
   np.testing.assert_array_equal(np.asarray(trainer.init_state().rng),

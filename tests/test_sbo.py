@@ -98,7 +98,7 @@ def test_model_sbo_logits_ignore_the_encoder_inside_a_span(tiny_config, austen_b
   inside = np.arange(left + 1, right)
 
   def outputs(positions=None):
-    apply = lambda: trainer.model.apply({"params": params}, batch)  # noqa: E731
+    apply = lambda: trainer.method.model.apply({"params": params}, batch)  # noqa: E731
     if positions is None:
       return apply()
     with _perturb_encoder_output(0, positions, 3.0):
@@ -119,8 +119,8 @@ def test_train_step_loss_is_mlm_plus_sbo_and_trains_the_sbo_head(tiny_config,
                                                                  austen_batch):
   config = _span_config(tiny_config)
   trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
-  assert [o.name for o in trainer.objectives[0]] == ["mlm", "sbo"]
-  assert trainer.objectives[0][0].config.unit == "span"
+  assert [o.name for o in trainer.method.objectives] == ["mlm", "sbo"]
+  assert trainer.method.objectives[0].config.unit == "span"
   assert trainer.describe()["heads"] == ["mlm", "sbo"]
   state = trainer.init_state()
   before = jax.device_get(state.params["sbo_head"])
@@ -130,7 +130,7 @@ def test_train_step_loss_is_mlm_plus_sbo_and_trains_the_sbo_head(tiny_config,
   metrics = jax.device_get(metrics)
   assert metrics["loss"] == pytest.approx(metrics["mlm_loss"] + metrics["sbo_loss"], rel=1e-5)
   # At initialization both predict near-uniformly over the vocabulary.
-  assert metrics["sbo_loss"] == pytest.approx(np.log(trainer.vocabulary.vocab_size), rel=0.1)
+  assert metrics["sbo_loss"] == pytest.approx(np.log(trainer.method.vocabulary.vocab_size), rel=0.1)
   state, _ = step(state, trainer.device_batch(batch))  # step 0's learning rate is 0
   moved = jax.tree_util.tree_map(lambda a, b: float(np.abs(a - b).max()), before,
                                  jax.device_get(state.params["sbo_head"]))
@@ -173,11 +173,11 @@ def test_bad_masking_fields_name_the_field(tiny_config, field, value, message):
 def test_batch_inspector_shows_each_span_with_its_boundaries(tiny_config, austen_batch):
   trainer = trainer_lib.Trainer(_span_config(tiny_config), devices=ONE_DEVICE)
   batch = trainer.prepared_batch({k: v[8:12] for k, v in austen_batch.items()}, step=3)
-  text = batch_inspector.describe(batch, trainer.vocabulary, index=0)
+  text = batch_inspector.describe(batch, trainer.method.vocabulary, index=0)
   spans = re.findall(r"span (\d+)-(\d+) '([^']*)' -> (.*) \(boundaries (\d+), (\d+)\)", text)
   weights = batch["masked_weights"][0] > 0
   assert spans and sum(int(b) - int(a) + 1 for a, b, *_ in spans) == weights.sum()
-  vocabulary = trainer.vocabulary
+  vocabulary = trainer.method.vocabulary
   for first, last, words, how, left, right in spans:
     first, last = int(first), int(last)
     assert (int(left), int(right)) == (first - 1, last + 1)

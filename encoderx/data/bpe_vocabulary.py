@@ -85,6 +85,8 @@ class ByteLevelBpeVocabulary(TokenListVocabulary):
   # Tokens include the space before a word: sentences that continue running text are
   # tokenized with the whitespace that precedes them (see preprocessors.tokenize_documents).
   tokens_carry_leading_space = True
+  # RoBERTa separates the texts of a pair with two: <s> A </s></s> B </s>.
+  pair_separators = 2
 
   def __init__(self, path: str):
     self.path = resources.resolve(path)

@@ -1,4 +1,4 @@
-"""Batches of pretraining examples, with a position that checkpoints can save.
+"""Batches of a seqio Task's examples, with a position that checkpoints can save.
 
 Each epoch is a fresh pass of the seqio Task with its own seed, so documents, pairs and
 shuffling change from epoch to epoch while every epoch is reproducible. The position is
@@ -12,12 +12,12 @@ import concurrent.futures
 import dataclasses
 import logging
 import threading
+from typing import Iterator
 
 import numpy as np
 import seqio
 import tensorflow as tf
 
-from encoderx.data import segment_pairs
 
 
 @dataclasses.dataclass
@@ -59,6 +59,26 @@ def _release(iterator):
   del iterator
 
 
+def feature_lengths(task: seqio.Task, seq_length: int) -> dict[str, int]:
+  """seqio's `sequence_length` argument: every output feature of `task` at `seq_length`."""
+  return {name: seq_length for name in task.output_features}
+
+
+def _build_dataset(task: seqio.Task, split: str, seq_length: int, shuffle: bool, seed: int,
+                   shard_info: seqio.ShardInfo | None) -> tf.data.Dataset:
+  """One pass of `split`, built under the lock (see _DATASET_BUILD_LOCK)."""
+  with _DATASET_BUILD_LOCK:
+    return task.get_dataset(
+        sequence_length=feature_lengths(task, seq_length), split=split, shuffle=shuffle,
+        seed=seed, shard_info=shard_info, num_epochs=1)
+
+
+def _deterministic(dataset: tf.data.Dataset) -> tf.data.Dataset:
+  options = tf.data.Options()
+  options.deterministic = True
+  return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
 class BatchIterator:
   """Endless numpy batches of `task`'s `split`: {feature: [batch, ...]}.
 
@@ -79,15 +99,9 @@ class BatchIterator:
     self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2)
 
   def _epoch_dataset(self, epoch: int) -> tf.data.Dataset:
-    lengths = {name: self.seq_length for name in segment_pairs.TOKEN_FEATURES}
-    with _DATASET_BUILD_LOCK:
-      dataset = self.task.get_dataset(
-          sequence_length=lengths, split=self.split, shuffle=self.shuffle,
-          seed=epoch_seed(self.seed, epoch), shard_info=self.shard_info, num_epochs=1)
-    dataset = dataset.batch(self.batch_size, drop_remainder=True)
-    options = tf.data.Options()
-    options.deterministic = True
-    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+    dataset = _build_dataset(self.task, self.split, self.seq_length, self.shuffle,
+                             epoch_seed(self.seed, epoch), self.shard_info)
+    return _deterministic(dataset.batch(self.batch_size, drop_remainder=True))
 
   def _open_epoch(self, epoch: int, skip: int = 0):
     """The epoch's iterator and its first batch (None if the epoch has no batch)."""
@@ -148,5 +162,36 @@ def take_batches(task: seqio.Task, split: str, seq_length: int, batch_size: int,
   iterator = BatchIterator(task, split, seq_length, batch_size, seed=seed)
   try:
     return [next(iterator) for _ in range(count)]
+  finally:
+    iterator.close()
+
+
+def whole_split(task: seqio.Task, split: str, seq_length: int, batch_size: int,
+                seed: int = 0, shard_info: seqio.ShardInfo | None = None
+                ) -> Iterator[dict[str, np.ndarray]]:
+  """Every example of `split` once, in order, in full batches: the last is padded with
+  rows of zeros. Each batch has `example_weight` [batch]: 1.0 on examples, 0.0 on
+  padding rows (what evaluations of a whole split weight their metrics by)."""
+  dataset = _build_dataset(task, split, seq_length, False, seed, shard_info)
+  dataset = dataset.map(lambda example: {**example, "example_weight": 1.0})
+  for batch in _deterministic(dataset.batch(batch_size)).as_numpy_iterator():
+    missing = batch_size - len(batch["example_weight"])
+    yield {name: np.pad(value, [(0, missing)] + [(0, 0)] * (value.ndim - 1))
+           for name, value in batch.items()}
+
+
+def evaluation_batches(task: seqio.Task, split: str, seq_length: int, batch_size: int,
+                       count: int, seed: int, shard_info: seqio.ShardInfo | None = None
+                       ) -> Iterator[dict[str, np.ndarray]]:
+  """What an evaluation reads: the first `count` batches of `split`, unshuffled (the
+  same at every evaluation), or, with count 0, the whole split (see whole_split)."""
+  if not count:
+    yield from whole_split(task, split, seq_length, batch_size, seed, shard_info)
+    return
+  iterator = BatchIterator(task, split, seq_length, batch_size, seed=seed, shuffle=False,
+                           shard_info=shard_info)
+  try:
+    for _ in range(count):
+      yield next(iterator)
   finally:
     iterator.close()

@@ -18,6 +18,7 @@ import seqio
 import tensorflow as tf
 
 from encoderx import config as config_lib
+from encoderx import objectives
 from encoderx.data import bpe_vocabulary, corpus, preprocessors, resources, segment_pairs
 from encoderx.data import sentencepiece_vocabulary, vocabulary as vocabulary_lib
 
@@ -25,9 +26,9 @@ SPLITS = ("train", "validation")
 # Example builders: name -> (data config, sentence objective) -> preprocessor of
 # tokenized documents. Sentence pairs are labelled for the sentence objective.
 BUILDERS = {
-    "sentence_pairs": lambda data, sentence_objective: functools.partial(
+    "sentence_pairs": lambda data, objective: functools.partial(
         preprocessors.build_sentence_pairs, short_seq_prob=data.short_seq_prob,
-        document_pool=data.document_pool, label_mode=sentence_objective or "nsp"),
+        document_pool=data.document_pool, label_mode=objective),
     "full_sentences": lambda data, _: functools.partial(
         preprocessors.build_packed_sentences, cross_documents=True,
         document_pool=data.document_pool),
@@ -46,13 +47,19 @@ VOCABULARIES = {
 
 
 def build_vocabulary(vocab_config: ml_collections.ConfigDict) -> seqio.Vocabulary:
+  """The vocabulary `config.data.vocab` describes; built once per description."""
+  return _cached_vocabulary(json.dumps(vocab_config.to_dict(), sort_keys=True))
+
+
+@functools.cache
+def _cached_vocabulary(description: str) -> seqio.Vocabulary:
+  vocab_config = ml_collections.ConfigDict(json.loads(description))
   return VOCABULARIES[vocab_config.kind](vocab_config)
 
 
 def sentence_objective(config) -> str | None:
   """The sentence-level objective of a config ('nsp', 'sop'), which labels the pairs."""
-  names = [n for n in config.objective.names if n in config_lib.SENTENCE_OBJECTIVES]
-  return names[0] if names else None
+  return objectives.sentence_objective(config.objective.names)
 
 
 def corpus_files(data_config) -> list[str]:
@@ -66,14 +73,15 @@ def _corpus_format(data_config) -> corpus.CorpusFormat:
                              data_config.invalid_utf8)
 
 
-def check_text_corpus(data_config, sentence_objective: str | None = "nsp"
-                      ) -> dict[str, int]:
-  """Reads the whole corpus once, so that bad input fails before training starts.
+def check_text_corpus(config) -> dict[str, int]:
+  """Reads the whole corpus of a pretraining config once, so that bad input fails before
+  training starts.
 
   Returns the number of documents per split. Raises CorpusError for an unreadable,
   empty or non-UTF-8 corpus, and for a split with too few documents to pair (NSP draws
   random next segments from other documents; SOP needs one).
   """
+  data_config = config.data
   counts = dict.fromkeys(SPLITS, 0)
   documents = corpus.read_documents(corpus_files(data_config), _corpus_format(data_config))
   for index, _ in enumerate(documents):
@@ -81,7 +89,7 @@ def check_text_corpus(data_config, sentence_objective: str | None = "nsp"
     counts["validation" if held_out else "train"] += 1
   # NSP draws random segments from a second document; everything else needs one.
   needed = 2 if (data_config.builder == "sentence_pairs"
-                 and (sentence_objective or "nsp") == "nsp") else 1
+                 and sentence_objective(config) == "nsp") else 1
   for split, count in counts.items():
     if count < needed:
       raise corpus.CorpusError(
@@ -125,9 +133,10 @@ def _tfds_documents(dataset, text_key):
   return dataset.map(lambda i, ex: {"text": ex[text_key], "document_id": i})
 
 
-def task_name(data_config, sentence_objective: str | None = "nsp") -> str:
-  blob = json.dumps([data_config.to_dict(), sentence_objective], sort_keys=True,
+def task_name(config) -> str:
+  blob = json.dumps([config.data.to_dict(), sentence_objective(config)], sort_keys=True,
                     default=str)
+  data_config = config.data
   return f"encoderx_{data_config.builder}_{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
 
 
@@ -139,14 +148,11 @@ def output_features(vocabulary: seqio.Vocabulary) -> dict[str, seqio.Feature]:
   return features
 
 
-def register_pretraining_task(data_config, name: str | None = None,
-                              sentence_objective: str | None = "nsp") -> seqio.Task:
-  """Registers (once) and returns the seqio Task for a `config.data`.
-
-  `sentence_objective` ('nsp' or 'sop', see `sentence_objective(config)`) is what
-  sentence pairs are labelled for.
-  """
-  name = name or task_name(data_config, sentence_objective)
+def register_pretraining_task(config, name: str | None = None) -> seqio.Task:
+  """Registers (once) and returns the seqio Task of a pretraining config: its `data`
+  section, with sentence pairs labelled for its sentence objective (NSP or SOP)."""
+  data_config = config.data
+  name = name or task_name(config)
   if name in seqio.TaskRegistry.names():
     return seqio.get_mixture_or_task(name)
   if data_config.tfds_name:
@@ -155,7 +161,7 @@ def register_pretraining_task(data_config, name: str | None = None,
   else:
     source = text_file_source(data_config)
     documents = []
-  builder = BUILDERS[data_config.builder](data_config, sentence_objective)
+  builder = BUILDERS[data_config.builder](data_config, sentence_objective(config))
   return seqio.TaskRegistry.add(
       name,
       source=source,
@@ -172,7 +178,7 @@ def register_pretraining_task(data_config, name: str | None = None,
 
 def _register_default():
   from encoderx.configs import bert_tiny  # pylint: disable=g-import-not-at-top
-  register_pretraining_task(bert_tiny.get_config().data, name="encoderx_bert_austen")
+  register_pretraining_task(bert_tiny.get_config(), name="encoderx_bert_austen")
 
 
 _register_default()

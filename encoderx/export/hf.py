@@ -167,6 +167,15 @@ HF_CLASSES = {"bert": ("BertConfig", "BertForPreTraining"),
               "roberta": ("RobertaConfig", "RobertaForMaskedLM"),
               "albert": ("AlbertConfig", "AlbertForPreTraining")}
 
+# encoderx model field -> the name of the same field in Hugging Face configs.
+HF_FIELD_NAMES = dict(
+    vocab_size="vocab_size", hidden_size="hidden_size", num_layers="num_hidden_layers",
+    num_heads="num_attention_heads", intermediate_size="intermediate_size",
+    hidden_act="hidden_act", max_position_embeddings="max_position_embeddings",
+    type_vocab_size="type_vocab_size", hidden_dropout="hidden_dropout_prob",
+    attention_dropout="attention_probs_dropout_prob", layer_norm_eps="layer_norm_eps",
+    initializer_range="initializer_range")
+
 
 def hf_config(config: common.ModelConfig, family: str = "bert", **overrides):
   """The family's `transformers` config with the sizes of an encoderx ModelConfig.
@@ -175,14 +184,7 @@ def hf_config(config: common.ModelConfig, family: str = "bert", **overrides):
   position_offset - 1; ALBERT shares its layers in one group when layer_sharing='all'.
   """
   import transformers  # pylint: disable=g-import-not-at-top
-  fields = dict(
-      vocab_size=config.vocab_size, hidden_size=config.hidden_size,
-      num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads,
-      intermediate_size=config.intermediate_size, hidden_act=config.hidden_act,
-      max_position_embeddings=config.max_position_embeddings,
-      type_vocab_size=config.type_vocab_size, hidden_dropout_prob=config.hidden_dropout,
-      attention_probs_dropout_prob=config.attention_dropout,
-      layer_norm_eps=config.layer_norm_eps, initializer_range=config.initializer_range)
+  fields = {hf_name: getattr(config, name) for name, hf_name in HF_FIELD_NAMES.items()}
   if family == "roberta":
     fields.update(pad_token_id=config.position_offset - 1, bos_token_id=0, eos_token_id=2)
   elif family == "albert":
@@ -190,6 +192,32 @@ def hf_config(config: common.ModelConfig, family: str = "bert", **overrides):
         1 if config.layer_sharing == "all" else config.num_layers))
   fields.update(overrides)
   return getattr(transformers, HF_CLASSES[family][0])(**fields)
+
+
+def model_fields(hf_config_dict: Mapping[str, object]) -> tuple[str, dict]:
+  """(family, encoderx model fields) of a Hugging Face config.json; the inverse of
+  hf_config. Raises ValueError for what encoderx cannot represent."""
+  family = hf_config_dict.get("model_type")
+  if family not in HF_CLASSES:
+    raise ValueError(f"model_type {family!r} has no conversion rules here; known: "
+                     f"{', '.join(HF_CLASSES)}.")
+  fields = {name: hf_config_dict[hf_name] for name, hf_name in HF_FIELD_NAMES.items()
+            if hf_name in hf_config_dict}
+  position_type = hf_config_dict.get("position_embedding_type", "absolute")
+  if position_type != "absolute":
+    raise ValueError(f"position_embedding_type {position_type!r} is not supported "
+                     "(only 'absolute').")
+  if family == "roberta":
+    fields["position_offset"] = int(hf_config_dict.get("pad_token_id", 1)) + 1
+  elif family == "albert":
+    groups = hf_config_dict.get("num_hidden_groups", 1)
+    if hf_config_dict.get("inner_group_num", 1) != 1 or groups not in (
+        1, hf_config_dict["num_hidden_layers"]):
+      raise ValueError("ALBERT with inner_group_num != 1 or num_hidden_groups other "
+                       "than 1 or num_hidden_layers is not supported.")
+    fields["embedding_size"] = hf_config_dict["embedding_size"]
+    fields["layer_sharing"] = "all" if groups == 1 else "none"
+  return family, fields
 
 
 def hf_pretraining_model(config: common.ModelConfig, family: str = "bert", **overrides):

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from encoderx.models import common
 

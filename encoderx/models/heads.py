@@ -18,6 +18,12 @@ def _transform(config: common.ModelConfig, x: jax.Array, features: int, dense_na
                norm_name: str) -> jax.Array:
   """Dense + activation + LayerNorm (created in the calling module's scope)."""
   x = common.dense(config, features, ("embed", "mlp"), dense_name)(x)
+  # Pinned to the hidden layout (features whole on each device). Left to XLA's sharding
+  # propagation, the features come out split over 'tensor' like the kernel, and on a
+  # data x fsdp x tensor mesh with one example per data-parallel device the backward
+  # pass of the LayerNorm and tied scores that follow was computed wrong (XLA CPU, jax
+  # 0.10.2; tests/test_training.py checks that case against one device).
+  x = common.constrain_hidden(x)
   return common.layer_norm(config, norm_name)(common.ACTIVATIONS[config.hidden_act](x))
 
 

@@ -16,20 +16,31 @@ def mlm_config(mlm_fields, vocabulary, max_predictions: int | None = None) -> ml
       max_span_words=mlm_fields.max_span_words)
 
 
+# Objective name -> (config.objective, vocabulary, MLM cap) -> the objective.
+BUILDERS = {
+    "mlm": lambda objective_config, vocabulary, max_predictions: mlm.MaskedLanguageModel(
+        mlm_config(objective_config.mlm, vocabulary, max_predictions)),
+    **{name: (lambda objective_config, vocabulary, max_predictions, name=name:
+              sentence.SentenceClassification(name=name)) for name in sentence.NAMES},
+    "sbo": lambda objective_config, vocabulary, max_predictions: sbo.SpanBoundary(),
+}
+NAMES = tuple(BUILDERS)
+
+
 def build(objective_config, vocabulary, max_predictions: int | None = None
           ) -> tuple[base.Objective, ...]:
   """`config.objective` -> objectives, in the order of `names`.
 
   `max_predictions` overrides the MLM cap (the long-sequence phase of BERT's recipe).
   """
-  builders = {
-      "mlm": lambda: mlm.MaskedLanguageModel(
-          mlm_config(objective_config.mlm, vocabulary, max_predictions)),
-      "nsp": lambda: sentence.SentenceClassification(name="nsp"),
-      "sop": lambda: sentence.SentenceClassification(name="sop"),
-      "sbo": sbo.SpanBoundary,
-  }
-  return tuple(builders[name]() for name in objective_config.names)
+  return tuple(BUILDERS[name](objective_config, vocabulary, max_predictions)
+               for name in objective_config.names)
+
+
+def sentence_objective(names) -> str | None:
+  """The sentence-level objective among `names` ('nsp', 'sop'), which labels the pairs."""
+  found = [name for name in names if name in sentence.NAMES]
+  return found[0] if found else None
 
 
 def model_heads(objectives) -> tuple[str, ...]:

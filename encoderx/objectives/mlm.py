@@ -33,6 +33,12 @@ import numpy as np
 from encoderx.objectives import base
 
 
+# What MLM masks (MlmConfig.unit); the whole-word units give every masked unit boundary
+# tokens, which SBO predicts it from.
+UNITS = ("token", "word", "ngram", "span")
+WHOLE_WORD_UNITS = ("word", "ngram", "span")
+
+
 @dataclasses.dataclass(frozen=True)
 class MlmConfig:
   mask_id: int

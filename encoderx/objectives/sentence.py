@@ -12,7 +12,11 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from encoderx.data import segment_pairs
 from encoderx.objectives import base
+
+# The sentence objectives: what the sentence-pair builder labels pairs for.
+NAMES = segment_pairs.LABEL_MODES
 
 
 @dataclasses.dataclass(frozen=True)

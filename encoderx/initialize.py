@@ -1,0 +1,249 @@
+"""Where a run's first parameters come from.
+
+Weights enter a run three ways: fresh initialization; `--resume` (the whole state of the
+same run, encoderx/checkpoint.py); and `--init_from` (`config.init_from`), parameters
+only, from
+
+    RUN_DIR or RUN_DIR/checkpoints/STEP   another encoderx run (its latest checkpoint, or
+                                          that step)
+    hf:HF_DIR                             a Hugging Face model directory (config.json,
+                                          model.safetensors or pytorch_model.bin, and the
+                                          tokenizer's files)
+
+The source decides the architecture: the run takes its encoder's fields (config.model,
+but for dropout, dtypes, scan and remat, which stay the run's) and its vocabulary
+(config.data.vocab). Then the source's encoder is taken whole, each head of the run that
+the source has with the same shapes is taken, and the run's other heads start fresh.
+What the source has and the run does not use (e.g. pretraining heads when fine-tuning)
+is listed; an encoder weight that does not fit is an error, since the encoder is what
+the run is meant to start from.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+
+import flax
+import jax
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+
+from encoderx import config as config_lib
+from encoderx import method as method_lib
+from encoderx.export import hf, hf_directory
+from encoderx.models import common
+
+logger = logging.getLogger("encoderx")
+
+HF_PREFIX = "hf:"
+# Model fields a run keeps from its own config when it starts from another's weights.
+RUN_MODEL_FIELDS = ("hidden_dropout", "attention_dropout", "dtype", "param_dtype",
+                    "scan_layers", "remat")
+# Parameters of the encoder proper; everything else (pooler, heads) may be new or unused.
+ENCODER_SCOPES = (("encoder_model", "embeddings"), ("encoder_model", "encoder"))
+
+
+class InitError(ValueError):
+  """An --init_from source that cannot be read, or whose weights do not fit the run."""
+
+
+@dataclasses.dataclass
+class Source:
+  """Where --init_from points: its architecture, vocabulary and parameters."""
+  name: str
+  model: dict  # config.model fields
+  vocab: dict  # config.data.vocab fields
+  load_params: callable  # () -> transferable params (unscanned), numpy arrays
+  notes: tuple[str, ...] = ()
+
+
+def _config_from_json(path: str) -> ml_collections.ConfigDict:
+  """A run's config.json on the current schema (fields it lacks keep their defaults;
+  fields the schema no longer has, from older versions, are skipped)."""
+  with open(path, encoding="utf-8") as f:
+    stored = json.load(f)
+  config = config_lib.default_config()
+
+  def fill(node, values):
+    for key, value in values.items():
+      if key not in node:
+        continue
+      if isinstance(node[key], ml_collections.ConfigDict):
+        fill(node[key], value)
+      else:
+        node[key] = tuple(value) if isinstance(value, list) else value
+
+  fill(config, stored)
+  return config
+
+
+def _unscanned(params, model_fields: dict):
+  if model_fields.get("scan_layers"):
+    return hf.unstack_layers(params, model_fields["num_layers"])
+  return params
+
+
+def _run_source(path: str) -> Source:
+  path = os.path.abspath(os.path.expanduser(path))
+  if not os.path.exists(path):
+    raise InitError(f"--init_from: '{path}' does not exist.")
+  step = None
+  if os.path.isfile(os.path.join(path, "config.json")):
+    workdir = path
+  elif (os.path.basename(path).isdigit()
+        and os.path.basename(os.path.dirname(path)) == "checkpoints"):
+    workdir, step = os.path.dirname(os.path.dirname(path)), int(os.path.basename(path))
+  else:
+    raise InitError(
+        f"--init_from: '{path}' is neither a run's work directory (with config.json) nor "
+        "one of its checkpoints (WORKDIR/checkpoints/STEP); a Hugging Face model "
+        f"directory is given as {HF_PREFIX}DIR.")
+  config = _config_from_json(os.path.join(workdir, "config.json"))
+  checkpoints = os.path.join(workdir, "checkpoints")
+
+  def load_params():
+    source_method = method_lib.build(config)
+    abstract = flax.linen.unbox(
+        jax.eval_shape(source_method.init, jax.random.key(0))["params"])
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    target = jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract)
+    manager = ocp.CheckpointManager(checkpoints, item_names=("state",),
+                                    options=ocp.CheckpointManagerOptions(read_only=True))
+    try:
+      chosen = step if step is not None else manager.latest_step()
+      if chosen is None or chosen not in manager.all_steps():
+        raise InitError(f"--init_from: {checkpoints} holds no checkpoint"
+                        + (f" of step {step}." if step is not None else "."))
+      restored = manager.restore(chosen, args=ocp.args.Composite(
+          state=ocp.args.PyTreeRestore(
+              item={"params": target}, partial_restore=True,
+              restore_args={"params": ocp.checkpoint_utils.construct_restore_args(target)})))
+    finally:
+      manager.close()
+    params = jax.device_get(restored["state"]["params"])
+    logger.info("init_from: parameters of step %d of %s", chosen, workdir)
+    return _unscanned(source_method.transferable_params(params), dict(config.model))
+
+  return Source(name=workdir, model=dict(config.model), vocab=dict(config.data.vocab),
+                load_params=load_params)
+
+
+def _hf_source(path: str) -> Source:
+  directory = os.path.abspath(os.path.expanduser(path))
+  if not os.path.isdir(directory):
+    raise InitError(f"--init_from: '{directory}' is not a directory.")
+  try:
+    family, fields = hf_directory.read_config(directory)
+    vocab = hf_directory.vocab_fields(directory, family)
+  except hf_directory.HfDirectoryError as error:
+    raise InitError(f"--init_from: {error}") from None
+
+  def load_params():
+    model_config = common.ModelConfig.from_config(
+        {**dataclasses.asdict(common.ModelConfig()), **fields})
+    try:
+      params, unused = hf_directory.convert(hf_directory.read_state_dict(directory),
+                                            model_config, family)
+    except hf_directory.HfDirectoryError as error:
+      raise InitError(f"--init_from: {error}") from None
+    if unused:
+      logger.info("init_from: Hugging Face weights with no use here: %s", ", ".join(unused))
+    return params
+
+  return Source(name=f"{HF_PREFIX}{directory} ({family})", model=fields, vocab=vocab,
+                load_params=load_params)
+
+
+def open_source(spec: str) -> Source:
+  if spec.startswith(HF_PREFIX):
+    return _hf_source(spec.removeprefix(HF_PREFIX))
+  return _run_source(spec)
+
+
+def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The config with config.init_from's encoder fields and vocabulary (unchanged when
+  it starts fresh)."""
+  if not config.init_from:
+    return config
+  source = open_source(config.init_from)
+  resolved = config.copy_and_resolve_references()
+  changed = []
+  for field, value in source.model.items():
+    if field not in RUN_MODEL_FIELDS and field in resolved.model:
+      if resolved.model[field] != value:
+        changed.append(f"model.{field}={value!r}")
+      resolved.model[field] = value
+  for field, value in source.vocab.items():
+    resolved.data.vocab[field] = value
+  logger.info("init_from %s: taking its encoder's fields%s and vocabulary %s",
+              source.name, f" ({', '.join(changed)})" if changed else "",
+              source.vocab["path"])
+  return resolved
+
+
+def _is_encoder(path: tuple[str, ...]) -> bool:
+  return any(path[:len(scope)] == scope for scope in ENCODER_SCOPES)
+
+
+@dataclasses.dataclass
+class MergeReport:
+  taken: list[str]
+  fresh: list[str]  # the run's parameters the source lacks (or has in another shape)
+  unused: list[str]  # the source's parameters the run lacks
+
+  def summary(self) -> str:
+    def heads(paths):
+      return ", ".join(sorted({p.split("/")[0] if not p.startswith("encoder_model/")
+                               else "/".join(p.split("/")[:2]) for p in paths}))
+    return (f"took {len(self.taken)} tensors; initialized fresh: {heads(self.fresh) or '-'}"
+            f"; unused from the source: {heads(self.unused) or '-'}")
+
+
+def merge(run_params, source_params) -> tuple[dict, MergeReport]:
+  """The run's (transferable) parameters with every one the source has in the same shape
+  taken from it. Raises InitError when an encoder parameter is missing, unexpected or of
+  another shape."""
+  run = flax.traverse_util.flatten_dict(run_params)
+  source = flax.traverse_util.flatten_dict(source_params)
+  merged, report, problems = {}, MergeReport([], [], []), []
+  for path, value in run.items():
+    name = "/".join(path)
+    theirs = source.get(path)
+    if theirs is not None and np.shape(theirs) == np.shape(value):
+      merged[path] = np.asarray(theirs, dtype=value.dtype)
+      report.taken.append(name)
+      continue
+    merged[path] = value
+    report.fresh.append(name)
+    if _is_encoder(path):
+      problems.append(f"missing {name}" if theirs is None else
+                      f"{name}: shape {np.shape(theirs)} != {np.shape(value)}")
+  for path in source.keys() - run.keys():
+    name = "/".join(path)
+    report.unused.append(name)
+    if _is_encoder(path):
+      problems.append(f"unexpected {name}")
+  if problems:
+    raise InitError("--init_from: the source's encoder does not fit this run's: "
+                    + "; ".join(sorted(problems)))
+  return flax.traverse_util.unflatten_dict(merged), report
+
+
+def initial_state(trainer):
+  """A fresh train state: initialized, or with config.init_from's parameters."""
+  config = trainer.config
+  if not config.init_from:
+    return trainer.init_state()
+  source = open_source(config.init_from)
+  fresh = jax.device_get(trainer.init_params())
+  method = trainer.method
+  run_params = _unscanned(method.transferable_params(fresh), dict(config.model))
+  merged, report = merge(run_params, source.load_params())
+  if config.model.scan_layers:
+    merged = hf.stack_layers(merged)
+  logger.info("init_from %s: %s", source.name, report.summary())
+  return trainer.init_state(method.with_transferable_params(fresh, merged))

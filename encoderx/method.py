@@ -1,0 +1,209 @@
+"""What a training method is to the trainer, and the registry that picks one by name.
+
+The trainer (encoderx/trainer.py, encoderx/train.py) keeps what every run shares: mesh
+and shardings, jit, gradient accumulation, optimizers, schedule and clipping,
+checkpoints, resume, signals, logs and progress. Everything else (the models, their
+inputs, losses and metrics) is a `Method`, chosen by `config.method`:
+
+    pretrain   MLM with optional NSP / SOP / SBO terms (BERT, RoBERTa, ALBERT, SpanBERT)
+    classify   single-sentence and sentence-pair classification (fine-tuning)
+
+Methods live in encoderx/methods/, one module each. The core imports none of them: the
+registry holds import paths and loads the module a config names (`register` adds one
+from outside the package).
+
+One train step, all inside one jax.jit:
+
+    batch = method.prepare(batch, key)             # e.g. masking, on the whole batch
+    denominators = method.denominators(batch)      # loss divisors, on the whole batch
+    for update in method.updates:                  # usually one
+      loss, output = method.loss(params, state, micro_batch, key, denominators,
+                                 update, carry)    # per micro-batch, gradients added
+      params[update.groups] <- update's optimizer
+
+Loss sums are divided by denominators counted on the whole batch, so that gradient
+accumulation over micro-batches gives exactly the gradient of the whole batch.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+import importlib
+from typing import Any, ClassVar
+
+import flax
+import jax
+import ml_collections
+
+from encoderx import config as config_lib
+from encoderx.models import common
+
+REGISTRY: dict[str, str] = {
+    "pretrain": "encoderx.methods.pretrain:Pretraining",
+    "classify": "encoderx.methods.classify:Classification",
+}
+
+
+def register(name: str, target: str) -> None:
+  """Makes `config.method=name` load `target` ('package.module:ClassName')."""
+  REGISTRY[name] = target
+
+
+def method_class(name: str) -> type["Method"]:
+  module, _, attribute = REGISTRY[name].partition(":")
+  return getattr(importlib.import_module(module), attribute)
+
+
+def build(config: ml_collections.ConfigDict) -> "Method":
+  """The method `config.method` names, built from the (validated) config."""
+  return method_class(config.method)(config)
+
+
+def model_config(config: ml_collections.ConfigDict, vocabulary) -> common.ModelConfig:
+  """`config.model` resolved against the vocabulary (vocab_size 0: the vocabulary's)."""
+  resolved = common.ModelConfig.from_config(config.model, vocabulary.vocab_size)
+  if resolved.vocab_size < vocabulary.vocab_size:
+    raise config_lib.ConfigError(
+        f"config field 'model.vocab_size': {resolved.vocab_size} is smaller than the "
+        f"vocabulary's {vocabulary.vocab_size} tokens ({config.data.vocab.path}). Set it "
+        "to 0 to use the vocabulary's size.")
+  return resolved
+
+
+def describe_model(model: common.ModelConfig) -> dict:
+  """A model's fields for checkpoint descriptions: those at their default value are left
+  out (so that a checkpoint written before a field was added still matches), and so is
+  dropout (a run may change it)."""
+  return {field.name: getattr(model, field.name) for field in dataclasses.fields(model)
+          if getattr(model, field.name) != field.default
+          and field.name not in ("hidden_dropout", "attention_dropout")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Update:
+  """One optimizer update of the train step.
+
+  The gradient of the method's loss for this update, taken with respect to the parameter
+  groups `groups` (top-level keys of the parameters; None: all of them), applied by the
+  update's own optimizer (its own state; peak learning rate `learning_rate`, None:
+  config.optimizer.learning_rate). Updates run in order, each seeing the parameters the
+  earlier ones produced (DeBERTa-v3's decoupled generator and discriminator steps).
+  """
+  name: str = "all"
+  groups: tuple[str, ...] | None = None
+  learning_rate: float | None = None
+
+
+@flax.struct.dataclass
+class LossOutput:
+  """What `Method.loss` returns besides the loss.
+
+  sums   metric sums over the micro-batch (added over micro-batches; `summarize` turns
+         them into means)
+  state  the method state after this micro-batch (the state it was given if unchanged)
+  carry  anything a later update's loss needs from this one for the same micro-batch
+         (e.g. the generator's samples); None if nothing
+  """
+  sums: Any
+  state: Any
+  carry: Any = None
+
+
+class Method(abc.ABC):
+  """A training method. Subclasses set `name` and implement the abstract methods."""
+  name: ClassVar[str]
+  # True when the method state holds one row per example ([batch, ...] leaves, e.g. a
+  # memory of the previous segment): gradient accumulation then splits it with the batch.
+  per_example_state: ClassVar[bool] = False
+
+  def __init__(self, config: ml_collections.ConfigDict):
+    self.config = config
+
+  @property
+  def updates(self) -> tuple[Update, ...]:
+    """The optimizer updates of one train step, in order (default: one, all params)."""
+    return (Update(),)
+
+  @classmethod
+  def validate(cls, config: ml_collections.ConfigDict) -> None:
+    """Checks the config fields this method reads; raises config.ConfigError."""
+
+  # --- data ------------------------------------------------------------------------------
+  @abc.abstractmethod
+  def task(self):
+    """The registered seqio Task whose 'train' and 'validation' splits feed the run (its
+    output features are read at the phase's sequence length)."""
+
+  def check_data(self) -> None:
+    """Reads what it must to fail on bad input before anything compiles (user errors)."""
+
+  # --- parameters ------------------------------------------------------------------------
+  @abc.abstractmethod
+  def init(self, key: jax.Array) -> dict:
+    """{'params': ..., 'state': ...} created from `key`, leaves logically partitioned
+    (nn.LogicallyPartitioned, e.g. from nn.with_logical_partitioning) so that the trainer
+    can shard them; 'state' may be omitted."""
+
+  def transferable_params(self, params) -> dict:
+    """The parameters another run can start from (`--init_from`), in the common layout:
+    {'encoder_model': encoder, <head name>: head, ...}."""
+    return params
+
+  def with_transferable_params(self, params, transferable: dict):
+    """`params` with the transferable part replaced (inverse of transferable_params)."""
+    del params
+    return transferable
+
+  # --- the train step --------------------------------------------------------------------
+  def prepare(self, batch: dict, key: jax.Array) -> dict:
+    """The whole global batch as the model needs it (masking, corruption), pure JAX."""
+    del key
+    return batch
+
+  def denominators(self, batch: dict) -> Any:
+    """What loss sums are divided by, counted on the whole prepared batch."""
+    del batch
+    return {}
+
+  @abc.abstractmethod
+  def loss(self, params, state, batch: dict, key: jax.Array, denominators, update: Update,
+           carry) -> tuple[jax.Array, LossOutput]:
+    """The loss of `update` on a (micro-)batch: sums / denominators, so that adding the
+    micro-batches' losses gives the whole batch's. `key` is this micro-batch's (dropout);
+    `carry` is what the previous update returned for it (None for the first)."""
+
+  def summarize(self, sums) -> dict[str, jax.Array]:
+    """Step metrics (means) from the sums of a whole batch."""
+    return {}
+
+  # --- evaluation ------------------------------------------------------------------------
+  @abc.abstractmethod
+  def evaluate(self, params, state, batch: dict, key: jax.Array) -> Any:
+    """Evaluation outputs of one batch (jitted). Batches of a whole split come padded to
+    full size, with `example_weight` 0.0 on the padding rows."""
+
+  @abc.abstractmethod
+  def summarize_evaluation(self, outputs: list) -> dict[str, float]:
+    """Held-out metrics from the outputs of every evaluated batch (on the host)."""
+
+  # --- phases, identity ------------------------------------------------------------------
+  def for_phase(self, phase) -> "Method":
+    """The method as a training phase (e.g. BERT's long-sequence phase) runs it."""
+    del phase
+    return self
+
+  def describe(self) -> dict:
+    """What a checkpoint must agree on to be resumed by this config (JSON-able)."""
+    return {}
+
+  # --- predictions (optional) ------------------------------------------------------------
+  def predict(self, params, state, batch: dict) -> dict:
+    """Per-example predictions of one batch (jitted)."""
+    raise NotImplementedError(f"method '{self.name}' does not predict")
+
+  def prediction_batches(self, path: str, batch_size: int):
+    """(rows of the file, padded batches of them) for `--predict`."""
+    raise NotImplementedError(f"method '{self.name}' does not predict")
+
+  def write_predictions(self, rows: list, predictions: dict, path: str) -> None:
+    raise NotImplementedError(f"method '{self.name}' does not predict")

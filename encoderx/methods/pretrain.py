@@ -1,0 +1,169 @@
+"""Pretraining: masked language modelling with optional NSP / SOP / SBO terms (BERT,
+RoBERTa, ALBERT, SpanBERT and BERT-wwm are configs of this one method).
+
+The objectives (`config.objective.names`, encoderx/objectives/) mask the batch on device
+(`prepare`, keyed per step) and score the pretraining model's heads; the loss is
+sum(weight x objective's loss sum / its denominator), the denominators counted on the
+whole global batch. The data is the config's pretraining seqio Task
+(encoderx/data/tasks.py).
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from encoderx import config as config_lib
+from encoderx import method as method_lib
+from encoderx import objectives as objectives_lib
+from encoderx.data import tasks
+from encoderx.models import pretraining
+from encoderx.objectives import mlm
+
+
+def summarize_terms(terms: dict) -> dict:
+  """{objective: {loss_sum, correct, count}} -> {objective_loss, objective_accuracy}."""
+  metrics = {}
+  for name, t in terms.items():
+    count = jnp.maximum(t["count"], 1.0)
+    metrics[f"{name}_loss"] = t["loss_sum"] / count
+    metrics[f"{name}_accuracy"] = t["correct"] / count
+  return metrics
+
+
+class Pretraining(method_lib.Method):
+  """MLM (+ NSP / SOP / SBO) on a PretrainingModel."""
+  name = "pretrain"
+
+  def __init__(self, config, max_predictions: int | None = None):
+    super().__init__(config)
+    self.vocabulary = tasks.build_vocabulary(config.data.vocab)
+    self.model_config = method_lib.model_config(config, self.vocabulary)
+    self.objectives = objectives_lib.build(config.objective, self.vocabulary,
+                                           max_predictions)
+    self.weights = {o.name: float(config.objective.weights[o.name])
+                    for o in self.objectives}
+    self.model = pretraining.PretrainingModel(
+        self.model_config, heads=objectives_lib.model_heads(self.objectives))
+
+  @classmethod
+  def validate(cls, config) -> None:
+    data, model, fail = config.data, config.model, config_lib.fail
+    config_lib.check_choice("data.builder", data.builder, tuple(tasks.BUILDERS))
+    config_lib.check_choice("data.invalid_utf8", data.invalid_utf8, ("error", "replace"))
+    if not 0.0 <= data.short_seq_prob <= 1.0:
+      fail("data.short_seq_prob", f"must be in [0, 1], got {data.short_seq_prob}.")
+    if data.eval_every_nth_document < 2:
+      fail("data.eval_every_nth_document", "must be >= 2 so that most documents train.")
+    if data.tfds_name and ":" not in data.tfds_name:
+      fail("data.tfds_name", f"{data.tfds_name!r} lacks a version, which seqio requires.",
+           f"Write e.g. '{data.tfds_name}:1.0.0' (tfds.builder(name).version).")
+    if not data.tfds_name and data.files != config_lib.BUNDLED_CORPUS:
+      config_lib.resolve_file_patterns(data.files)
+
+    names = tuple(config.objective.names)
+    if not names:
+      fail("objective.names", "is empty; name at least one objective.")
+    for name in names:
+      config_lib.check_choice("objective.names", name, objectives_lib.NAMES)
+      if config.objective.weights[name] < 0:
+        fail(f"objective.weights.{name}", f"must be >= 0, got "
+             f"{config.objective.weights[name]}.")
+    sentence = [n for n in names if objectives_lib.sentence_objective([n])]
+    if len(sentence) > 1:
+      fail("objective.names", f"has two sentence objectives {sentence}; choose one.")
+    if sentence and data.builder != "sentence_pairs":
+      fail("data.builder", f"{sentence[0]} needs 'sentence_pairs', got {data.builder!r}.")
+    if not sentence and data.builder == "sentence_pairs":
+      fail("data.builder", "'sentence_pairs' builds examples for nsp or sop; without "
+           "them use 'full_sentences' or 'doc_sentences'.")
+    if data.builder == "sentence_pairs" and model.type_vocab_size == 1:
+      fail("model.type_vocab_size", "is 1, but sentence pairs give segment B token type 1.",
+           "Use 2 (or 0: no token type embedding).")
+    mlm_fields = config.objective.mlm
+    config_lib.check_positive(config, "objective.mlm.max_predictions",
+                              "objective.mlm.long_max_predictions",
+                              "objective.mlm.max_ngram", "objective.mlm.max_span_words")
+    config_lib.check_choice("objective.mlm.unit", mlm_fields.unit, mlm.UNITS)
+    if "sbo" in names and "mlm" not in names:
+      fail("objective.names", "sbo predicts the tokens MLM masks; it needs 'mlm' too "
+           "(set objective.weights.mlm=0 to train SBO alone).")
+    if "sbo" in names and mlm_fields.unit not in mlm.WHOLE_WORD_UNITS:
+      fail("objective.mlm.unit", "sbo predicts masked units from their boundary tokens; "
+           f"it needs one of {', '.join(map(repr, mlm.WHOLE_WORD_UNITS))}, got "
+           f"{mlm_fields.unit!r}.", "SpanBERT sets 'span'.")
+    if not 0.0 < mlm_fields.span_geometric_p <= 1.0:
+      fail("objective.mlm.span_geometric_p",
+           f"must be in (0, 1], got {mlm_fields.span_geometric_p}.")
+    if not 0.0 < mlm_fields.rate < 1.0:
+      fail("objective.mlm.rate", f"must be in (0, 1), got {mlm_fields.rate}.")
+    if mlm_fields.mask_token_prob < 0 or mlm_fields.random_token_prob < 0 or (
+        mlm_fields.mask_token_prob + mlm_fields.random_token_prob > 1.0):
+      fail("objective.mlm.mask_token_prob",
+           "and random_token_prob must be >= 0 and sum to at most 1.")
+    if mlm_fields.max_predictions > data.seq_length:
+      fail("objective.mlm.max_predictions", f"{mlm_fields.max_predictions} exceeds "
+           f"data.seq_length={data.seq_length}.")
+
+  # --- data ------------------------------------------------------------------------------
+  def task(self):
+    return tasks.register_pretraining_task(self.config)
+
+  def check_data(self) -> None:
+    if not self.config.data.tfds_name:
+      tasks.check_text_corpus(self.config)
+
+  # --- parameters ------------------------------------------------------------------------
+  def init(self, key: jax.Array) -> dict:
+    batch = pretraining.init_batch(1, 8, max_predictions=2)
+    return {"params": self.model.init({"params": key, "dropout": key}, batch)["params"]}
+
+  # --- the train step --------------------------------------------------------------------
+  def prepare(self, batch: dict, key: jax.Array) -> dict:
+    """Applies every objective's `prepare` (masking) with its own key."""
+    for index, objective in enumerate(self.objectives):
+      batch = objective.prepare(batch, jax.random.fold_in(key, index))
+    return batch
+
+  def denominators(self, batch: dict) -> dict:
+    return {o.name: o.denominator(batch) for o in self.objectives}
+
+  def _terms(self, params, batch: dict, deterministic: bool, key=None) -> dict:
+    outputs = self.model.apply({"params": params}, batch, deterministic=deterministic,
+                               rngs=None if deterministic else {"dropout": key})
+    return {o.name: o.terms(outputs, batch) for o in self.objectives}
+
+  def loss(self, params, state, batch, key, denominators, update, carry):
+    del update, carry
+    terms = self._terms(params, batch, deterministic=False, key=key)
+    loss = sum(self.weights[name] * terms[name]["loss_sum"] / denominators[name]
+               for name in terms)
+    return loss, method_lib.LossOutput(sums=terms, state=state)
+
+  def summarize(self, sums) -> dict:
+    return summarize_terms(sums)
+
+  # --- evaluation ------------------------------------------------------------------------
+  def evaluate(self, params, state, batch, key):
+    """Loss and accuracy sums of each objective on a batch masked with `key` (the same
+    held-out batches get the same masks at every evaluation of a run)."""
+    del state
+    return self._terms(params, self.prepare(batch, key), deterministic=True)
+
+  def summarize_evaluation(self, outputs: list) -> dict[str, float]:
+    totals = jax.tree_util.tree_map(lambda *xs: sum(xs), *outputs)
+    metrics = {k: float(v) for k, v in summarize_terms(totals).items()}
+    if "mlm_loss" in metrics:
+      metrics["mlm_perplexity"] = math.exp(min(metrics["mlm_loss"], 50.0))
+    return metrics
+
+  # --- phases, identity ------------------------------------------------------------------
+  def for_phase(self, phase) -> "Pretraining":
+    if phase.index == 0:
+      return self
+    return Pretraining(self.config, self.config.objective.mlm.long_max_predictions)
+
+  def describe(self) -> dict:
+    return {"model": method_lib.describe_model(self.model_config),
+            "heads": list(self.model.heads)}

