@@ -284,7 +284,7 @@ def _deberta_hf_fields(config: common.ModelConfig) -> dict:
 def _deberta_model_fields(hf_config_dict: Mapping[str, object]) -> dict:
   """encoderx fields of a DebertaV2Config: disentangled attention when
   relative_attention (BERT's attention otherwise), absolute positions in the input when
-  position_biased_input."""
+  position_biased_input; no enhanced mask decoder (Hugging Face's models have none)."""
   get = hf_config_dict.get
   if get("conv_kernel_size", 0):
     raise ValueError("DeBERTa's convolution layer (conv_kernel_size, DeBERTa-v2 xlarge "
@@ -301,7 +301,7 @@ def _deberta_model_fields(hf_config_dict: Mapping[str, object]) -> dict:
     raise ValueError(f"pos_att_type {terms}: only 'c2p' and 'p2c' are supported.")
   fields = dict(position_embedding="absolute" if get("position_biased_input", True)
                 else "none", attention="standard", type_vocab_size=get("type_vocab_size", 0),
-                layer_norm_eps=get("layer_norm_eps", 1e-7))
+                layer_norm_eps=get("layer_norm_eps", 1e-7), enhanced_mask_decoder=False)
   if get("relative_attention", False):
     norm = [n.strip() for n in str(get("norm_rel_ebd", "none")).lower().split("|")]
     if "layer_norm" not in norm:
