@@ -103,7 +103,7 @@ class SentencePieceVocabulary(seqio.SentencePieceVocabulary):
     spec = LAYOUTS[layout]
     needed = [spec.pad, "[CLS]", "[SEP]"] + ([] if spec.mask_after_pieces else ["[MASK]"])
     missing = [piece for piece in needed[1:] if not self._has_piece(piece)]
-    missing = ([spec.pad] if tokenizer.pad_id() < 0 else []) + missing
+    missing += [spec.pad] if tokenizer.pad_id() < 0 else []
     if missing:
       raise VocabularyError(
           f"SentencePiece model '{path}' lacks the special pieces {missing} of the "
