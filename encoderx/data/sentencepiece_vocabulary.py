@@ -259,7 +259,8 @@ def train_sentencepiece(files: list[str], output_prefix: str, vocab_size: int = 
     sentencepiece.SentencePieceTrainer.train(
         input=files, model_writer=model, vocab_size=vocab_size, model_type="unigram",
         normalization_rule_name="nmt_nfkc_cf" if lower_case else "nmt_nfkc",
-        **LAYOUTS[layout].trainer_flags, character_coverage=character_coverage, input_sentence_size=input_sentence_size,
+        **LAYOUTS[layout].trainer_flags, character_coverage=character_coverage,
+        input_sentence_size=input_sentence_size,
         shuffle_input_sentence=True, num_threads=os.cpu_count() or 1, minloglevel=2)
   except RuntimeError as error:  # e.g. a vocab_size the corpus cannot fill
     raise VocabularyError(f"cannot train a SentencePiece model on {files}: "

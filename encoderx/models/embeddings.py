@@ -15,8 +15,9 @@ class Embeddings(nn.Module):
 
   `position_embedding='none'` leaves the positions out of the input (attention variants
   with relative positions); the table then exists only for DeBERTa's enhanced mask
-  decoder (`absolute_positions`). The tables have width `embedding_size`; when that is smaller than `hidden_size`
-  (ALBERT's factorization, V x E + E x H) a projection maps E to H after LayerNorm.
+  decoder (`absolute_positions`). The tables have width `embedding_size`; when that is
+  smaller than `hidden_size` (ALBERT's factorization, V x E + E x H) a projection maps E
+  to H after LayerNorm.
   """
   config: common.ModelConfig
 
