@@ -5,7 +5,8 @@ array transform and its inverse (PyTorch Linear stores [out, in]; Flax Dense [in
 attention kernels here are [hidden, heads, head_dim]). Converting in and back out is the
 identity, which the tests check, and outputs on converted weights match the PyTorch
 model's, which the tests check too. Each family has its rule table (`RULES`): 'bert'
-(BertForPreTraining), 'roberta' (RobertaForMaskedLM) and 'albert' (AlbertForPreTraining).
+(BertForPreTraining), 'roberta' (RobertaForMaskedLM), 'albert' (AlbertForPreTraining) and
+'deberta-v2' (DebertaV2ForMaskedLM: DeBERTa v2 and v3).
 
     params = hf.from_hf(BertForPreTraining.from_pretrained(d).state_dict(), model_config)
     state_dict = hf.to_hf(params, model_config)
@@ -58,6 +59,9 @@ BERT_LAYER = dict(
     query="attention.self.query", key="attention.self.key", value="attention.self.value",
     out="attention.output.dense", attention_norm="attention.output.LayerNorm",
     intermediate="intermediate.dense", output="output.dense", ffn_norm="output.LayerNorm")
+DEBERTA_LAYER = dict(
+    BERT_LAYER, query="attention.self.query_proj", key="attention.self.key_proj",
+    value="attention.self.value_proj")
 ALBERT_LAYER = dict(
     query="attention.query", key="attention.key", value="attention.value",
     out="attention.dense", attention_norm="attention.LayerNorm",
@@ -151,8 +155,47 @@ def albert_rules(config: common.ModelConfig, prefix: str = "albert"):
   return rules
 
 
-# Rule tables by model family; `family=` of from_hf / to_hf picks one.
-RULES = {"bert": bert_rules, "roberta": roberta_rules, "albert": albert_rules}
+def deberta_rules(config: common.ModelConfig, prefix: str = "deberta"):
+  """Rules for DebertaV2ForMaskedLM / DebertaV2Model (prefix ''), DeBERTa v2 and v3.
+
+  BERT's embeddings and layers under DeBERTa's names, plus the relative distance table
+  and its LayerNorm (`encoder.rel_embeddings`, `encoder.LayerNorm`) and, without
+  share_att_key, each layer's position projections. The MLM head is written as
+  DeBERTa's own checkpoints name it (`lm_predictions.lm_head`, Hugging Face's
+  legacy=False); Hugging Face's legacy head (`cls.predictions`, the same weights) is
+  read too. A position table (`embeddings.position_embeddings`) converts when the model
+  has one (absolute positions, or the enhanced mask decoder, which Hugging Face lacks).
+  """
+  if config.embedding_size != config.hidden_size:
+    raise ValueError("Hugging Face DeBERTa projects embeddings before their LayerNorm, "
+                     "without bias; encoderx's DeBERTa needs model.embedding_size = "
+                     "hidden_size.")
+  hf = f"{prefix}." if prefix else ""
+  rules = _embeddings(hf)
+  relative = "encoder_model/encoder/relative"
+  rules += [(f"{hf}encoder.rel_embeddings.weight", f"{relative}/relative_embeddings", COPY)]
+  rules += _layer_norm(f"{hf}encoder.LayerNorm", f"{relative}/layer_norm")
+  own_projections = [] if config.share_att_key else [
+      (name, projection) for term, name, projection in (
+          ("c2p", "pos_key_proj", "position_key"), ("p2c", "pos_query_proj", "position_query"))
+      if term in config.relative_attention_terms]
+  for i in range(config.num_layers):
+    hf_layer, layer = f"{hf}encoder.layer.{i}", f"encoder_model/encoder/layer_{i}"
+    rules += _layer(hf_layer, layer, DEBERTA_LAYER)
+    for name, projection in own_projections:
+      rules += _dense(f"{hf_layer}.attention.self.{name}",
+                      f"{layer}/attention/self_attention/{projection}", HEADS_IN, HEADS_BIAS)
+  rules += _mlm_head("lm_predictions.lm_head.dense", "lm_predictions.lm_head.LayerNorm",
+                     "lm_predictions.lm_head.bias")
+  rules += _mlm_head("cls.predictions.transform.dense",
+                     "cls.predictions.transform.LayerNorm", "cls.predictions.bias")
+  return rules
+
+
+# Rule tables by model family (a Hugging Face model_type); `family=` of from_hf / to_hf
+# picks one.
+RULES = {"bert": bert_rules, "roberta": roberta_rules, "albert": albert_rules,
+         "deberta-v2": deberta_rules}
 
 
 def rules_for(family: str, config: common.ModelConfig):
@@ -165,7 +208,8 @@ def rules_for(family: str, config: common.ModelConfig):
 # Family -> (transformers config class, pretraining model class) names.
 HF_CLASSES = {"bert": ("BertConfig", "BertForPreTraining"),
               "roberta": ("RobertaConfig", "RobertaForMaskedLM"),
-              "albert": ("AlbertConfig", "AlbertForPreTraining")}
+              "albert": ("AlbertConfig", "AlbertForPreTraining"),
+              "deberta-v2": ("DebertaV2Config", "DebertaV2ForMaskedLM")}
 
 # encoderx model field -> the name of the same field in Hugging Face configs.
 HF_FIELD_NAMES = dict(
@@ -181,7 +225,8 @@ def hf_config(config: common.ModelConfig, family: str = "bert", **overrides):
   """The family's `transformers` config with the sizes of an encoderx ModelConfig.
 
   RoBERTa numbers positions from its padding id + 1, so its pad_token_id is
-  position_offset - 1; ALBERT shares its layers in one group when layer_sharing='all'.
+  position_offset - 1; ALBERT shares its layers in one group when layer_sharing='all';
+  DeBERTa's relative attention fields come from the disentangled attention's.
   """
   import transformers  # pylint: disable=g-import-not-at-top
   fields = {hf_name: getattr(config, name) for name, hf_name in HF_FIELD_NAMES.items()}
@@ -190,6 +235,8 @@ def hf_config(config: common.ModelConfig, family: str = "bert", **overrides):
   elif family == "albert":
     fields.update(embedding_size=config.embedding_size, num_hidden_groups=(
         1 if config.layer_sharing == "all" else config.num_layers))
+  elif family == "deberta-v2":
+    fields.update(_deberta_hf_fields(config))
   fields.update(overrides)
   return getattr(transformers, HF_CLASSES[family][0])(**fields)
 
@@ -217,7 +264,58 @@ def model_fields(hf_config_dict: Mapping[str, object]) -> tuple[str, dict]:
                        "than 1 or num_hidden_layers is not supported.")
     fields["embedding_size"] = hf_config_dict["embedding_size"]
     fields["layer_sharing"] = "all" if groups == 1 else "none"
+  elif family == "deberta-v2":
+    fields.update(_deberta_model_fields(hf_config_dict))
   return family, fields
+
+
+def _deberta_hf_fields(config: common.ModelConfig) -> dict:
+  """DebertaV2Config's fields for an encoderx model (see _deberta_model_fields)."""
+  relative = config.attention == "disentangled"
+  return dict(relative_attention=relative, pos_att_type=list(config.relative_attention_terms),
+              position_buckets=config.position_buckets or -1,
+              max_relative_positions=config.max_relative_positions,
+              share_att_key=config.share_att_key,
+              norm_rel_ebd="layer_norm" if relative else "none",
+              position_biased_input=config.position_embedding == "absolute",
+              legacy=False)  # the MLM head named as DeBERTa's checkpoints name it
+
+
+def _deberta_model_fields(hf_config_dict: Mapping[str, object]) -> dict:
+  """encoderx fields of a DebertaV2Config: disentangled attention when
+  relative_attention (BERT's attention otherwise), absolute positions in the input when
+  position_biased_input; no enhanced mask decoder (Hugging Face's models have none)."""
+  get = hf_config_dict.get
+  if get("conv_kernel_size", 0):
+    raise ValueError("DeBERTa's convolution layer (conv_kernel_size, DeBERTa-v2 xlarge "
+                     "and larger) is not supported.")
+  hidden, heads = hf_config_dict["hidden_size"], hf_config_dict["num_attention_heads"]
+  if get("embedding_size", hidden) != hidden:
+    raise ValueError("DeBERTa with embedding_size != hidden_size is not supported.")
+  if get("attention_head_size", hidden // heads) != hidden // heads:
+    raise ValueError("attention_head_size must be hidden_size / num_attention_heads.")
+  terms = get("pos_att_type") or ()
+  terms = [t.strip() for t in (terms.lower().split("|") if isinstance(terms, str)
+                               else terms)]
+  if set(terms) - {"c2p", "p2c"}:
+    raise ValueError(f"pos_att_type {terms}: only 'c2p' and 'p2c' are supported.")
+  fields = dict(position_embedding="absolute" if get("position_biased_input", True)
+                else "none", attention="standard", type_vocab_size=get("type_vocab_size", 0),
+                layer_norm_eps=get("layer_norm_eps", 1e-7), enhanced_mask_decoder=False)
+  if get("relative_attention", False):
+    norm = [n.strip() for n in str(get("norm_rel_ebd", "none")).lower().split("|")]
+    if "layer_norm" not in norm:
+      raise ValueError("relative attention without norm_rel_ebd='layer_norm' (DeBERTa "
+                       "v1's) is not supported.")
+    max_relative = get("max_relative_positions", -1)
+    fields.update(
+        attention="disentangled",
+        relative_attention_terms=tuple(t for t in ("c2p", "p2c") if t in terms),
+        position_buckets=max(get("position_buckets", -1), 0),
+        max_relative_positions=(max_relative if max_relative >= 1
+                                else hf_config_dict["max_position_embeddings"]),
+        share_att_key=bool(get("share_att_key", False)))
+  return fields
 
 
 def hf_pretraining_model(config: common.ModelConfig, family: str = "bert", **overrides):
@@ -263,11 +361,12 @@ def to_hf(params, config: common.ModelConfig, family: str = "bert",
   if config.scan_layers:
     params = unstack_layers(params, config.num_layers)
   flat = flax.traverse_util.flatten_dict(jax.device_get(params))
-  state_dict = {}
+  state_dict, written = {}, set()
   for hf_name, path, transform in rules:
     key = tuple(path.split("/"))
-    if key in flat:
+    if key in flat and key not in written:  # a parameter's first name in the rules wins
       state_dict[hf_name] = transform.to_hf(np.asarray(flat[key], np.float32), config)
+      written.add(key)
   return state_dict
 
 
@@ -275,19 +374,24 @@ _LAYER = re.compile(r"^layer_(\d+)$")
 
 
 def stack_layers(params: dict) -> dict:
-  """Per-layer params (layer_0, layer_1, ...) -> the nn.scan layout (layers/layer)."""
+  """Per-layer params (layer_0, layer_1, ...) -> the nn.scan layout (layers/layer); the
+  encoder's other parameters (e.g. DeBERTa's relative table) stay as they are."""
   encoder = params["encoder_model"]["encoder"]
-  layers = sorted((int(_LAYER.match(k).group(1)), v) for k, v in encoder.items())
+  layers = sorted((int(_LAYER.match(k).group(1)), v) for k, v in encoder.items()
+                  if _LAYER.match(k))
   stacked = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *[v for _, v in layers])
+  others = {k: v for k, v in encoder.items() if not _LAYER.match(k)}
   return {**params, "encoder_model": {**params["encoder_model"],
-                                      "encoder": {"layers": {"layer": stacked}}}}
+                                      "encoder": {**others, "layers": {"layer": stacked}}}}
 
 
 def unstack_layers(params: dict, num_layers: int) -> dict:
-  stacked = params["encoder_model"]["encoder"]["layers"]["layer"]
-  layers = {f"layer_{i}": jax.tree_util.tree_map(lambda x, i=i: x[i], stacked)
+  encoder = params["encoder_model"]["encoder"]
+  layers = {f"layer_{i}": jax.tree_util.tree_map(lambda x, i=i: x[i], encoder["layers"]["layer"])
             for i in range(num_layers)}
-  return {**params, "encoder_model": {**params["encoder_model"], "encoder": layers}}
+  others = {k: v for k, v in encoder.items() if k != "layers"}
+  return {**params, "encoder_model": {**params["encoder_model"],
+                                      "encoder": {**others, **layers}}}
 
 
 def check_tree(params, expected) -> None:

@@ -3,7 +3,8 @@
 A directory as `save_pretrained` writes it (or as released checkpoints ship):
 config.json (`model_type` names the family), the weights as model.safetensors or
 pytorch_model.bin, and the tokenizer's files (vocab.txt for BERT, vocab.json + merges.txt
-for RoBERTa, spiece.model for ALBERT) with tokenizer_config.json. The weights may be of
+for RoBERTa, spiece.model for ALBERT, spm.model for DeBERTa v2/v3) with
+tokenizer_config.json. The weights may be of
 any class of the family (BertModel, BertForPreTraining, BertForSequenceClassification,
 ...): the encoder is found by its embeddings, under whatever prefix the class puts it.
 """
@@ -52,13 +53,20 @@ def vocab_fields(directory: str, family: str) -> dict:
   tokenizer_config_path = os.path.join(directory, "tokenizer_config.json")
   tokenizer = (_read_json(tokenizer_config_path)
                if os.path.isfile(tokenizer_config_path) else {})
-  lower_case = bool(tokenizer.get("do_lower_case", True))
+  # DebertaV2Tokenizer keeps case by default; the others lower-case.
+  lower_case = bool(tokenizer.get("do_lower_case", family != "deberta-v2"))
   if family == "bert":
     path, fields = "vocab.txt", dict(kind="wordpiece", lower_case=lower_case)
     strip_accents = tokenizer.get("strip_accents")  # None: as lower_case (BertTokenizer)
     fields["strip_accents"] = lower_case if strip_accents is None else bool(strip_accents)
   elif family == "roberta":
     path, fields = "", dict(kind="byte_bpe")
+  elif family == "deberta-v2":
+    if tokenizer.get("split_by_punct"):
+      raise HfDirectoryError(f"'{directory}': DebertaV2Tokenizer's split_by_punct is not "
+                             "supported.")
+    path, fields = "spm.model", dict(kind="sentencepiece", layout="deberta",
+                                     lower_case=lower_case, strip_accents=False)
   else:  # albert
     path, fields = "spiece.model", dict(
         kind="sentencepiece", lower_case=lower_case,
@@ -103,14 +111,19 @@ def convert(state_dict, config: common.ModelConfig, family: str) -> tuple[dict, 
   """
   prefix = encoder_prefix(state_dict)
   rules = hf.RULES[family](config, prefix=prefix.rstrip("."))
+  if config.position_embedding != "absolute" and not config.enhanced_mask_decoder:
+    # DeBERTa's checkpoints keep a position table their encoder does not read
+    # (position_biased_input=False; Hugging Face ignores it too).
+    rules = [r for r in rules if not r[0].endswith("embeddings.position_embeddings.weight")]
   used = {hf_name for hf_name, _, _ in rules}
   tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias",
           "lm_head.decoder.weight", "lm_head.decoder.bias", "predictions.decoder.weight",
           "predictions.decoder.bias"}
   left = [name for name in state_dict
           if name not in used | tied and name.removeprefix(prefix) not in BUFFERS]
-  encoder_left = [n for n in left if n.startswith(prefix + "embeddings.")
-                  or n.startswith(prefix + "encoder.")]
+  encoder_left = [n for n in left if (n.startswith(prefix + "embeddings.")
+                                      or n.startswith(prefix + "encoder."))
+                  and n != prefix + "embeddings.position_embeddings.weight"]
   if encoder_left:
     raise HfDirectoryError(f"encoder weights with no {family} conversion rule: "
                            f"{', '.join(sorted(encoder_left))}.")
