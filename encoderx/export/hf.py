@@ -5,7 +5,8 @@ array transform and its inverse (PyTorch Linear stores [out, in]; Flax Dense [in
 attention kernels here are [hidden, heads, head_dim]). Converting in and back out is the
 identity, which the tests check, and outputs on converted weights match the PyTorch
 model's, which the tests check too. Each family has its rule table (`RULES`): 'bert'
-(BertForPreTraining), 'roberta' (RobertaForMaskedLM) and 'albert' (AlbertForPreTraining).
+(BertForPreTraining), 'roberta' (RobertaForMaskedLM), 'albert' (AlbertForPreTraining) and
+'electra' (ElectraForPreTraining, the discriminator; ElectraForMaskedLM, the generator).
 
     params = hf.from_hf(BertForPreTraining.from_pretrained(d).state_dict(), model_config)
     state_dict = hf.to_hf(params, model_config)
@@ -151,8 +152,27 @@ def albert_rules(config: common.ModelConfig, prefix: str = "albert"):
   return rules
 
 
+def electra_rules(config: common.ModelConfig, prefix: str = "electra"):
+  """Rules for ElectraForPreTraining (the discriminator: `rtd_head`), ElectraForMaskedLM
+  (the generator: `mlm_head`, its decoder tied to the word embeddings, its bias
+  `generator_lm_head.bias`) and ElectraModel (prefix ''): BERT's encoder under
+  `electra.`, no pooler, and `embeddings_project` (our Embeddings' `projection`) when the
+  embedding size differs from the hidden size. Hugging Face's generator head applies
+  GELU whatever hidden_act says (ElectraGeneratorPredictions), as ELECTRA's models use.
+  """
+  hf = f"{prefix}." if prefix else ""
+  rules = _encoder(config, hf)
+  rules += _dense(f"{hf}embeddings_project", "encoder_model/embeddings/projection")
+  rules += _dense("discriminator_predictions.dense", "rtd_head/transform")
+  rules += _dense("discriminator_predictions.dense_prediction", "rtd_head/classifier")
+  rules += _mlm_head("generator_predictions.dense", "generator_predictions.LayerNorm",
+                     "generator_lm_head.bias")
+  return rules
+
+
 # Rule tables by model family; `family=` of from_hf / to_hf picks one.
-RULES = {"bert": bert_rules, "roberta": roberta_rules, "albert": albert_rules}
+RULES = {"bert": bert_rules, "roberta": roberta_rules, "albert": albert_rules,
+         "electra": electra_rules}
 
 
 def rules_for(family: str, config: common.ModelConfig):
@@ -165,7 +185,8 @@ def rules_for(family: str, config: common.ModelConfig):
 # Family -> (transformers config class, pretraining model class) names.
 HF_CLASSES = {"bert": ("BertConfig", "BertForPreTraining"),
               "roberta": ("RobertaConfig", "RobertaForMaskedLM"),
-              "albert": ("AlbertConfig", "AlbertForPreTraining")}
+              "albert": ("AlbertConfig", "AlbertForPreTraining"),
+              "electra": ("ElectraConfig", "ElectraForPreTraining")}
 
 # encoderx model field -> the name of the same field in Hugging Face configs.
 HF_FIELD_NAMES = dict(
@@ -181,7 +202,9 @@ def hf_config(config: common.ModelConfig, family: str = "bert", **overrides):
   """The family's `transformers` config with the sizes of an encoderx ModelConfig.
 
   RoBERTa numbers positions from its padding id + 1, so its pad_token_id is
-  position_offset - 1; ALBERT shares its layers in one group when layer_sharing='all'.
+  position_offset - 1; ALBERT shares its layers in one group when layer_sharing='all';
+  ALBERT and ELECTRA name their embedding width. ELECTRA's generator is
+  ElectraForMaskedLM of its own config (the generator's sizes).
   """
   import transformers  # pylint: disable=g-import-not-at-top
   fields = {hf_name: getattr(config, name) for name, hf_name in HF_FIELD_NAMES.items()}
@@ -190,6 +213,8 @@ def hf_config(config: common.ModelConfig, family: str = "bert", **overrides):
   elif family == "albert":
     fields.update(embedding_size=config.embedding_size, num_hidden_groups=(
         1 if config.layer_sharing == "all" else config.num_layers))
+  elif family == "electra":
+    fields.update(embedding_size=config.embedding_size)
   fields.update(overrides)
   return getattr(transformers, HF_CLASSES[family][0])(**fields)
 
@@ -217,6 +242,9 @@ def model_fields(hf_config_dict: Mapping[str, object]) -> tuple[str, dict]:
                        "than 1 or num_hidden_layers is not supported.")
     fields["embedding_size"] = hf_config_dict["embedding_size"]
     fields["layer_sharing"] = "all" if groups == 1 else "none"
+  elif family == "electra":
+    fields["embedding_size"] = hf_config_dict.get("embedding_size",
+                                                  hf_config_dict["hidden_size"])
   return family, fields
 
 
