@@ -203,3 +203,210 @@ def test_samples_follow_the_generator_softmax_and_replaced_means_different():
   np.testing.assert_array_equal(corrupted["input_ids"], [[2, 4, 5, 7, 3, 0]])
   np.testing.assert_array_equal(corrupted["rtd_labels"], [[0, 0, 0, 1, 0, 0]])
   assert float(rtd.sample_terms(jnp.asarray([[5, 7, 8]]), batch)["sampled_correct"]) == 1.0
+
+
+# --- embedding sharing and its gradients ----------------------------------------------------
+def _method_and_batch(config):
+  method = electra.ReplacedTokenDetection(config_lib.validate(config))
+  params = flax.linen.unbox(method.init(jax.random.key(0))["params"])
+  (batch,) = pipeline.take_batches(method.task(), "train", config.data.seq_length,
+                                   config.train.batch_size, 1, seed=3)
+  prepared = method.prepare({k: jnp.asarray(v) for k, v in batch.items()}, jax.random.key(1))
+  return method, params, batch, prepared
+
+
+@pytest.mark.parametrize("sharing", ["shared", "gdes"])
+def test_the_discriminator_loss_reaches_the_generator_only_through_shared_embeddings(
+    tiny_config, sharing):
+  """The sample carries no gradient, so the discriminator's loss trains no generator layer
+  or head; under 'shared' it trains the shared embedding parameters, under GDES nothing of
+  the generator (the discriminator's deltas instead)."""
+  method, params, _, prepared = _method_and_batch(_config(tiny_config, sharing))
+
+  def discriminator_loss(generator, discriminator):
+    both = {"generator": generator, "discriminator": discriminator}
+    _, corrupted = method.generate(both, prepared, jax.random.key(2), jax.random.key(3))
+    return method.discriminate(both, prepared, corrupted, jax.random.key(4))["loss_sum"]
+
+  generator_grads, discriminator_grads = (_flat(g) for g in jax.grad(
+      discriminator_loss, argnums=(0, 1))(params["generator"], params["discriminator"]))
+  reached = {name for name, grad in generator_grads.items() if np.abs(grad).max() > 0}
+  if sharing == "shared":
+    assert reached == {f"encoder_model/embeddings/{name}" for name in (
+        "word_embeddings/embedding", "position_embeddings/embedding",
+        "token_type_embeddings/embedding", "layer_norm/scale", "layer_norm/bias")}
+    assert "embedding_deltas" not in params["discriminator"]
+  else:
+    assert not reached  # every gradient exactly zero
+    deltas = {name for name in discriminator_grads if name.startswith("embedding_deltas/")}
+    assert deltas == {"embedding_deltas/word_embeddings",
+                      "embedding_deltas/position_embeddings"}
+    assert all(np.abs(discriminator_grads[name]).max() > 0 for name in deltas)
+  # The generator's MLM loss, in turn, never reaches the discriminator.
+  mlm_grads = jax.grad(lambda d: method.generate(
+      {"generator": params["generator"], "discriminator": d}, prepared, None,
+      jax.random.key(3))[0]["loss_sum"])(params["discriminator"])
+  assert all(np.abs(g).max() == 0 for g in _flat(mlm_grads).values())
+
+
+def test_gdes_exports_generator_embedding_plus_delta_and_takes_it_back(tiny_config):
+  method, params, batch, _ = _method_and_batch(_config(tiny_config, "gdes"))
+  params = jax.tree_util.tree_map(np.asarray, params)
+  deltas = params["discriminator"]["embedding_deltas"]
+  assert all(np.all(d == 0) for d in jax.tree_util.tree_leaves(deltas))  # start at zero
+  deltas["word_embeddings"] = np.full_like(deltas["word_embeddings"], 0.25)
+  exported = method.transferable_params(params)
+  embeddings = exported["encoder_model"]["embeddings"]
+  np.testing.assert_allclose(
+      embeddings["word_embeddings"]["embedding"],
+      params["generator"]["encoder_model"]["embeddings"]["word_embeddings"]["embedding"]
+      + 0.25)
+  # The discriminator's own LayerNorm and token types (GDES shares word and positions only).
+  assert embeddings["layer_norm"] is params["discriminator"]["encoder_model"]["embeddings"][
+      "layer_norm"]
+  taken = method.with_transferable_params(params, exported)
+  assert _max_difference(method.transferable_params(taken), exported) == 0.0
+  np.testing.assert_array_equal(  # the generator's layers are kept
+      _flat(taken["generator"]["encoder_model"]["encoder"])["layer_0/ffn/output/kernel"],
+      _flat(params["generator"]["encoder_model"]["encoder"])["layer_0/ffn/output/kernel"])
+  # What the discriminator computes is what the exported weights compute.
+  ours = method.discriminator.apply({"params": method.discriminator_params(params)}, batch)
+  alone = method.discriminator.apply({"params": exported}, batch)
+  np.testing.assert_array_equal(ours["rtd_logits"], alone["rtd_logits"])
+
+
+# --- joint and decoupled training -----------------------------------------------------------
+def _adam_step(optimizer, params, grads):
+  changes, _ = optimizer.update(grads, optimizer.init(params), params)
+  return optax.apply_updates(params, changes)
+
+
+def test_decoupled_steps_the_generator_by_mlm_then_the_discriminator_on_its_samples(
+    tiny_config):
+  config = _deterministic(_config(tiny_config, "gdes", "decoupled",
+                                  discriminator_learning_rate=3e-3))
+  config.optimizer.warmup_steps = 0  # the peak learning rates from step 0
+  config.optimizer.learning_rate = 1e-3
+  trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  method = trainer.method
+  assert [u.name for u in method.updates] == ["generator", "discriminator"]
+  (batch,) = pipeline.take_batches(method.task(), "train", 64, 8, 1, seed=3)
+  state = trainer.init_state()
+  assert set(state.opt_state) == {"generator", "discriminator"}
+  before = jax.device_get(state.params)
+  state, metrics = trainer.train_step(0)(state, trainer.device_batch(batch))
+  after, metrics = jax.device_get((state.params, metrics))
+
+  # By hand: the generator's AdamW step from its MLM loss alone; its samples (drawn before
+  # its step) corrupt the batch; the discriminator's step (its own optimizer, 3x the
+  # learning rate) from rtd_lambda x BCE, reading the updated generator's embeddings.
+  prepare_key, loss_key = trainer_lib.step_keys(trainer_lib.run_rng(config.train.seed), 0)
+  prepared = method.prepare({k: jnp.asarray(v) for k, v in batch.items()}, prepare_key)
+  denominators = method.denominators(prepared)
+  generator_key, sample_key, _ = jax.random.split(loss_key, 3)
+
+  def mlm_loss(generator):
+    terms, corrupted = method.generate({**before, "generator": generator}, prepared,
+                                       generator_key, sample_key)
+    return terms["loss_sum"] / denominators["mlm"], corrupted
+
+  (_, corrupted), grads = jax.value_and_grad(mlm_loss, has_aux=True)(before["generator"])
+  generator = _adam_step(trainer.optimizers["generator"], before["generator"], grads)
+  assert _max_difference(generator, after["generator"]) < 1e-6
+  _, _, discriminator_key = jax.random.split(jax.random.fold_in(loss_key, 1), 3)
+
+  def bce(discriminator):
+    terms = method.discriminate({"generator": generator, "discriminator": discriminator},
+                                prepared, corrupted, discriminator_key)
+    return 50.0 * terms["loss_sum"] / denominators["rtd"]
+
+  discriminator = _adam_step(trainer.optimizers["discriminator"], before["discriminator"],
+                             jax.grad(bce)(before["discriminator"]))
+  assert _max_difference(discriminator, after["discriminator"]) < 1e-6
+  assert _max_difference(after["discriminator"], before["discriminator"]) > 1e-4
+  assert metrics["learning_rate_discriminator"] == pytest.approx(
+      3 * metrics["learning_rate_generator"])
+  assert metrics["loss_discriminator"] == pytest.approx(50 * metrics["rtd_loss"], rel=1e-6)
+  assert metrics["loss_generator"] == pytest.approx(metrics["mlm_loss"], rel=1e-6)
+
+
+# --- the trainer: sharding, resume, learning ------------------------------------------------
+def _losses(trainer, batches):
+  state, step = trainer.init_state(), trainer.train_step(0)
+  history = []
+  for batch in batches:
+    state, metrics = step(state, trainer.device_batch(batch))
+    history.append(jax.device_get(metrics))
+  return history
+
+
+@pytest.mark.parametrize("sharing,training,accumulate", [("shared", "joint", 1),
+                                                         ("gdes", "decoupled", 2)])
+def test_mesh_2x2x2_matches_one_device(tiny_config, sharing, training, accumulate):
+  """Dropout on; decoupled with 2 micro-batches: the generator's samples are carried to
+  the discriminator's update micro-batch by micro-batch."""
+  config = _config(tiny_config, sharing, training)
+  config.train.grad_accum_steps = accumulate
+  config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
+  sharded = trainer_lib.Trainer(config)
+  batches = pipeline.take_batches(sharded.method.task(), "train", 64, 8, 3, seed=11)
+  config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 1, 1, 1
+  single = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  ours, theirs = _losses(sharded, batches), _losses(single, batches)
+  for metric in ("loss", "mlm_loss", "rtd_loss", "rtd_accuracy", "mlm_sampled_accuracy"):
+    np.testing.assert_allclose([m[metric] for m in ours], [m[metric] for m in theirs],
+                               atol=1e-5, rtol=0, err_msg=metric)
+  assert ours[0]["loss"] != ours[2]["loss"]
+
+
+def _run(config, workdir, **kwargs):
+  return train.run(config, str(workdir), show_progress=False, devices=ONE_DEVICE, **kwargs)
+
+
+def test_stop_and_resume_equals_running_straight_and_runs_export_the_discriminator(
+    tiny_config, tmp_path, caplog):
+  config = _config(tiny_config, "gdes", "decoupled")
+  config.train.steps = 4
+  config.checkpoint.every_steps = 100  # only the stop and the end save
+  straight = _run(config, tmp_path / "straight")
+  first = _run(config, tmp_path / "resumed", stop_at_step=2)
+  second = _run(config, tmp_path / "resumed", resume=True)
+  assert first["stopped"] and second["step"] == 4
+  losses = {h["step"]: (h["loss_generator"], h["loss_discriminator"])
+            for h in first["history"] + second["history"]}
+  assert [losses[s] for s in range(1, 5)] == [
+      (h["loss_generator"], h["loss_discriminator"]) for h in straight["history"]]
+  assert second["eval"] == pytest.approx(straight["eval"])
+  assert set(straight["eval"]) >= {"mlm_loss", "mlm_accuracy", "mlm_sampled_accuracy",
+                                   "rtd_loss", "rtd_accuracy", "rtd_precision",
+                                   "rtd_recall", "mlm_perplexity"}
+
+  # Another run starts from this one's discriminator (its word embedding = the
+  # generator's + the delta): here BERT pretraining, whose MLM and NSP heads are new.
+  bert = tiny_config()
+  bert.init_from = str(tmp_path / "straight")
+  bert = initialize.resolve_config(bert)
+  trainer = trainer_lib.Trainer(bert, devices=ONE_DEVICE)
+  with caplog.at_level("INFO", logger="encoderx"):
+    state = initialize.initial_state(trainer)
+  assert ("initialized fresh: encoder_model/pooler, mlm_head, sentence_head; unused from "
+          "the source: rtd_head") in caplog.text
+  source = electra.ReplacedTokenDetection(config)
+  discriminator = source.transferable_params(jax.device_get(straight["params"]))
+  encoder = dict(jax.device_get(state.params)["encoder_model"])
+  encoder.pop("pooler")  # BERT's, new
+  assert _max_difference(encoder, discriminator["encoder_model"]) == 0.0
+
+
+def test_tiny_electra_learns_on_the_bundled_corpus(tiny_config, tmp_path):
+  config = _config(tiny_config)
+  config.model.hidden_size, config.model.intermediate_size = 64, 128
+  config.train.steps = 40
+  config.optimizer.learning_rate = 3e-3
+  config.optimizer.warmup_steps = 5
+  history = _run(config, tmp_path)["history"]
+  first, last = history[0], {k: np.mean([h[k] for h in history[-8:]]) for k in history[0]}
+  print(f"first step: {first}\nlast 8 steps: {last}")
+  assert last["mlm_loss"] < first["mlm_loss"] - 1.0
+  assert last["rtd_loss"] < first["rtd_loss"] - 0.15
+  assert last["loss"] < first["loss"] - 8.0
