@@ -2,7 +2,7 @@
 (ElectraForMaskedLM, ElectraForPreTraining), ELECTRA's masking and sampling, the
 embedding sharing (shared, GDES) and its gradients, joint and decoupled training, sharded
 runs, resume, learning, --init_from and validation."""
-import dataclasses
+import shutil
 
 import flax
 import jax
@@ -15,7 +15,7 @@ import transformers
 from scipy import stats
 
 from encoderx import config as config_lib
-from encoderx import initialize, method as method_lib, train, trainer as trainer_lib
+from encoderx import initialize, train, trainer as trainer_lib
 from encoderx.data import pipeline, resources
 from encoderx.export import hf
 from encoderx.methods import electra
@@ -398,6 +398,42 @@ def test_stop_and_resume_equals_running_straight_and_runs_export_the_discriminat
   assert _max_difference(encoder, discriminator["encoder_model"]) == 0.0
 
 
+def test_init_from_a_hugging_face_electra_discriminator_directory(tiny_config, tmp_path,
+                                                                 caplog):
+  """`--init_from=hf:DIR` of an ElectraForPreTraining as save_pretrained writes it: the run
+  takes its sizes, vocabulary and every weight (the discriminator), and computes its
+  logits; the generator's layers start fresh on the shared embeddings."""
+  directory = tmp_path / "hf"
+  vocab = resources.resolve("bundled:austen-wordpiece")
+  vocab_size = sum(1 for _ in open(vocab, encoding="utf-8"))
+  torch.manual_seed(0)
+  reference = transformers.ElectraForPreTraining(transformers.ElectraConfig(
+      vocab_size=vocab_size, embedding_size=32, hidden_size=48, num_hidden_layers=2,
+      num_attention_heads=4, intermediate_size=80, max_position_embeddings=64,
+      initializer_range=0.2)).eval()
+  reference.save_pretrained(directory)
+  shutil.copy(vocab, directory / "vocab.txt")
+  (directory / "tokenizer_config.json").write_text('{"do_lower_case": true}')
+
+  config = _config(tiny_config)
+  config.init_from = f"hf:{directory}"
+  config = initialize.resolve_config(config)
+  assert (config.model.embedding_size, config.model.hidden_size,
+          config.model.num_heads) == (32, 48, 4)
+  assert config.data.vocab.path == str(directory / "vocab.txt")
+  trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  with caplog.at_level("INFO", logger="encoderx"):
+    state = initialize.initial_state(trainer)
+  assert "initialized fresh: -; unused from the source: -" in caplog.text
+  method, params = trainer.method, jax.device_get(state.params)
+  real, batch = padded_batch(vocab_size)
+  ours = np.asarray(method.discriminator.apply(
+      {"params": method.discriminator_params(params)}, batch)["rtd_logits"])
+  difference = np.abs(ours[real] - _torch_logits(reference, batch)[real]).max()
+  print(f"hf:DIR ElectraForPreTraining: max abs {difference:.2e}")
+  assert difference <= 1e-4
+
+
 def test_tiny_electra_learns_on_the_bundled_corpus(tiny_config, tmp_path):
   config = _config(tiny_config)
   config.model.hidden_size, config.model.intermediate_size = 64, 128
@@ -410,3 +446,21 @@ def test_tiny_electra_learns_on_the_bundled_corpus(tiny_config, tmp_path):
   assert last["mlm_loss"] < first["mlm_loss"] - 1.0
   assert last["rtd_loss"] < first["rtd_loss"] - 0.15
   assert last["loss"] < first["loss"] - 8.0
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("rtd.generator_width", 0.85, r"rtd\.generator_width.*hidden size 27 with 2 heads"),
+    ("rtd.generator_depth", 0.0, r"rtd\.generator_depth.*must be in \(0, 1\]"),
+    ("rtd.training", "alternating", r"rtd\.training.*'joint', 'decoupled'"),
+    ("rtd.embedding_sharing", "tied", r"rtd\.embedding_sharing.*'shared', 'gdes'"),
+    ("rtd.discriminator_learning_rate", 1e-3, r"discriminator_learning_rate.*decoupled"),
+    ("rtd.rtd_lambda", -1.0, r"rtd\.rtd_lambda.*>= 0"),
+    ("objective.names", ("mlm", "nsp"), r"objective\.names.*MLM alone"),
+    ("data.builder", "sentence_pairs", r"data\.builder.*doc_sentences"),
+])
+def test_bad_rtd_settings_name_the_field_and_the_fix(tiny_config, field, value, message):
+  config = _config(tiny_config)
+  section, name = field.split(".")
+  config[section][name] = value
+  with pytest.raises(config_lib.ConfigError, match=message):
+    config_lib.validate(config)
