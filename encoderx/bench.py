@@ -260,7 +260,7 @@ def bench_torch_electra(config, method, batches: list[dict], steps: int) -> Step
   rng = np.random.default_rng(0)
   inputs = []
   for batch in batches:
-    common_inputs = torch_inputs("bert", batch, rng)  # input_ids, attention_mask, labels
+    common_inputs = torch_inputs("electra", batch, rng)  # input_ids, attention_mask, labels
     common_inputs["token_type_ids"] = torch.from_numpy(
         np.asarray(batch["token_type_ids"], np.int64))
     chosen = common_inputs["labels"] >= 0
