@@ -340,8 +340,8 @@ def _losses(trainer, batches):
   return history
 
 
-@pytest.mark.parametrize("sharing,training,accumulate", [("shared", "joint", 1),
-                                                         ("gdes", "decoupled", 2)])
+@pytest.mark.parametrize("sharing,training,accumulate", [
+    ("shared", "joint", 1), pytest.param("gdes", "decoupled", 2, marks=pytest.mark.slow)])
 def test_mesh_2x2x2_matches_one_device(tiny_config, sharing, training, accumulate):
   """Dropout on; decoupled with 2 micro-batches: the generator's samples are carried to
   the discriminator's update micro-batch by micro-batch."""
@@ -363,6 +363,7 @@ def _run(config, workdir, **kwargs):
   return train.run(config, str(workdir), show_progress=False, devices=ONE_DEVICE, **kwargs)
 
 
+@pytest.mark.slow
 def test_stop_and_resume_equals_running_straight_and_runs_export_the_discriminator(
     tiny_config, tmp_path, caplog):
   config = _config(tiny_config, "gdes", "decoupled")
