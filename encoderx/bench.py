@@ -253,7 +253,9 @@ def bench_torch_electra(config, method, batches: list[dict], steps: int) -> Step
   discriminator = hf.hf_pretraining_model(method.model_config, "electra").train()
   generator = transformers.ElectraForMaskedLM(
       hf.hf_config(method.generator_config, "electra")).train()
-  generator.electra.embeddings = discriminator.electra.embeddings  # shared
+  generator.electra.embeddings = discriminator.electra.embeddings  # shared, and the
+  # generator's output layer tied to the shared table (as from_pretrained would tie it)
+  generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight
   parameters = {id(p): p for model in (generator, discriminator)
                 for p in model.parameters()}
   optimizer = torch_adamw(config, list(parameters.values()))
