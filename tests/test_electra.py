@@ -435,6 +435,7 @@ def test_init_from_a_hugging_face_electra_discriminator_directory(tiny_config, t
   assert difference <= 1e-4
 
 
+@pytest.mark.slow
 def test_tiny_electra_learns_on_the_bundled_corpus(tiny_config, tmp_path):
   config = _config(tiny_config)
   config.model.hidden_size, config.model.intermediate_size = 64, 128
