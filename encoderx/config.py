@@ -41,7 +41,8 @@ def default_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
 
   # The training method (encoderx/method.py: REGISTRY): "pretrain" (MLM with optional
-  # NSP / SOP / SBO terms) or "classify" (sequence classification fine-tuning).
+  # NSP / SOP / SBO terms), "electra" (replaced-token detection, config.rtd) or
+  # "classify" (sequence classification fine-tuning).
   config.method = "pretrain"
   # Parameters to start from (fresh init when empty): a work directory or checkpoint
   # directory of another run, or "hf:<Hugging Face model directory>". The encoder's
@@ -113,6 +114,33 @@ def default_config() -> ml_collections.ConfigDict:
           span_geometric_p=0.2,
           max_span_words=10,
       )),
+  ))
+
+  # Replaced-token detection (method "electra", encoderx/methods/electra.py): a small
+  # generator, trained by MLM (config.objective.mlm), fills the masked positions with
+  # samples; the discriminator (config.model) learns which tokens were replaced.
+  config.rtd = ml_collections.ConfigDict(dict(
+      # The generator's layers, and its hidden size, heads and FFN size, as fractions of
+      # the discriminator's (ELECTRA: depth 1, width 1/4 small, 1/3 base; DeBERTa-v3:
+      # depth 1/2, width 1).
+      generator_depth=1.0,
+      generator_width=0.25,
+      # loss = objective.weights.mlm x generator MLM + rtd_lambda x discriminator binary
+      # cross-entropy over every non-padding token (ELECTRA 50, DeBERTa-v3 10).
+      rtd_lambda=50.0,
+      # "shared" (ELECTRA): one token, position and type embedding and embedding
+      # LayerNorm, trained by both losses. "gdes" (DeBERTa-v3, gradient-disentangled):
+      # the discriminator's word (and absolute position) embedding is stop_gradient(the
+      # generator's) + its own delta initialized at zero, its other embedding parameters
+      # its own; the generator is trained by MLM only.
+      embedding_sharing="shared",
+      # "joint" (ELECTRA): one optimizer update of the summed loss. "decoupled" (DeBERTa's
+      # decoupled_training): the generator's update (MLM), then the discriminator's
+      # (rtd_lambda x BCE) on the batch the generator corrupted, each with its own
+      # optimizer state.
+      training="joint",
+      # The discriminator's peak learning rate when decoupled; 0: optimizer.learning_rate.
+      discriminator_learning_rate=0.0,
   ))
 
   config.optimizer = ml_collections.ConfigDict(dict(

@@ -6,7 +6,8 @@ attention kernels here are [hidden, heads, head_dim]). Converting in and back ou
 identity, which the tests check, and outputs on converted weights match the PyTorch
 model's, which the tests check too. Each family has its rule table (`RULES`): 'bert'
 (BertForPreTraining), 'roberta' (RobertaForMaskedLM), 'albert' (AlbertForPreTraining) and
-'deberta-v2' (DebertaV2ForMaskedLM: DeBERTa v2 and v3).
+'deberta-v2' (DebertaV2ForMaskedLM: DeBERTa v2 and v3) and 'electra'
+(ElectraForPreTraining, the discriminator; ElectraForMaskedLM, the generator).
 
     params = hf.from_hf(BertForPreTraining.from_pretrained(d).state_dict(), model_config)
     state_dict = hf.to_hf(params, model_config)
@@ -192,10 +193,28 @@ def deberta_rules(config: common.ModelConfig, prefix: str = "deberta"):
   return rules
 
 
+def electra_rules(config: common.ModelConfig, prefix: str = "electra"):
+  """Rules for ElectraForPreTraining (the discriminator: `rtd_head`), ElectraForMaskedLM
+  (the generator: `mlm_head`, its decoder tied to the word embeddings, its bias
+  `generator_lm_head.bias`) and ElectraModel (prefix ''): BERT's encoder under
+  `electra.`, no pooler, and `embeddings_project` (our Embeddings' `projection`) when the
+  embedding size differs from the hidden size. Hugging Face's generator head applies
+  GELU whatever hidden_act says (ElectraGeneratorPredictions), as ELECTRA's models use.
+  """
+  hf = f"{prefix}." if prefix else ""
+  rules = _encoder(config, hf)
+  rules += _dense(f"{hf}embeddings_project", "encoder_model/embeddings/projection")
+  rules += _dense("discriminator_predictions.dense", "rtd_head/transform")
+  rules += _dense("discriminator_predictions.dense_prediction", "rtd_head/classifier")
+  rules += _mlm_head("generator_predictions.dense", "generator_predictions.LayerNorm",
+                     "generator_lm_head.bias")
+  return rules
+
+
 # Rule tables by model family (a Hugging Face model_type); `family=` of from_hf / to_hf
 # picks one.
 RULES = {"bert": bert_rules, "roberta": roberta_rules, "albert": albert_rules,
-         "deberta-v2": deberta_rules}
+         "deberta-v2": deberta_rules, "electra": electra_rules}
 
 
 def rules_for(family: str, config: common.ModelConfig):
@@ -209,7 +228,8 @@ def rules_for(family: str, config: common.ModelConfig):
 HF_CLASSES = {"bert": ("BertConfig", "BertForPreTraining"),
               "roberta": ("RobertaConfig", "RobertaForMaskedLM"),
               "albert": ("AlbertConfig", "AlbertForPreTraining"),
-              "deberta-v2": ("DebertaV2Config", "DebertaV2ForMaskedLM")}
+              "deberta-v2": ("DebertaV2Config", "DebertaV2ForMaskedLM"),
+              "electra": ("ElectraConfig", "ElectraForPreTraining")}
 
 # encoderx model field -> the name of the same field in Hugging Face configs.
 HF_FIELD_NAMES = dict(
@@ -226,7 +246,9 @@ def hf_config(config: common.ModelConfig, family: str = "bert", **overrides):
 
   RoBERTa numbers positions from its padding id + 1, so its pad_token_id is
   position_offset - 1; ALBERT shares its layers in one group when layer_sharing='all';
-  DeBERTa's relative attention fields come from the disentangled attention's.
+  DeBERTa's relative attention fields come from the disentangled attention's; ALBERT and
+  ELECTRA name their embedding width. ELECTRA's generator is ElectraForMaskedLM of its own
+  config (the generator's sizes).
   """
   import transformers  # pylint: disable=g-import-not-at-top
   fields = {hf_name: getattr(config, name) for name, hf_name in HF_FIELD_NAMES.items()}
@@ -237,6 +259,8 @@ def hf_config(config: common.ModelConfig, family: str = "bert", **overrides):
         1 if config.layer_sharing == "all" else config.num_layers))
   elif family == "deberta-v2":
     fields.update(_deberta_hf_fields(config))
+  elif family == "electra":
+    fields.update(embedding_size=config.embedding_size)
   fields.update(overrides)
   return getattr(transformers, HF_CLASSES[family][0])(**fields)
 
@@ -266,6 +290,9 @@ def model_fields(hf_config_dict: Mapping[str, object]) -> tuple[str, dict]:
     fields["layer_sharing"] = "all" if groups == 1 else "none"
   elif family == "deberta-v2":
     fields.update(_deberta_model_fields(hf_config_dict))
+  elif family == "electra":
+    fields["embedding_size"] = hf_config_dict.get("embedding_size",
+                                                  hf_config_dict["hidden_size"])
   return family, fields
 
 

@@ -2,8 +2,8 @@
 
 A directory as `save_pretrained` writes it (or as released checkpoints ship):
 config.json (`model_type` names the family), the weights as model.safetensors or
-pytorch_model.bin, and the tokenizer's files (vocab.txt for BERT, vocab.json + merges.txt
-for RoBERTa, spiece.model for ALBERT, spm.model for DeBERTa v2/v3) with
+pytorch_model.bin, and the tokenizer's files (vocab.txt for BERT and ELECTRA, vocab.json +
+merges.txt for RoBERTa, spiece.model for ALBERT, spm.model for DeBERTa v2/v3) with
 tokenizer_config.json. The weights may be of
 any class of the family (BertModel, BertForPreTraining, BertForSequenceClassification,
 ...): the encoder is found by its embeddings, under whatever prefix the class puts it.
@@ -55,7 +55,7 @@ def vocab_fields(directory: str, family: str) -> dict:
                if os.path.isfile(tokenizer_config_path) else {})
   # DebertaV2Tokenizer keeps case by default; the others lower-case.
   lower_case = bool(tokenizer.get("do_lower_case", family != "deberta-v2"))
-  if family == "bert":
+  if family in ("bert", "electra"):
     path, fields = "vocab.txt", dict(kind="wordpiece", lower_case=lower_case)
     strip_accents = tokenizer.get("strip_accents")  # None: as lower_case (BertTokenizer)
     fields["strip_accents"] = lower_case if strip_accents is None else bool(strip_accents)
@@ -118,7 +118,7 @@ def convert(state_dict, config: common.ModelConfig, family: str) -> tuple[dict, 
   used = {hf_name for hf_name, _, _ in rules}
   tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias",
           "lm_head.decoder.weight", "lm_head.decoder.bias", "predictions.decoder.weight",
-          "predictions.decoder.bias"}
+          "predictions.decoder.bias", "generator_lm_head.weight"}
   left = [name for name in state_dict
           if name not in used | tied and name.removeprefix(prefix) not in BUFFERS]
   encoder_left = [n for n in left if (n.startswith(prefix + "embeddings.")
