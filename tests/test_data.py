@@ -245,6 +245,18 @@ def test_tfds_datasets_are_selectable_by_name(tiny_config, tmp_path):
   vocabulary = tasks.build_vocabulary(config.data.vocab)
   text = " ".join(vocabulary.decode(ids) for ids in batches[0]["input_ids"])
   assert text.count("[SEP]") == 16 and " the " in text
+  # Streamed a file of the dataset at a time, with a position that resumes exactly.
+  task = tasks.register_pretraining_task(config)
+  assert pipeline.is_streamed(task)
+  straight = pipeline.batch_iterator(task, "train", 64, 8, seed=2)
+  next(straight)
+  position, following = straight.position.to_dict(), next(straight)
+  straight.close()
+  resumed = pipeline.batch_iterator(task, "train", 64, 8, seed=2, position=position)
+  try:
+    np.testing.assert_array_equal(next(resumed)["input_ids"], following["input_ids"])
+  finally:
+    resumed.close()
 
 
 def test_close_can_wait_for_the_next_epoch_opening_in_the_background(tiny_config):
