@@ -9,6 +9,7 @@ import seqio
 import tensorflow_datasets as tfds
 
 from encoderx import config as config_lib
+from encoderx import preprocess
 from encoderx.data import corpus, pipeline, segment_pairs, tasks
 
 SPECIAL = segment_pairs.SpecialIds(pad=0, cls=2, sep=3)
@@ -257,6 +258,11 @@ def test_tfds_datasets_are_selectable_by_name(tiny_config, tmp_path):
     np.testing.assert_array_equal(next(resumed)["input_ids"], following["input_ids"])
   finally:
     resumed.close()
+  # Preprocessed a file of the dataset at a time, into the examples its stream builds.
+  preprocess.run(config, str(tmp_path / "examples"), workers=1, show_progress=False)
+  config.data.tfds_name, config.data.preprocessed = "", str(tmp_path / "examples")
+  (ready,) = _task_examples(config, batches=1, seed=config.train.seed)
+  np.testing.assert_array_equal(ready["input_ids"], batches[0]["input_ids"])
 
 
 def test_close_can_wait_for_the_next_epoch_opening_in_the_background(tiny_config):
