@@ -70,11 +70,20 @@ def default_config() -> ml_collections.ConfigDict:
       sentence_per_line=False,  # True: each line is one sentence (BERT's own format).
       invalid_utf8="error",  # or "replace": undecodable bytes become U+FFFD.
       eval_every_nth_document=20,  # every n-th document is held out for evaluation.
+      # True: data.files are streamed file by file (each process its own files, a bounded
+      # shuffle window, a position that resumes in constant time) instead of read whole
+      # at start-up; documents are then held out by their index within their file. TFDS
+      # datasets and preprocessed examples are always streamed (encoderx/data/stream.py).
+      streaming=False,
+      # A directory written by `python -m encoderx.preprocess` (examples ready to train
+      # on, and a manifest that must match this config): the run streams it instead of
+      # reading data.files or data.tfds_name.
+      preprocessed="",
       builder="sentence_pairs",
       seq_length=128,
       short_seq_prob=0.1,
       document_pool=1000,  # documents kept to draw random segments from (NSP).
-      shuffle_buffer=10000,
+      shuffle_buffer=10000,  # examples; the window a stream is shuffled in.
       vocab=ml_collections.ConfigDict(dict(
           # "wordpiece": path is a BERT vocab.txt. "byte_bpe" (RoBERTa, GPT-2): path is
           # a directory holding vocab.json and merges.txt. "sentencepiece" (ALBERT):

@@ -205,9 +205,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
       for phase in trainer.phases:
         if step >= phase.end:
           continue
-        start = pipeline.DataPosition.from_dict(position) if (
-            position.get("phase") == phase.index) else None
-        batches = pipeline.BatchIterator(
+        start = position if position.get("phase") == phase.index else None
+        batches = pipeline.batch_iterator(
             task, "train", phase.seq_length, _local_batch_size(config.train.batch_size),
             seed=config.train.seed + 1000 * phase.index, shard_info=_shard_info(),
             position=start)

@@ -10,6 +10,7 @@ whole global batch. The data is the config's pretraining seqio Task
 from __future__ import annotations
 
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +45,11 @@ def validate_data(config) -> None:
   if data.tfds_name and ":" not in data.tfds_name:
     fail("data.tfds_name", f"{data.tfds_name!r} lacks a version, which seqio requires.",
          f"Write e.g. '{data.tfds_name}:1.0.0' (tfds.builder(name).version).")
-  if not data.tfds_name and data.files != config_lib.BUNDLED_CORPUS:
+  if data.preprocessed and not os.path.isdir(os.path.expanduser(data.preprocessed)):
+    fail("data.preprocessed", f"'{data.preprocessed}' is not a directory.",
+         "Write one with `python -m encoderx.preprocess --config=... --output=DIR`.")
+  if (not data.preprocessed and not data.tfds_name
+      and data.files != config_lib.BUNDLED_CORPUS):
     config_lib.resolve_file_patterns(data.files)
 
 
@@ -122,7 +127,10 @@ class Pretraining(method_lib.Method):
     return tasks.register_pretraining_task(self.config)
 
   def check_data(self) -> None:
-    if not self.config.data.tfds_name:
+    data = self.config.data
+    if data.preprocessed:
+      tasks.preprocessed_source(self.config)  # the manifest agrees with the config
+    elif not data.tfds_name and not data.streaming:  # streams are never read whole
       tasks.check_text_corpus(self.config)
 
   # --- parameters ------------------------------------------------------------------------
