@@ -56,9 +56,8 @@ class Pretraining(method_lib.Method):
       fail("data.short_seq_prob", f"must be in [0, 1], got {data.short_seq_prob}.")
     if data.eval_every_nth_document < 2:
       fail("data.eval_every_nth_document", "must be >= 2 so that most documents train.")
-    if data.tfds_name and ":" not in data.tfds_name:
-      fail("data.tfds_name", f"{data.tfds_name!r} lacks a version, which seqio requires.",
-           f"Write e.g. '{data.tfds_name}:1.0.0' (tfds.builder(name).version).")
+    if data.tfds_name:
+      config_lib.check_tfds_name(data.tfds_name)
     if not data.tfds_name and data.files != config_lib.BUNDLED_CORPUS:
       config_lib.resolve_file_patterns(data.files)
 
