@@ -189,7 +189,7 @@ class SentencePieceVocabulary(seqio.SentencePieceVocabulary):
     results = []
     for text in texts:
       prepared = alignment.Normalized.of(text, self._prepare_char, QUOTE_REPLACEMENTS)
-      pieces = self.tokenizer.encode(prepared.text, out_type="immutable_proto").pieces
+      pieces = self.tokenizer.EncodeAsProto(prepared.text).pieces
       spans = prepared.char_offsets_of_bytes([(p.begin, p.end) for p in pieces])
       results.append(([p.id for p in pieces], alignment.strip_whitespace(text, spans)))
     return results
