@@ -52,6 +52,17 @@ def unit(x: jax.Array) -> jax.Array:
   return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
+def contrastive_losses(anchors: jax.Array, candidates: jax.Array,
+                       temperature: float) -> tuple[jax.Array, jax.Array]:
+  """Per anchor: the cross-entropy of picking candidate i for anchor i among all the
+  candidates by cosine similarity / temperature, and whether it ranks first (float).
+  anchors [batch, hidden]; candidates [k * batch, hidden] (positives first)."""
+  scores = unit(anchors) @ unit(candidates).T / temperature  # [batch, k * batch]
+  targets = jnp.arange(anchors.shape[0])
+  losses = optax.softmax_cross_entropy_with_integer_labels(scores, targets)
+  return losses, (jnp.argmax(scores, -1) == targets).astype(jnp.float32)
+
+
 class SimCSE(finetune.FineTuning):
   """Contrastive training of the encoder's pooled output (see the module docstring)."""
   name = "simcse"
@@ -135,12 +146,8 @@ class SimCSE(finetune.FineTuning):
         candidates.append(self.apply(params, view(batch, "negative_"), keys[2]))
     else:  # the same sentences again, with other dropout masks
       candidates = [self.apply(params, view(batch, ""), keys[1])]
-    # Cosine similarity of every anchor with every candidate: [batch, candidates].
-    scores = unit(anchors) @ unit(jnp.concatenate(candidates, axis=0)).T
-    scores = scores / self.config.finetune.temperature
-    targets = jnp.arange(anchors.shape[0])
-    losses = optax.softmax_cross_entropy_with_integer_labels(scores, targets)
-    correct = (jnp.argmax(scores, -1) == targets).astype(jnp.float32)
+    losses, correct = contrastive_losses(anchors, jnp.concatenate(candidates, axis=0),
+                                         self.config.finetune.temperature)
     sums = {"loss_sum": losses.sum(), "correct": correct.sum(),
             "count": jnp.asarray(losses.shape[0], jnp.float32)}
     return losses.sum() / denominators["examples"], method_lib.LossOutput(sums, state)
