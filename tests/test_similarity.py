@@ -65,9 +65,9 @@ def test_regression_on_sts_pairs_reports_correlations_of_its_predictions(tmp_pat
                                 devices=ONE_DEVICE)
   with open(output, encoding="utf-8") as f:
     rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-  assert count == 40 and list(rows[0]) == ["line", "text_a", "text_b", "prediction", "score"]
-  predicted = np.array([float(r["prediction"]) for r in rows])  # printed to 4 decimals
-  gold = np.array([float(r["score"]) for r in rows])
+  assert count == 40 and list(rows[0]) == ["line", "text_a", "text_b", "prediction", "label"]
+  predicted = np.array([float(r["prediction"]) for r in rows])  # 7 significant digits
+  gold = np.array([float(r["label"]) for r in rows])
   # The evaluation's figures are scipy's on the predictions of the whole dev file.
   assert stats.pearsonr(predicted, gold).statistic == pytest.approx(
       result["eval"]["pearson"], abs=1e-3)

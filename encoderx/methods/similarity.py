@@ -78,4 +78,4 @@ class Similarity(classify.Classification):
     return {"score": self._scores(params, batch)}
 
   def prediction_columns(self, predictions: dict, index: int) -> list[str]:
-    return [f"{float(predictions['score'][index]):.4f}"]
+    return [f"{float(predictions['score'][index]):.7g}"]  # enough digits to rank
