@@ -26,7 +26,10 @@ INSTALL_REQUIRES = [
     "protobuf==7.36.2",
     "importlib-resources==7.1.0",
     "scikit-learn==1.9.1",  # fine-tuning metrics (accuracy, F1, Matthews correlation)
-    "scipy==1.17.1",
+    "scipy==1.17.1",  # Pearson / Spearman correlations (similarity, SimCSE)
+    # Entity-level tagging metrics; launch/setup.sh builds it first (it needs
+    # setuptools_scm < 9 and no build isolation).
+    "seqeval==1.2.2",
     "tqdm",
 ]
 

@@ -42,9 +42,8 @@ def validate_data(config) -> None:
     fail("data.short_seq_prob", f"must be in [0, 1], got {data.short_seq_prob}.")
   if data.eval_every_nth_document < 2:
     fail("data.eval_every_nth_document", "must be >= 2 so that most documents train.")
-  if data.tfds_name and ":" not in data.tfds_name:
-    fail("data.tfds_name", f"{data.tfds_name!r} lacks a version, which seqio requires.",
-         f"Write e.g. '{data.tfds_name}:1.0.0' (tfds.builder(name).version).")
+  if data.tfds_name:
+    config_lib.check_tfds_name(data.tfds_name)
   if data.preprocessed and not os.path.isdir(os.path.expanduser(data.preprocessed)):
     fail("data.preprocessed", f"'{data.preprocessed}' is not a directory.",
          "Write one with `python -m encoderx.preprocess --config=... --output=DIR`.")
