@@ -52,6 +52,7 @@ def classification_metrics(labels: np.ndarray, predictions: np.ndarray,
 class Classification(method_lib.Method):
   """A classifier over the encoder, trained by cross-entropy."""
   name = "classify"
+  config_sections = ("data", "finetune")
 
   def __init__(self, config):
     super().__init__(config)
