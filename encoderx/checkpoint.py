@@ -35,6 +35,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
 from encoderx import checksum
+from encoderx import config as config_lib
 
 logger = logging.getLogger("encoderx")
 
@@ -59,15 +60,31 @@ class _Damaged(Exception):
   """A checkpoint that cannot be read, or that reads back other than it was written."""
 
 
-def _differences(stored: dict, current: dict, prefix: str = "") -> list[str]:
+def _differences(stored: dict, current: dict, prefix: str = "",
+                 absent=lambda path: "<absent>") -> list[str]:
+  """'path: checkpoint A, this run B' for each field that differs; `absent(path)` is
+  what a field missing on one side stands for."""
   lines = []
   for key in sorted(set(stored) | set(current)):
-    a, b = stored.get(key, "<absent>"), current.get(key, "<absent>")
+    path = f"{prefix}{key}"
+    a = stored[key] if key in stored else absent(path)
+    b = current[key] if key in current else absent(path)
     if isinstance(a, dict) and isinstance(b, dict):
-      lines += _differences(a, b, f"{prefix}{key}.")
+      lines += _differences(a, b, f"{path}.", absent)
     elif a != b:
-      lines.append(f"{prefix}{key}: checkpoint {a!r}, this run {b!r}")
+      lines.append(f"{path}: checkpoint {a!r}, this run {b!r}")
   return lines
+
+
+def _default_value(path: str):
+  """A training description leaves out fields at their defaults (config.changed_fields):
+  the default of 'section.field...'."""
+  node = config_lib.default_config()
+  for part in path.split("."):
+    if part not in node:
+      return "<absent>"
+    node = node[part]
+  return _as_stored(node.to_dict() if hasattr(node, "to_dict") else node)
 
 
 def _as_stored(value):
@@ -170,8 +187,8 @@ class Checkpoints:
       logger.warning("checkpoint %d does not record its data and objective config (written "
                      "by an older encoderx); resuming without comparing them.", step)
       return
-    differences = _differences(stored[TRAINING],
-                               _as_stored(description.get(TRAINING, {})))
+    differences = _differences(stored[TRAINING], _as_stored(description[TRAINING]),
+                               absent=_default_value)
     if not differences:
       return
     if not allow_change:

@@ -349,6 +349,16 @@ def _format_eval(metrics: dict) -> str:
   return "  ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()))
 
 
+class _OrbaxFailureLogs(logging.Filter):
+  """Drops the tracebacks that orbax (and asyncio, for orbax's tasks) log from background
+  threads when a checkpoint cannot be written or read: the same failure reaches the run
+  as an exception, which the command line reports in one line."""
+
+  def filter(self, record):
+    return not (record.levelno >= logging.ERROR
+                and "orbax" in f"{record.pathname} {record.getMessage()}")
+
+
 def main(argv) -> None:
   from absl import flags  # pylint: disable=g-import-not-at-top
   del argv
@@ -358,6 +368,8 @@ def main(argv) -> None:
   absl_logging.set_verbosity(absl_logging.WARNING)
   logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
   logger.setLevel(logging.INFO)
+  for name in ("absl", "asyncio"):
+    logging.getLogger(name).addFilter(_OrbaxFailureLogs())
   config = flags_.config
   if flags_.init_from:
     config.init_from = flags_.init_from

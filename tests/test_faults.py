@@ -152,6 +152,33 @@ def test_damaged_json_item_and_all_checkpoints_damaged(six_step_copy, caplog):
   assert _fingerprint(workdir) == before, "nothing is moved or deleted"
 
 
+def test_resuming_with_another_data_or_objective_config_lists_the_changes(six_step_copy,
+                                                                          caplog):
+  workdir, _ = six_step_copy
+  before = _fingerprint(workdir)
+  changed = _six_step_config()
+  changed.objective.mlm.rate = 0.2
+  changed.data.short_seq_prob = 0.3
+  changed.data.builder, changed.objective.names = "full_sentences", ("mlm",)
+  with pytest.raises(checkpoint_lib.CheckpointError) as error:
+    _run(changed, workdir, resume=True)
+  message = str(error.value)
+  assert "different model" in message and "heads" in message  # no NSP head: not allowed
+  changed.data.builder, changed.objective.names = "sentence_pairs", ("mlm", "nsp")
+  with pytest.raises(checkpoint_lib.CheckpointError,
+                     match=r"the checkpoint of step 6 in .* was trained on another config: "
+                           r"data\.short_seq_prob: checkpoint 0\.1, this run 0\.3; "
+                           r"objective\.mlm\.rate: checkpoint 0\.15, this run 0\.2\. "
+                           r"Resume with the config that made it, or pass "
+                           r"--allow_config_change"):
+    _run(changed, workdir, resume=True)
+  assert _fingerprint(workdir) == before
+  with caplog.at_level(logging.WARNING, logger="encoderx"):
+    resumed = _run(changed, workdir, resume=True, allow_config_change=True)
+  assert resumed["step"] == 6 and resumed["eval"]
+  assert "resuming step 6 with a changed config (--allow_config_change)" in caplog.text
+
+
 # --- non-finite losses and gradients --------------------------------------------------------
 class Poisonable(pretrain.Pretraining):
   """Pretraining whose loss and gradients are NaN for a batch with a NaN in its `poison`
