@@ -28,11 +28,6 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-def pytest_configure(config):
-  config.addinivalue_line("markers", "slow: a long end-to-end test (CI runs it; deselect "
-                          "with -m 'not slow')")
-
-
 @pytest.fixture(scope="session")
 def austen_files():
   """The bundled Austen sample (always present: it ships inside the package)."""
