@@ -10,7 +10,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import importlib  # noqa: E402
 import pathlib  # noqa: E402
 
-import jax  # noqa: E402
 import pytest  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -19,13 +18,6 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 def pytest_configure(config):
   config.addinivalue_line("markers", "slow: a genuinely slow end-to-end test (CI runs it; "
                           "-m 'not slow' leaves it out locally)")
-
-
-# Tests build the same small programs many times (each run() makes a new Trainer):
-# JAX's persistent compilation cache compiles each once.
-jax.config.update("jax_compilation_cache_dir", str(REPO / ".pytest_cache" / "jax"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 @pytest.fixture(scope="session")
