@@ -6,6 +6,7 @@ checkpoints, resume, signals, logs and progress. Everything else (the models, th
 inputs, losses and metrics) is a `Method`, chosen by `config.method`:
 
     pretrain   MLM with optional NSP / SOP / SBO terms (BERT, RoBERTa, ALBERT, SpanBERT)
+    xlnet      permutation language modelling with memory (XLNet)
     classify   single-sentence and sentence-pair classification (fine-tuning)
 
 Methods live in encoderx/methods/, one module each. The core imports none of them: the
@@ -41,6 +42,7 @@ from encoderx.models import common
 REGISTRY: dict[str, str] = {
     "pretrain": "encoderx.methods.pretrain:Pretraining",
     "classify": "encoderx.methods.classify:Classification",
+    "xlnet": "encoderx.methods.xlnet:PermutationLanguageModelling",
 }
 
 

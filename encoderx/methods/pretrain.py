@@ -22,6 +22,19 @@ from encoderx.models import pretraining
 from encoderx.objectives import mlm
 
 
+def validate_corpus(config) -> None:
+  """Checks the corpus fields of `config.data` (text files or TFDS); config.ConfigError."""
+  data, fail = config.data, config_lib.fail
+  config_lib.check_choice("data.invalid_utf8", data.invalid_utf8, ("error", "replace"))
+  if data.eval_every_nth_document < 2:
+    fail("data.eval_every_nth_document", "must be >= 2 so that most documents train.")
+  if data.tfds_name and ":" not in data.tfds_name:
+    fail("data.tfds_name", f"{data.tfds_name!r} lacks a version, which seqio requires.",
+         f"Write e.g. '{data.tfds_name}:1.0.0' (tfds.builder(name).version).")
+  if not data.tfds_name and data.files != config_lib.BUNDLED_CORPUS:
+    config_lib.resolve_file_patterns(data.files)
+
+
 def summarize_terms(terms: dict) -> dict:
   """{objective: {loss_sum, correct, count}} -> {objective_loss, objective_accuracy}."""
   metrics = {}
@@ -51,16 +64,9 @@ class Pretraining(method_lib.Method):
   def validate(cls, config) -> None:
     data, model, fail = config.data, config.model, config_lib.fail
     config_lib.check_choice("data.builder", data.builder, tuple(tasks.BUILDERS))
-    config_lib.check_choice("data.invalid_utf8", data.invalid_utf8, ("error", "replace"))
+    validate_corpus(config)
     if not 0.0 <= data.short_seq_prob <= 1.0:
       fail("data.short_seq_prob", f"must be in [0, 1], got {data.short_seq_prob}.")
-    if data.eval_every_nth_document < 2:
-      fail("data.eval_every_nth_document", "must be >= 2 so that most documents train.")
-    if data.tfds_name and ":" not in data.tfds_name:
-      fail("data.tfds_name", f"{data.tfds_name!r} lacks a version, which seqio requires.",
-           f"Write e.g. '{data.tfds_name}:1.0.0' (tfds.builder(name).version).")
-    if not data.tfds_name and data.files != config_lib.BUNDLED_CORPUS:
-      config_lib.resolve_file_patterns(data.files)
 
     names = tuple(config.objective.names)
     if not names:

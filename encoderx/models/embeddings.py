@@ -14,7 +14,9 @@ class Embeddings(nn.Module):
   rows 0 and 1 are unused: its positions start after its padding id).
 
   `position_embedding='none'` leaves the position table out (attention variants with
-  relative positions). The tables have width `embedding_size`; when that is smaller than `hidden_size`
+  relative positions), `type_vocab_size=0` the token type table and
+  `embedding_layer_norm=False` the LayerNorm (XLNet: dropout(token embeddings) alone).
+  The tables have width `embedding_size`; when that is smaller than `hidden_size`
   (ALBERT's factorization, V x E + E x H) a projection maps E to H after LayerNorm.
   """
   config: common.ModelConfig
@@ -32,7 +34,8 @@ class Embeddings(nn.Module):
     if config.type_vocab_size:
       self.token_type_embeddings = embed(config.type_vocab_size, (None, "embed"),
                                          "token_type_embeddings")
-    self.layer_norm = common.layer_norm(config, "layer_norm")
+    if config.embedding_layer_norm:
+      self.layer_norm = common.layer_norm(config, "layer_norm")
     self.dropout = nn.Dropout(config.hidden_dropout)
     if config.embedding_size != config.hidden_size:
       self.projection = common.dense(config, config.hidden_size, ("embed", "mlp"),
@@ -45,7 +48,9 @@ class Embeddings(nn.Module):
       x = x + self.position_embeddings(positions + self.config.position_offset)
     if self.config.type_vocab_size:
       x = x + self.token_type_embeddings(token_type_ids)
-    x = self.dropout(self.layer_norm(x), deterministic=deterministic)
+    if self.config.embedding_layer_norm:
+      x = self.layer_norm(x)
+    x = self.dropout(x, deterministic=deterministic)
     if self.config.embedding_size != self.config.hidden_size:
       x = self.projection(x)
     return common.constrain_hidden(x)
