@@ -2,7 +2,7 @@
 
     python -m encoderx.bench [--batch_size=32] [--steps=10] \
         [--models=bert_tiny,bert_small,roberta_tiny,albert_tiny,spanbert_tiny,deberta_tiny,
-                  electra_tiny] [--skip_torch]
+                  electra_tiny,xlnet_tiny] [--skip_torch]
     python -m encoderx.bench --attention_cost [--models=bert_small] [--batch_size=8]
 
 For each model, at sequence length 128 (its tiny config's data settings):
@@ -29,6 +29,12 @@ For each model, at sequence length 128 (its tiny config's data settings):
   them [MASK], the rest kept), a sample at each chosen position from its softmax (no
   gradient), the discriminator's loss on the sampled batch, loss = MLM + 50 x BCE; one
   backward and one AdamW step over both models.
+- xlnet_tiny (method 'xlnet': permutation LM, two streams, a memory of 96 tokens per
+  layer, rows of XLNet's streams): the step includes `prepare` (targets, orders and
+  masks on device). PyTorch: `XLNetLMHeadModel` with mem_len / reuse_len / bi_data as
+  the config's, fed the same rows' `perm_mask`, `target_mapping` and labels (made by
+  encoderx's `prepare` on the host before timing) and its own `mems` of the step
+  before; the loss is its cross-entropy over the same predictions.
 - spanbert_tiny (span masking, MLM + SBO heads, single-segment rows) has no PyTorch
   column: Hugging Face has no SpanBERT pretraining class (no SBO head).
 - --attention_cost: instead of the above, the cost of DeBERTa's disentangled attention
@@ -69,10 +75,12 @@ import jax  # pylint: disable=g-import-not-at-top
 import numpy as np
 from absl import logging as absl_logging
 
+from encoderx import config as config_lib
+from encoderx import method as method_lib
 from encoderx import trainer as trainer_lib
 from encoderx.export import hf
 from encoderx.configs import (albert_tiny, bert_tiny, deberta_tiny, electra_tiny,
-                              roberta_tiny, spanbert_tiny)
+                              roberta_tiny, spanbert_tiny, xlnet_tiny)
 from encoderx.data import packing, pipeline, tasks
 from encoderx.models import common, pretraining
 
@@ -91,6 +99,7 @@ MODELS = {
     "spanbert_tiny": (None, spanbert_tiny, {}),
     "deberta_tiny": ("deberta-v2", deberta_tiny, {}),
     "electra_tiny": ("electra", electra_tiny, {}),
+    "xlnet_tiny": ("xlnet", xlnet_tiny, {}),
 }
 ATTENTION_LENGTHS = (128, 512)
 
@@ -138,6 +147,9 @@ def time_steps(step: Callable[[int], None], warmup: int, steps: int) -> list[flo
 
 # --- data pipeline ----------------------------------------------------------------------
 def pretraining_task(config):
+  """The Task the config's method trains on (XLNet's row streams for method 'xlnet')."""
+  if config.method != "pretrain":
+    return method_lib.build(config_lib.validate(config)).task()
   return tasks.register_pretraining_task(config)
 
 
@@ -206,6 +218,31 @@ def bench_encoderx(config, batches: list[dict], steps: int):
 SENTENCE_LABEL = {"bert": "next_sentence_label", "albert": "sentence_order_label"}
 
 
+def xlnet_torch_inputs(method, batches: list[dict]) -> list[dict]:
+  """XLNetLMHeadModel's keyword arguments for each batch: the permutation mask, target
+  mapping and labels of the method's `prepare` for (seed 0, step = the batch's index)."""
+  prepare = jax.jit(method.prepare)
+  return [_xlnet_torch_batch(jax.device_get(prepare(
+      batch, jax.random.fold_in(jax.random.key(0), index))))
+          for index, batch in enumerate(batches)]
+
+
+def _xlnet_torch_batch(prepared: dict) -> dict:
+  import torch  # pylint: disable=g-import-not-at-top
+  weights = prepared["target_weights"] > 0
+  mapping = np.zeros(prepared["target_positions"].shape + prepared["input_ids"].shape[1:],
+                     np.float32)
+  rows, slots = np.nonzero(weights)
+  mapping[rows, slots, prepared["target_positions"][rows, slots]] = 1.0
+  as_long = lambda x: torch.from_numpy(np.asarray(x, np.int64))
+  return {"input_ids": as_long(prepared["input_ids"]),
+          "attention_mask": as_long(prepared["segment_ids"] > 0),
+          "token_type_ids": as_long(prepared["token_type_ids"]),
+          "perm_mask": torch.from_numpy((~prepared["perm_visible"]).astype(np.float32)),
+          "target_mapping": torch.from_numpy(mapping),
+          "labels": as_long(np.where(weights, prepared["target_ids"], -100))}
+
+
 def torch_inputs(family: str, batch: dict, rng: np.random.Generator) -> dict:
   """A numpy batch as the Hugging Face model's keyword arguments, with MLM labels.
 
@@ -240,13 +277,26 @@ def bench_torch(family: str, config, method, batches: list[dict],
   if family == "electra":
     return bench_torch_electra(config, method, batches, steps)
   torch.manual_seed(0)
-  model = hf.hf_pretraining_model(method.model_config, family).train()
+  overrides = {}
+  if family == "xlnet":  # its memory as the config's: HF keeps mems when mem_len is set
+    plm = config.objective.plm
+    overrides = dict(mem_len=plm.mem_len, reuse_len=plm.reuse_len, bi_data=plm.bi_data)
+  model = hf.hf_pretraining_model(method.model_config, family, **overrides).train()
   optimizer = torch_adamw(config, model.parameters())
   rng = np.random.default_rng(0)
-  inputs = [torch_inputs(family, batch, rng) for batch in batches]
+  if family == "xlnet":
+    inputs = xlnet_torch_inputs(method, batches)
+  else:
+    inputs = [torch_inputs(family, batch, rng) for batch in batches]
+  memory = None
 
   def run_step(index):
-    loss = model(**inputs[index % len(inputs)]).loss
+    nonlocal memory
+    extra = {"mems": memory, "use_mems": True} if family == "xlnet" else {}
+    outputs = model(**inputs[index % len(inputs)], **extra)
+    loss = outputs.loss
+    if family == "xlnet":
+      memory = outputs.mems  # detached by XLNetModel.cache_mem
     loss.backward()
     optimizer.step()
     optimizer.zero_grad()
@@ -474,7 +524,8 @@ def main(argv=None) -> None:
     if task not in data:
       data[task] = measure_pipeline(config, num_batches)
       first_seconds, pipeline_rate, _ = data[task]
-      print(f"\npipeline ({config.data.vocab.kind}, {config.data.builder}): first batch "
+      examples = config.data.builder if config.method == "pretrain" else config.method
+      print(f"\npipeline ({config.data.vocab.kind}, {examples}): first batch "
             f"after {first_seconds:.1f} s (shuffle buffer), then {pipeline_rate:,.0f} "
             f"examples/s over {num_batches} batches", flush=True)
 

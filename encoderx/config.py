@@ -41,8 +41,9 @@ def default_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
 
   # The training method (encoderx/method.py: REGISTRY): "pretrain" (MLM with optional
-  # NSP / SOP / SBO terms), "electra" (replaced-token detection, config.rtd), or
-  # fine-tuning: "classify", "similarity", "tag", "qa", "simcse".
+  # NSP / SOP / SBO terms), "electra" (replaced-token detection, config.rtd), "xlnet"
+  # (permutation language modelling with memory, config.objective.plm), or fine-tuning:
+  # "classify", "similarity", "tag", "qa", "simcse".
   config.method = "pretrain"
   # Parameters to start from (fresh init when empty): a work directory or checkpoint
   # directory of another run, or "hf:<Hugging Face model directory>". The encoder's
@@ -85,7 +86,9 @@ def default_config() -> ml_collections.ConfigDict:
       builder="sentence_pairs",
       seq_length=128,
       short_seq_prob=0.1,
-      document_pool=1000,  # documents kept to draw random segments from (NSP).
+      # Documents kept to draw random segments from (NSP); for XLNet's streams, the
+      # documents of one document set (the memory restarts with each).
+      document_pool=1000,
       shuffle_buffer=10000,  # examples; the window a stream is shuffled in.
       vocab=ml_collections.ConfigDict(dict(
           # "wordpiece": path is a BERT vocab.txt. "byte_bpe" (RoBERTa, GPT-2): path is
@@ -125,6 +128,21 @@ def default_config() -> ml_collections.ConfigDict:
           max_ngram=3,
           span_geometric_p=0.2,
           max_span_words=10,
+      )),
+      # Permutation language modelling (method "xlnet"); XLNet's values at length 512.
+      plm=ml_collections.ConfigDict(dict(
+          # The last 1/K of each factorization order is predicted: 1/K of the tokens.
+          partial_prediction_k=6,
+          num_predict=85,  # prediction slots per row (a cap, like max_predictions)
+          max_span_words=5,  # predicted n-grams of 1..n whole words, p(n) ~ 1/n
+          perm_size=256,  # orders permute blocks of this many tokens
+          # A row's first reuse_len tokens continue the previous step's row; their
+          # hidden states are what the memory keeps.
+          reuse_len=256,
+          mem_len=384,  # tokens of previous steps each layer attends to; 0: no memory
+          # Half of the rows read their stream backwards, with negated relative
+          # positions (XLNet's bidirectional data pipeline).
+          bi_data=False,
       )),
   ))
 

@@ -7,6 +7,7 @@ inputs, losses and metrics) is a `Method`, chosen by `config.method`:
 
     pretrain    MLM with optional NSP / SOP / SBO terms (BERT, RoBERTa, ALBERT, SpanBERT)
     electra     replaced-token detection: generator + discriminator (ELECTRA, DeBERTa-v3)
+    xlnet       permutation language modelling with memory (XLNet)
     classify    single-sentence and sentence-pair classification (fine-tuning)
     tag         token classification (NER, POS) from CoNLL files or TFDS
     qa          extractive question answering (SQuAD v1.1 / v2.0)
@@ -47,6 +48,7 @@ REGISTRY: dict[str, str] = {
     "pretrain": "encoderx.methods.pretrain:Pretraining",
     "electra": "encoderx.methods.electra:ReplacedTokenDetection",
     "classify": "encoderx.methods.classify:Classification",
+    "xlnet": "encoderx.methods.xlnet:PermutationLanguageModelling",
     "tag": "encoderx.methods.tag:Tagging",
     "qa": "encoderx.methods.qa:QuestionAnswering",
     "similarity": "encoderx.methods.similarity:Similarity",

@@ -14,7 +14,7 @@ import seqio
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from encoderx.data import packing, segment_pairs
+from encoderx.data import packing, segment_pairs, streams
 
 
 def tokenize_documents(dataset: tf.data.Dataset, output_features: Mapping[str, seqio.Feature],
@@ -75,7 +75,7 @@ def documents_to_examples(dataset: tf.data.Dataset,
   """Runs `build(documents, rng)` on groups of `group_size` tokenized documents.
 
   `build.feature_names` are the example's features: [seq_length] int32 arrays, but for
-  `sentence_label`, a scalar.
+  those in `build.scalar_features` (e.g. `sentence_label`), scalars.
   Builders that need other documents (random next segments) draw them from the group.
   Each group gets its own seed from seqio's seed manager, so the output is a
   deterministic function of the Task's seed. The builder runs as one numpy function
@@ -83,6 +83,7 @@ def documents_to_examples(dataset: tf.data.Dataset,
   """
   dataset = dataset.ragged_batch(group_size)
   names = build.feature_names
+  scalars = getattr(build, "scalar_features", ())
 
   def build_group(seed, document_ids, token_ids, token_rows, word_starts,
                   sentence_lengths, sentence_rows):
@@ -96,7 +97,7 @@ def documents_to_examples(dataset: tf.data.Dataset,
     examples = list(build(documents, rng))
     return tuple(
         np.stack([example[name] for example in examples]) if examples
-        else np.zeros([0, seq_length] if name != "sentence_label" else [0], np.int32)
+        else np.zeros([0] if name in scalars else [0, seq_length], np.int32)
         for name in names)
 
   @seqio.map_over_dataset(num_seeds=1)
@@ -108,7 +109,7 @@ def documents_to_examples(dataset: tf.data.Dataset,
         group["sentence_lengths"].flat_values, group["sentence_lengths"].row_lengths(),
     ], [tf.int32] * len(names), stateful=False)
     for output, name in zip(outputs, names):
-      output.set_shape([None] if name == "sentence_label" else [None, seq_length])
+      output.set_shape([None] if name in scalars else [None, seq_length])
     return dict(zip(names, outputs))
 
   return build_examples(dataset).unbatch()
@@ -139,3 +140,14 @@ def build_packed_sentences(dataset: tf.data.Dataset, sequence_length: Mapping[st
   packer = packing.SentencePacker(seq_length, _special_ids(output_features),
                                   cross_documents=cross_documents)
   return documents_to_examples(dataset, packer, seq_length, document_pool)
+
+
+def build_streams(dataset: tf.data.Dataset, sequence_length: Mapping[str, int],
+                  output_features: Mapping[str, seqio.Feature], reuse_len: int, rows: int,
+                  bi_data: bool, document_pool: int) -> tf.data.Dataset:
+  """Tokenized documents -> XLNet's rows: `rows` streams of consecutive chunks, the
+  examples of a step together (see encoderx.data.streams)."""
+  seq_length = sequence_length["input_ids"]
+  builder = streams.StreamBuilder(seq_length, reuse_len, rows, _special_ids(output_features),
+                                  bi_data=bi_data)
+  return documents_to_examples(dataset, builder, seq_length, document_pool)

@@ -129,6 +129,7 @@ def pair_features(a, b, label: int, seq_length: int, special: SpecialIds) -> dic
 class SentencePairBuilder:
   """Turns a group of documents into NSP or SOP examples (see the module docstring)."""
   feature_names = TOKEN_FEATURES + ("sentence_label",)
+  scalar_features = ("sentence_label",)
 
   def __init__(self, seq_length: int, short_seq_prob: float, special: SpecialIds,
                label_mode: str = "nsp"):

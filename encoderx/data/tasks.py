@@ -81,13 +81,14 @@ def _corpus_format(data_config) -> corpus.CorpusFormat:
                              data_config.invalid_utf8, data_config.document_per_line)
 
 
-def check_text_corpus(config) -> dict[str, int]:
+def check_text_corpus(config, examples: str = "") -> dict[str, int]:
   """Reads the whole corpus of a pretraining config once, so that bad input fails before
   training starts.
 
   Returns the number of documents per split. Raises CorpusError for an unreadable,
   empty or non-UTF-8 corpus, and for a split with too few documents to pair (NSP draws
-  random next segments from other documents; SOP needs one).
+  random next segments from other documents; SOP needs one). `examples` names what the
+  documents become when it is not the config's `data.builder` (one document will do).
   """
   data_config = config.data
   counts = dict.fromkeys(SPLITS, 0)
@@ -96,13 +97,14 @@ def check_text_corpus(config) -> dict[str, int]:
     held_out = corpus.is_held_out(index, data_config.eval_every_nth_document)
     counts["validation" if held_out else "train"] += 1
   # NSP draws random segments from a second document; everything else needs one.
-  needed = 2 if (data_config.builder == "sentence_pairs"
+  needed = 2 if (not examples and data_config.builder == "sentence_pairs"
                  and sentence_objective(config) == "nsp") else 1
+  examples = examples or f"'{data_config.builder}' examples"
   for split, count in counts.items():
     if count < needed:
       raise corpus.CorpusError(
           f"the {split} split of the corpus has {count} document(s); the "
-          f"'{data_config.builder}' examples{' for nsp' if needed == 2 else ''} need at "
+          f"{examples}{' for nsp' if needed == 2 else ''} need at "
           f"least {needed} (every {data_config.eval_every_nth_document}th document is "
           "held out). Add documents, or check how they are separated "
           "(data.document_marker, data.document_per_line).")
@@ -200,18 +202,10 @@ def output_features(vocabulary: seqio.Vocabulary) -> dict[str, seqio.Feature]:
   return features
 
 
-def register_pretraining_task(config, name: str | None = None) -> seqio.Task:
-  """Registers (once) and returns the seqio Task of a pretraining config: its `data`
-  section, with sentence pairs labelled for its sentence objective (NSP or SOP)."""
-  data_config = config.data
-  name = name or task_name(config)
+def _register(name: str, data_config, builder, shuffle_buffer_size: int) -> seqio.Task:
+  """Registers (once) the Task: the config's documents, tokenized, then `builder`."""
   if name in seqio.TaskRegistry.names():
     return seqio.get_mixture_or_task(name)
-  features = output_features(build_vocabulary(data_config.vocab))
-  if data_config.preprocessed:
-    return seqio.TaskRegistry.add(
-        name, source=preprocessed_source(config), preprocessors=[],
-        output_features=features, shuffle_buffer_size=data_config.shuffle_buffer)
   if data_config.tfds_name:
     source = tfds_source(data_config)
     documents = [functools.partial(_tfds_documents, text_key=data_config.tfds_text_key)]
@@ -222,7 +216,6 @@ def register_pretraining_task(config, name: str | None = None) -> seqio.Task:
   else:
     source = text_file_source(data_config)
     documents = []
-  builder = BUILDERS[data_config.builder](data_config, sentence_objective(config))
   return seqio.TaskRegistry.add(
       name,
       source=source,
@@ -232,9 +225,24 @@ def register_pretraining_task(config, name: str | None = None) -> seqio.Task:
           seqio.CacheDatasetPlaceholder(),
           builder,
       ],
-      output_features=features,
-      shuffle_buffer_size=data_config.shuffle_buffer,
+      output_features=output_features(build_vocabulary(data_config.vocab)),
+      shuffle_buffer_size=shuffle_buffer_size,
   )
+
+
+def register_pretraining_task(config, name: str | None = None) -> seqio.Task:
+  """Registers (once) and returns the seqio Task of a pretraining config: its `data`
+  section, with sentence pairs labelled for its sentence objective (NSP or SOP), or the
+  examples of `data.preprocessed`."""
+  data_config = config.data
+  name = name or task_name(config)
+  if data_config.preprocessed and name not in seqio.TaskRegistry.names():
+    return seqio.TaskRegistry.add(
+        name, source=preprocessed_source(config), preprocessors=[],
+        output_features=output_features(build_vocabulary(data_config.vocab)),
+        shuffle_buffer_size=data_config.shuffle_buffer)
+  builder = BUILDERS[data_config.builder](data_config, sentence_objective(config))
+  return _register(name, data_config, builder, data_config.shuffle_buffer)
 
 
 def preprocessed_source(config) -> preprocessed.PreprocessedSource:
@@ -245,6 +253,22 @@ def preprocessed_source(config) -> preprocessed.PreprocessedSource:
   preprocessed.check_manifest(manifest, config, sentence_objective(config), directory)
   return preprocessed.PreprocessedSource(os.path.expanduser(directory), manifest,
                                          config.data.seq_length)
+
+
+def register_stream_task(config, rows: int) -> seqio.Task:
+  """Registers (once) and returns XLNet's Task for a config and this process's batch
+  size `rows`: every row a stream of consecutive chunks (encoderx/data/streams.py), with
+  `config.objective.plm`'s reuse_len and bidirectional data. Its examples keep their
+  stream order (a shuffle buffer of one moves nothing); the documents are shuffled at
+  the source, every epoch."""
+  plm = config.objective.plm
+  blob = json.dumps([config.data.to_dict(), rows, plm.reuse_len, plm.bi_data],
+                    sort_keys=True, default=str)
+  name = f"encoderx_xlnet_streams_{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
+  builder = functools.partial(preprocessors.build_streams, reuse_len=plm.reuse_len,
+                              rows=rows, bi_data=plm.bi_data,
+                              document_pool=config.data.document_pool)
+  return _register(name, config.data, builder, shuffle_buffer_size=1)
 
 
 def _register_default():

@@ -6,8 +6,9 @@ attention kernels here are [hidden, heads, head_dim]). Converting in and back ou
 identity, which the tests check, and outputs on converted weights match the PyTorch
 model's, which the tests check too. Each family has its rule table (`RULES`): 'bert'
 (BertForPreTraining), 'roberta' (RobertaForMaskedLM), 'albert' (AlbertForPreTraining) and
-'deberta-v2' (DebertaV2ForMaskedLM: DeBERTa v2 and v3) and 'electra'
-(ElectraForPreTraining, the discriminator; ElectraForMaskedLM, the generator).
+'deberta-v2' (DebertaV2ForMaskedLM: DeBERTa v2 and v3), 'electra'
+(ElectraForPreTraining, the discriminator; ElectraForMaskedLM, the generator) and 'xlnet'
+(XLNetLMHeadModel).
 
     params = hf.from_hf(BertForPreTraining.from_pretrained(d).state_dict(), model_config)
     state_dict = hf.to_hf(params, model_config)
@@ -45,6 +46,11 @@ HEADS_BIAS = Transform(lambda x, c: x.reshape(c.num_heads, c.head_dim),
 HEADS_OUT = Transform(  # [hidden, heads*dim] -> [heads, dim, hidden]
     lambda x, c: x.T.reshape(c.num_heads, c.head_dim, x.shape[0]),
     lambda x, c: x.reshape(-1, x.shape[-1]).T)
+# XLNet stores its output projection as [hidden, heads, dim]; ours is [heads, dim, hidden].
+XLNET_HEADS_OUT = Transform(lambda x, c: x.transpose(1, 2, 0),
+                            lambda x, c: x.transpose(2, 0, 1))
+XLNET_MASK_EMB = Transform(lambda x, c: x.reshape(-1),  # [1, 1, hidden] -> [hidden]
+                           lambda x, c: x.reshape(1, 1, -1))
 
 
 def _dense(hf: str, flax_path: str, kernel: Transform = LINEAR, bias: Transform = COPY):
@@ -211,10 +217,36 @@ def electra_rules(config: common.ModelConfig, prefix: str = "electra"):
   return rules
 
 
+def xlnet_rules(config: common.ModelConfig, prefix: str = "transformer"):
+  """Rules for XLNetLMHeadModel / XLNetModel (prefix ''): the word embedding, per layer
+  the relative attention (q, k, v, o, r kernels [hidden, heads, dim], no biases; the
+  r_w / r_r / r_s biases and seg_embed) with its LayerNorm and the feed-forward;
+  `mask_emb` (the query stream's start) and `lm_loss.bias` go to the PLM head, whose
+  output weights are tied to the word embedding."""
+  hf = f"{prefix}." if prefix else ""
+  rules = [(f"{hf}word_embedding.weight", "encoder_model/embeddings/word_embeddings/embedding",
+            COPY), (f"{hf}mask_emb", "plm_head/mask_emb", XLNET_MASK_EMB)]
+  for i in range(config.num_layers):
+    layer, flax_layer = f"{hf}layer.{i}", f"encoder_model/encoder/layer_{i}"
+    attention = f"{flax_layer}/attention/self_attention"
+    rules += [(f"{layer}.rel_attn.{name}", f"{attention}/{ours}/kernel", COPY)
+              for name, ours in (("q", "query"), ("k", "key"), ("v", "value"),
+                                 ("r", "relative"))]
+    rules += [(f"{layer}.rel_attn.o", f"{attention}/out/kernel", XLNET_HEADS_OUT)]
+    rules += [(f"{layer}.rel_attn.{name}", f"{attention}/{name}", COPY)
+              for name in ("r_w_bias", "r_r_bias", "r_s_bias", "seg_embed")]
+    rules += (_layer_norm(f"{layer}.rel_attn.layer_norm", f"{flax_layer}/attention/layer_norm")
+              + _dense(f"{layer}.ff.layer_1", f"{flax_layer}/ffn/intermediate")
+              + _dense(f"{layer}.ff.layer_2", f"{flax_layer}/ffn/output")
+              + _layer_norm(f"{layer}.ff.layer_norm", f"{flax_layer}/ffn/layer_norm"))
+  rules += [("lm_loss.bias", "plm_head/output_bias", COPY)]
+  return rules
+
+
 # Rule tables by model family (a Hugging Face model_type); `family=` of from_hf / to_hf
 # picks one.
 RULES = {"bert": bert_rules, "roberta": roberta_rules, "albert": albert_rules,
-         "deberta-v2": deberta_rules, "electra": electra_rules}
+         "deberta-v2": deberta_rules, "electra": electra_rules, "xlnet": xlnet_rules}
 
 
 def rules_for(family: str, config: common.ModelConfig):
@@ -229,7 +261,8 @@ HF_CLASSES = {"bert": ("BertConfig", "BertForPreTraining"),
               "roberta": ("RobertaConfig", "RobertaForMaskedLM"),
               "albert": ("AlbertConfig", "AlbertForPreTraining"),
               "deberta-v2": ("DebertaV2Config", "DebertaV2ForMaskedLM"),
-              "electra": ("ElectraConfig", "ElectraForPreTraining")}
+              "electra": ("ElectraConfig", "ElectraForPreTraining"),
+              "xlnet": ("XLNetConfig", "XLNetLMHeadModel")}
 
 # encoderx model field -> the name of the same field in Hugging Face configs.
 HF_FIELD_NAMES = dict(
@@ -239,6 +272,16 @@ HF_FIELD_NAMES = dict(
     type_vocab_size="type_vocab_size", hidden_dropout="hidden_dropout_prob",
     attention_dropout="attention_probs_dropout_prob", layer_norm_eps="layer_norm_eps",
     initializer_range="initializer_range")
+# XLNet's config names them differently, has one dropout rate and no token types or
+# absolute positions.
+XLNET_FIELD_NAMES = dict(
+    vocab_size="vocab_size", hidden_size="d_model", num_layers="n_layer",
+    num_heads="n_head", intermediate_size="d_inner", hidden_act="ff_activation",
+    hidden_dropout="dropout", layer_norm_eps="layer_norm_eps",
+    initializer_range="initializer_range", clamp_len="clamp_len")
+# The encoderx fields of every XLNet (what XLNET_FIELD_NAMES does not cover).
+XLNET_MODEL = dict(attention="two_stream_relative", position_embedding="none",
+                   type_vocab_size=0, embedding_layer_norm=False)
 
 
 def hf_config(config: common.ModelConfig, family: str = "bert", **overrides):
@@ -248,11 +291,16 @@ def hf_config(config: common.ModelConfig, family: str = "bert", **overrides):
   position_offset - 1; ALBERT shares its layers in one group when layer_sharing='all';
   DeBERTa's relative attention fields come from the disentangled attention's; ALBERT and
   ELECTRA name their embedding width. ELECTRA's generator is ElectraForMaskedLM of its own
-  config (the generator's sizes).
+  config (the generator's sizes). XLNet names its fields its own way (XLNET_FIELD_NAMES).
   """
   import transformers  # pylint: disable=g-import-not-at-top
-  fields = {hf_name: getattr(config, name) for name, hf_name in HF_FIELD_NAMES.items()}
-  if family == "roberta":
+  names = XLNET_FIELD_NAMES if family == "xlnet" else HF_FIELD_NAMES
+  fields = {hf_name: getattr(config, name) for name, hf_name in names.items()}
+  if family == "xlnet":
+    # untie_r: every layer has its own r_w / r_r / r_s biases (XLNet's released models).
+    fields.update(d_head=config.head_dim, attn_type="bi", untie_r=True, bi_data=False,
+                  mem_len=None, reuse_len=None)
+  elif family == "roberta":
     fields.update(pad_token_id=config.position_offset - 1, bos_token_id=0, eos_token_id=2)
   elif family == "albert":
     fields.update(embedding_size=config.embedding_size, num_hidden_groups=(
@@ -272,6 +320,8 @@ def model_fields(hf_config_dict: Mapping[str, object]) -> tuple[str, dict]:
   if family not in HF_CLASSES:
     raise ValueError(f"model_type {family!r} has no conversion rules here; known: "
                      f"{', '.join(HF_CLASSES)}.")
+  if family == "xlnet":
+    return family, _xlnet_model_fields(hf_config_dict)
   fields = {name: hf_config_dict[hf_name] for name, hf_name in HF_FIELD_NAMES.items()
             if hf_name in hf_config_dict}
   position_type = hf_config_dict.get("position_embedding_type", "absolute")
@@ -343,6 +393,20 @@ def _deberta_model_fields(hf_config_dict: Mapping[str, object]) -> dict:
                                 else hf_config_dict["max_position_embeddings"]),
         share_att_key=bool(get("share_att_key", False)))
   return fields
+
+
+def _xlnet_model_fields(hf_config_dict: Mapping[str, object]) -> dict:
+  if hf_config_dict.get("attn_type", "bi") != "bi":
+    raise ValueError("XLNet with attn_type 'uni' (Transformer-XL's causal attention) is "
+                     "not supported; encoderx's XLNet attends bidirectionally ('bi').")
+  d_head = hf_config_dict.get("d_head")
+  if d_head is not None and d_head * hf_config_dict["n_head"] != hf_config_dict["d_model"]:
+    raise ValueError(f"XLNet with d_head={d_head} and n_head={hf_config_dict['n_head']} "
+                     f"(not d_model={hf_config_dict['d_model']}) is not supported.")
+  fields = {name: hf_config_dict[hf_name] for name, hf_name in XLNET_FIELD_NAMES.items()
+            if hf_name in hf_config_dict}
+  fields["attention_dropout"] = fields.get("hidden_dropout", 0.1)
+  return {**fields, **XLNET_MODEL}
 
 
 def hf_pretraining_model(config: common.ModelConfig, family: str = "bert", **overrides):

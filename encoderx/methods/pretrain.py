@@ -33,13 +33,11 @@ def summarize_terms(terms: dict) -> dict:
   return metrics
 
 
-def validate_data(config) -> None:
-  """Checks the pretraining data fields (config.data); raises config.ConfigError."""
+def validate_corpus(config) -> None:
+  """Checks the corpus fields of `config.data` (text files, TFDS or preprocessed
+  examples); raises config.ConfigError."""
   data, fail = config.data, config_lib.fail
-  config_lib.check_choice("data.builder", data.builder, tuple(tasks.BUILDERS))
   config_lib.check_choice("data.invalid_utf8", data.invalid_utf8, ("error", "replace"))
-  if not 0.0 <= data.short_seq_prob <= 1.0:
-    fail("data.short_seq_prob", f"must be in [0, 1], got {data.short_seq_prob}.")
   if data.document_per_line and (data.document_marker or data.sentence_per_line):
     fail("data.document_per_line", "makes each line a document; it cannot be combined "
          "with data.document_marker or data.sentence_per_line.",
@@ -54,6 +52,15 @@ def validate_data(config) -> None:
   if (not data.preprocessed and not data.tfds_name
       and data.files != config_lib.BUNDLED_CORPUS):
     config_lib.resolve_file_patterns(data.files)
+
+
+def validate_data(config) -> None:
+  """Checks the pretraining data fields (config.data); raises config.ConfigError."""
+  data, fail = config.data, config_lib.fail
+  config_lib.check_choice("data.builder", data.builder, tuple(tasks.BUILDERS))
+  if not 0.0 <= data.short_seq_prob <= 1.0:
+    fail("data.short_seq_prob", f"must be in [0, 1], got {data.short_seq_prob}.")
+  validate_corpus(config)
 
 
 def validate_mlm(config) -> None:

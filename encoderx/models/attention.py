@@ -38,6 +38,12 @@ class LayerContext:
   segment_ids: jax.Array  # [batch, length] packed sequence (1, 2, ...); 0 is padding
   token_type_ids: jax.Array  # [batch, length] segment A (0) / B (1)
   relative: Any = None  # computed once for all layers by the variant's context module
+  # What each layer is given of its own: leaves [layers, ...] as the encoder receives
+  # them; layer i sees its slice (XLNet: the memory of the previous segment).
+  per_layer: Any = None
+  # A variant's own inputs, as the model that uses it builds them (XLNet: the
+  # factorization order's masks and the query stream's targets); None for most.
+  variant_inputs: Any = None
 
   def at_queries(self, indices: jax.Array) -> "LayerContext":
     """The context of the queries at `indices` [batch, n] alone (keys unchanged): the
@@ -72,30 +78,37 @@ class Projection(nn.Module):
   kernel_axes: tuple[str | None, ...]
   bias_shape: tuple[int, ...]
   bias_axes: tuple[str | None, ...]
+  use_bias: bool = True
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     config = self.config
     kernel = self.param("kernel", common.initializer(config, self.kernel_axes),
                         self.kernel_shape, config.weights_dtype)
+    if not self.use_bias:
+      x, kernel = nn.dtypes.promote_dtype(x, kernel, dtype=config.compute_dtype)
+      return jnp.einsum(self.spec, x, kernel)
     bias = self.param("bias", common.zeros(self.bias_axes), self.bias_shape,
                       config.weights_dtype)
     x, kernel, bias = nn.dtypes.promote_dtype(x, kernel, bias, dtype=config.compute_dtype)
     return jnp.einsum(self.spec, x, kernel) + bias
 
 
-def heads_projection(config: common.ModelConfig, name: str) -> Projection:
+def heads_projection(config: common.ModelConfig, name: str,
+                     use_bias: bool = True) -> Projection:
   """[batch, length, hidden] -> [batch, length, heads, head_dim] (query, key, value)."""
   hidden, heads, head_dim = config.hidden_size, config.num_heads, config.head_dim
   return Projection(config, "blh,hnd->blnd", (hidden, heads, head_dim),
-                    ("embed", "heads", "kv"), (heads, head_dim), ("heads", "kv"), name=name)
+                    ("embed", "heads", "kv"), (heads, head_dim), ("heads", "kv"), use_bias,
+                    name=name)
 
 
-def output_projection(config: common.ModelConfig, name: str = "out") -> Projection:
+def output_projection(config: common.ModelConfig, name: str = "out",
+                      use_bias: bool = True) -> Projection:
   """[batch, length, heads, head_dim] -> [batch, length, hidden]."""
   hidden, heads, head_dim = config.hidden_size, config.num_heads, config.head_dim
   return Projection(config, "blnd,ndh->blh", (heads, head_dim, hidden),
-                    ("heads", "kv", "embed"), (hidden,), ("embed",), name=name)
+                    ("heads", "kv", "embed"), (hidden,), ("embed",), use_bias, name=name)
 
 
 class SelfAttention(nn.Module):
@@ -131,10 +144,14 @@ class Variant:
   """An attention variant.
 
   attention: a module class built as `attention(config, name=...)` and called as
-    `(hidden [batch, length, hidden], LayerContext, deterministic, query=None) ->
-    [batch, queries, hidden]`; `query` [batch, queries, hidden], when given, is the
-    query stream (DeBERTa's enhanced mask decoder; the context then describes those
-    queries, LayerContext.at_queries), keys and values still come from hidden.
+    `(hidden [batch, length, hidden], LayerContext, deterministic) -> [batch, length,
+    hidden]`. A variant with several streams takes and returns a dict of them instead
+    (XLNet's content and query streams {'h': ..., 'g': ...}); the encoder layer around
+    it (dropout, residual, LayerNorm, feed-forward) treats every stream alike, with the
+    same parameters. A variant that supports a separate query stream also takes
+    `query=` [batch, queries, hidden] (DeBERTa's enhanced mask decoder; the context then
+    describes those queries, LayerContext.at_queries) and returns [batch, queries,
+    hidden]; keys and values still come from hidden.
   context: None, or a module class built as `context(config, name='relative')` by the
     encoder stack and called once per forward pass as `(LayerContext, deterministic) ->
     value`; layers then see that value as `context.relative`.
@@ -150,3 +167,4 @@ def register(name: str, variant: Variant) -> Variant:
   """Makes `variant` available as `model.attention=name`."""
   VARIANTS[name] = variant
   return variant
+

@@ -62,6 +62,10 @@ class ModelConfig:
   # so its table has max length + 2 rows (514 for 512).
   position_offset: int = 0
   type_vocab_size: int = 2
+  # False: the embeddings enter the first layer without a LayerNorm (XLNet).
+  embedding_layer_norm: bool = True
+  # Relative attention (XLNet): distances beyond are encoded as this one; -1: none.
+  clamp_len: int = -1
   hidden_dropout: float = 0.1
   attention_dropout: float = 0.1
   layer_norm_eps: float = 1e-12

@@ -15,9 +15,10 @@ class Embeddings(nn.Module):
 
   `position_embedding='none'` leaves the positions out of the input (attention variants
   with relative positions); the table then exists only for DeBERTa's enhanced mask
-  decoder (`absolute_positions`). The tables have width `embedding_size`; when that is
-  smaller than `hidden_size` (ALBERT's factorization, V x E + E x H) a projection maps E
-  to H after LayerNorm.
+  decoder (`absolute_positions`). `type_vocab_size=0` leaves the token type table out and
+  `embedding_layer_norm=False` the LayerNorm (XLNet: dropout(token embeddings) alone).
+  The tables have width `embedding_size`; when that is smaller than `hidden_size`
+  (ALBERT's factorization, V x E + E x H) a projection maps E to H after LayerNorm.
   """
   config: common.ModelConfig
 
@@ -34,7 +35,8 @@ class Embeddings(nn.Module):
     if config.type_vocab_size:
       self.token_type_embeddings = embed(config.type_vocab_size, (None, "embed"),
                                          "token_type_embeddings")
-    self.layer_norm = common.layer_norm(config, "layer_norm")
+    if config.embedding_layer_norm:
+      self.layer_norm = common.layer_norm(config, "layer_norm")
     self.dropout = nn.Dropout(config.hidden_dropout)
     if config.embedding_size != config.hidden_size:
       self.projection = common.dense(config, config.hidden_size, ("embed", "mlp"),
@@ -50,7 +52,9 @@ class Embeddings(nn.Module):
       x = x + self.absolute_positions(positions)
     if self.config.type_vocab_size:
       x = x + self.token_type_embeddings(token_type_ids)
-    x = self.dropout(self.layer_norm(x), deterministic=deterministic)
+    if self.config.embedding_layer_norm:
+      x = self.layer_norm(x)
+    x = self.dropout(x, deterministic=deterministic)
     if self.config.embedding_size != self.config.hidden_size:
       x = self.projection(x)
     return common.constrain_hidden(x)

@@ -12,13 +12,26 @@ A layer takes an optional query stream (`query`, the shape of the hidden states)
 attention then takes queries (and the residual) from it and keys and values from the
 hidden states. DeBERTa's enhanced mask decoder re-runs the last layer that way
 (`Encoder.last_layer`, used by encoderx/models/pretraining.py).
+
+The hidden state the layers carry is an array [batch, length, hidden] or a dict of
+such streams (XLNet's content and query streams, {'h': [batch, length, hidden],
+'g': [batch, predictions, hidden]}): every stream goes through the same residual,
+LayerNorm and feed-forward parameters, and only the attention variant tells them apart.
+`LayerContext.per_layer` gives each layer its own inputs (XLNet's memory), and the
+stack can return what entered each layer (XLNet's memory, DeBERTa's last layer input).
 """
 from __future__ import annotations
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from encoderx.models import attention, common
+
+
+def _each_stream(function, *trees):
+  """`function` applied to every stream of the hidden state (an array or a dict)."""
+  return jax.tree_util.tree_map(function, *trees)
 
 
 class AttentionBlock(nn.Module):
@@ -26,14 +39,19 @@ class AttentionBlock(nn.Module):
   config: common.ModelConfig
 
   @nn.compact
-  def __call__(self, x: jax.Array, context: attention.LayerContext,
-               deterministic: bool, query: jax.Array | None = None) -> jax.Array:
+  def __call__(self, x, context: attention.LayerContext, deterministic: bool,
+               query: jax.Array | None = None):
+    """`query`, when given, is the query stream and the residual (see the module doc);
+    the variant is then called with `query=` (only then: the others need not take it)."""
     config = self.config
     variant = attention.VARIANTS[config.attention]
-    y = variant.attention(config, name="self_attention")(x, context, deterministic,
-                                                         query=query)
-    y = nn.Dropout(config.hidden_dropout)(y, deterministic=deterministic)
-    return common.layer_norm(config, "layer_norm")((x if query is None else query) + y)
+    y = variant.attention(config, name="self_attention")(
+        x, context, deterministic, **({} if query is None else {"query": query}))
+    dropout = nn.Dropout(config.hidden_dropout)
+    norm = common.layer_norm(config, "layer_norm")
+    residual = x if query is None else query
+    return _each_stream(lambda x, y: norm(x + dropout(y, deterministic=deterministic)),
+                        residual, y)
 
 
 class FeedForwardBlock(nn.Module):
@@ -41,15 +59,21 @@ class FeedForwardBlock(nn.Module):
   config: common.ModelConfig
 
   @nn.compact
-  def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
+  def __call__(self, x, deterministic: bool):
     config = self.config
-    y = common.dense(config, config.intermediate_size, ("embed", "mlp"), "intermediate")(x)
-    y = common.ACTIVATIONS[config.hidden_act](y)
-    y = nn.with_logical_constraint(y, ("activation_batch", "activation_length",
-                                       "activation_mlp"))
-    y = common.dense(config, config.hidden_size, ("mlp", "embed"), "output")(y)
-    y = nn.Dropout(config.hidden_dropout)(y, deterministic=deterministic)
-    return common.layer_norm(config, "layer_norm")(x + y)
+    intermediate = common.dense(config, config.intermediate_size, ("embed", "mlp"),
+                                "intermediate")
+    output = common.dense(config, config.hidden_size, ("mlp", "embed"), "output")
+    dropout = nn.Dropout(config.hidden_dropout)
+    norm = common.layer_norm(config, "layer_norm")
+
+    def feed_forward(x):
+      y = common.ACTIVATIONS[config.hidden_act](intermediate(x))
+      y = nn.with_logical_constraint(y, ("activation_batch", "activation_length",
+                                         "activation_mlp"))
+      return norm(x + dropout(output(y), deterministic=deterministic))
+
+    return _each_stream(feed_forward, x)
 
 
 class EncoderLayer(nn.Module):
@@ -62,29 +86,30 @@ class EncoderLayer(nn.Module):
     self.attention = self.shared_attention or AttentionBlock(self.config)
     self.ffn = self.shared_ffn or FeedForwardBlock(self.config)
 
-  def __call__(self, x: jax.Array, context: attention.LayerContext,
-               deterministic: bool, query: jax.Array | None = None) -> jax.Array:
+  def __call__(self, x, context: attention.LayerContext, deterministic: bool,
+               query: jax.Array | None = None):
     x = self.attention(x, context, deterministic, query)
-    return common.constrain_hidden(self.ffn(x, deterministic))
+    return _each_stream(common.constrain_hidden, self.ffn(x, deterministic))
 
 
 class _ScannedLayer(nn.Module):
-  """EncoderLayer in the (carry, broadcast...) -> (carry, output) form nn.scan wants;
-  the output is the layer's input when `keep_inputs` (else None)."""
+  """EncoderLayer in the (carry, inputs...) -> (carry, output) form nn.scan wants: the
+  carry is the hidden state, `per_layer` this layer's slice of context.per_layer, and
+  the output what entered the layer (when `collect`)."""
   config: common.ModelConfig
-  keep_inputs: bool = False
 
   @nn.compact
-  def __call__(self, x, context, deterministic):
+  def __call__(self, x, context, per_layer, deterministic, collect):
     layer = EncoderLayer
     if self.config.remat:
       layer = nn.remat(layer, static_argnums=(3,), prevent_cse=False)
-    output = layer(self.config, name="layer")(x, context, deterministic)
-    return output, x if self.keep_inputs else None
+    y = layer(self.config, name="layer")(x, context.replace(per_layer=per_layer),
+                                         deterministic)
+    return y, (x if collect else None)
 
 
 class Encoder(nn.Module):
-  """[batch, length, hidden] -> [batch, length, hidden], num_layers layers."""
+  """[batch, length, hidden] (or a dict of streams) -> the same, num_layers layers."""
   config: common.ModelConfig
 
   def setup(self):
@@ -96,9 +121,8 @@ class Encoder(nn.Module):
       self.layers = nn.scan(
           _ScannedLayer, variable_axes={"params": 0},
           split_rngs={"params": True, "dropout": True},
-          in_axes=(nn.broadcast, nn.broadcast), length=config.num_layers,
-          metadata_params={nn.PARTITION_NAME: "layers"})(
-              config, keep_inputs=config.enhanced_mask_decoder)
+          in_axes=(nn.broadcast, 0, nn.broadcast, nn.broadcast), length=config.num_layers,
+          metadata_params={nn.PARTITION_NAME: "layers"})(config)
       return
     # static_argnums counts self: (self, x, context, deterministic).
     layer = nn.remat(EncoderLayer, static_argnums=(3,)) if config.remat else EncoderLayer
@@ -123,21 +147,25 @@ class Encoder(nn.Module):
       return context
     return context.replace(relative=self.relative(context, deterministic))
 
-  def __call__(self, x: jax.Array, context: attention.LayerContext,
-               deterministic: bool, keep_last_input: bool = False):
-    """[batch, length, hidden] -> the same; with `keep_last_input`, (that, the last
-    layer's input). `context` may already hold `relative` (with_relative)."""
+  def __call__(self, x, context: attention.LayerContext, deterministic: bool,
+               collect_layer_inputs: bool = False):
+    """The stack's output; with `collect_layer_inputs`, (output, what entered each
+    layer: the hidden state's leaves stacked on a leading [layers] axis). `context` may
+    already hold `relative` (with_relative)."""
     context = self.with_relative(context, deterministic)
+    per_layer, context = context.per_layer, context.replace(per_layer=None)
     if self.config.scan_layers:
-      if keep_last_input and not self.config.enhanced_mask_decoder:
-        raise ValueError("scanned layers keep the last layer's input only for "
-                         "model.enhanced_mask_decoder")
-      x, inputs = self.layers(x, context, deterministic)
-      return (x, inputs[-1]) if keep_last_input else x
-    last_input = x
-    for layer in self.layers:
-      last_input, x = x, layer(x, context, deterministic)
-    return (x, last_input) if keep_last_input else x
+      x, inputs = self.layers(x, context, per_layer, deterministic, collect_layer_inputs)
+      return (x, inputs) if collect_layer_inputs else x
+    inputs = []
+    for index, layer in enumerate(self.layers):
+      inputs.append(x)
+      layer_context = context if per_layer is None else context.replace(
+          per_layer=jax.tree_util.tree_map(lambda leaf, i=index: leaf[i], per_layer))
+      x = layer(x, layer_context, deterministic)
+    if not collect_layer_inputs:
+      return x
+    return x, jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *inputs)
 
   def last_layer(self, x: jax.Array, query: jax.Array, context: attention.LayerContext,
                  deterministic: bool) -> jax.Array:

@@ -43,7 +43,9 @@ class EncoderModel(nn.Module):
                         deterministic)
     context = self.encoder.with_relative(attention.layer_context(batch), deterministic)
     if self.with_mask_decoder:
-      hidden, last_input = self.encoder(x, context, deterministic, keep_last_input=True)
+      hidden, layer_inputs = self.encoder(x, context, deterministic,
+                                          collect_layer_inputs=True)
+      last_input = layer_inputs[-1]
     else:
       hidden = self.encoder(x, context, deterministic)
     outputs = {"hidden": hidden}

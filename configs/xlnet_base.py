@@ -1,0 +1,52 @@
+"""XLNet-Base (Yang et al. 2019): 12 layers, 768 hidden, 12 heads, 3072 inner, two-stream
+relative attention over a memory of the previous segments; permutation language
+modelling (method "xlnet").
+
+XLNet's pretraining recipe (zihangdai/xlnet README and train.py / data_utils.py flags):
+rows of 512 tokens whose first 256 continue the row of the step before (reuse_len), a
+memory of 384 tokens per layer, factorization orders permuting blocks of 256 tokens
+(perm_size), the last 1/6 of each order predicted (K = 6, 85 predictions per row) as
+spans of 1 to 5 words, bidirectional data (half the rows read backwards), a 32,000-piece
+SentencePiece vocabulary, GELU, dropout 0.1, Adam with epsilon 1e-6 and weight decay
+0.01, linear decay. Batch and schedule are BERT-base's (256 rows for 1M steps, lr 1e-4
+after 10k warmup steps), the setting of the paper's XLNet-Base comparisons with BERT.
+Point data.files (or data.tfds_name) at your corpus and data.vocab.path at a 32,000-piece
+model from `python -m encoderx.data.sentencepiece_vocabulary --size 32000 --cased`.
+"""
+from encoderx import config as base
+
+
+def use_xlnet(config):
+  """The model fields and method every XLNet shares."""
+  config.method = "xlnet"
+  config.model.attention = "two_stream_relative"
+  config.model.position_embedding = "none"  # relative positions, in the attention
+  config.model.type_vocab_size = 0  # segments enter the attention only
+  config.model.embedding_layer_norm = False
+  config.data.vocab.kind = "sentencepiece"
+  config.data.vocab.path = base.BUNDLED_SENTENCEPIECE_VOCAB  # replace with a 32k model
+  return config
+
+
+def get_config():
+  config = use_xlnet(base.default_config())
+  config.model.vocab_size = 32000
+  config.model.hidden_size = 768
+  config.model.num_layers = 12
+  config.model.num_heads = 12
+  config.model.intermediate_size = 3072
+  config.model.dtype = "bfloat16"
+  config.data.vocab.lower_case = False  # xlnet-base-cased
+  config.data.seq_length = 512
+  config.data.document_pool = 10_000  # documents per document set (memory restarts)
+  plm = config.objective.plm
+  plm.partial_prediction_k, plm.num_predict, plm.max_span_words = 6, 85, 5
+  plm.reuse_len, plm.mem_len, plm.perm_size = 256, 384, 256
+  plm.bi_data = True
+  config.optimizer.learning_rate = 1e-4
+  config.optimizer.warmup_steps = 10_000
+  config.optimizer.eps = 1e-6
+  config.optimizer.weight_decay = 0.01
+  config.train.steps = 1_000_000
+  config.train.batch_size = 256
+  return config
