@@ -144,6 +144,14 @@ class Method(abc.ABC):
     (nn.LogicallyPartitioned, e.g. from nn.with_logical_partitioning) so that the trainer
     can shard them; 'state' may be omitted."""
 
+  # encoderx/export: the Hugging Face classes (encoderx/export/hf.py Head names) that
+  # hold this method's parameters, by preference; empty: the family's most complete one.
+  export_heads: tuple[str, ...] = ()
+
+  def export_fields(self) -> dict:
+    """Fields the exported model's config.json carries for the method's head (labels)."""
+    return {}
+
   def transferable_params(self, params) -> dict:
     """The parameters another run can start from (`--init_from`), in the common layout:
     {'encoder_model': encoder, <head name>: head, ...}."""

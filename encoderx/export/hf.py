@@ -4,14 +4,24 @@ A rule maps one Hugging Face parameter name to one encoderx parameter path with 
 array transform and its inverse (PyTorch Linear stores [out, in]; Flax Dense [in, out];
 attention kernels here are [hidden, heads, head_dim]). Converting in and back out is the
 identity, which the tests check, and outputs on converted weights match the PyTorch
-model's, which the tests check too. Each family has its rule table (`RULES`): 'bert'
-(BertForPreTraining), 'roberta' (RobertaForMaskedLM) and 'albert' (AlbertForPreTraining).
+model's, which the tests check too.
+
+A family (`Family`, registered with `register`) is one `model_type` of transformers: its
+config class, how its config.json fields map to `config.model` (`model.family` names
+it), the rules of its encoder, and its classes (`Head`s): the pretraining class, the
+masked-LM class, task classes (sequence classification, ...) and the bare model, each with
+the rules of the parts it holds beyond the encoder. Conversion is total: every weight of
+the chosen class is mapped, and every encoderx parameter of the encoder too, or a
+`ConversionError` names what is left; configurations the family cannot represent are
+refused by the family's `check`.
 
     params = hf.from_hf(BertForPreTraining.from_pretrained(d).state_dict(), model_config)
-    state_dict = hf.to_hf(params, model_config)
-    params = hf.from_hf(RobertaForMaskedLM.from_pretrained(d).state_dict(), model_config,
-                        family="roberta")
-    params = hf.from_hf(albert_state_dict, model_config, family="albert")
+    state_dict = hf.to_hf(params, model_config)  # the class that holds all of params
+    state_dict = hf.to_hf(params, model_config, family="roberta", head="mlm")
+
+A new family adds, in this file: its encoder rules, its `Head`s, its config mapping, and
+one `register(Family(...))` call (see the BERT block below; tests/export_checks.py has
+the checks every family passes).
 """
 from __future__ import annotations
 
@@ -27,11 +37,18 @@ import numpy as np
 from encoderx.models import common
 
 
+class ConversionError(ValueError):
+  """Weights or a configuration that cannot be converted; the message names what."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Transform:
   to_flax: Callable[[np.ndarray, common.ModelConfig], np.ndarray]
   to_hf: Callable[[np.ndarray, common.ModelConfig], np.ndarray]
 
+
+# (Hugging Face name, encoderx path 'a/b/c', transform).
+Rule = tuple[str, str, Transform]
 
 COPY = Transform(lambda x, c: x, lambda x, c: x)
 LINEAR = Transform(lambda x, c: x.T, lambda x, c: x.T)
@@ -45,14 +62,102 @@ HEADS_OUT = Transform(  # [hidden, heads*dim] -> [heads, dim, hidden]
     lambda x, c: x.reshape(-1, x.shape[-1]).T)
 
 
-def _dense(hf: str, flax_path: str, kernel: Transform = LINEAR, bias: Transform = COPY):
-  return [(f"{hf}.weight", f"{flax_path}/kernel", kernel), (f"{hf}.bias", f"{flax_path}/bias", bias)]
+def dense(hf: str, flax_path: str, kernel: Transform = LINEAR,
+          bias: Transform = COPY) -> list[Rule]:
+  return [(f"{hf}.weight", f"{flax_path}/kernel", kernel),
+          (f"{hf}.bias", f"{flax_path}/bias", bias)]
 
 
-def _layer_norm(hf: str, flax_path: str):
-  return [(f"{hf}.weight", f"{flax_path}/scale", COPY), (f"{hf}.bias", f"{flax_path}/bias", COPY)]
+def layer_norm(hf: str, flax_path: str) -> list[Rule]:
+  return [(f"{hf}.weight", f"{flax_path}/scale", COPY),
+          (f"{hf}.bias", f"{flax_path}/bias", COPY)]
 
 
+# --- families and their classes --------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Head:
+  """One Hugging Face class of a family and what it holds beyond the encoder.
+
+  `rules(config)`: the rules of its own parts (HF names as the class names them; they
+  may take encoderx parameters of the encoder_model too, as RoBERTa's classifier takes
+  the pooler). `base_prefix`: the encoder's weights are under the family's prefix
+  ('bert.'); False for the bare model (BertModel). `pooler`: the class's encoder has the
+  family's pooler. `tied`: weights the class ties to others (the MLM decoder to the word
+  embeddings), neither read nor written. `labels`: config.json carries the labels.
+  """
+  hf_class: str
+  rules: Callable[[common.ModelConfig], list[Rule]] = lambda config: []
+  base_prefix: bool = True
+  pooler: bool = True
+  tied: tuple[str, ...] = ()
+  labels: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """A transformers `model_type` with its rules.
+
+  `name`: `model.family` here and `model_type` in config.json. `prefix`: where the task
+  classes keep the encoder ('bert'). `encoder(config, prefix)`: rules of the embeddings
+  and layers, HF names starting with `prefix` ('bert.' or ''). `pooler`: the pooler's
+  dense under the prefix ('pooler.dense'). `heads`: the classes by head name, most
+  complete first ('pretraining', 'mlm', 'sequence_classification', 'base'; the
+  'downstream' heads add 'token_classification' and 'question_answering').
+  `hf_fields(config)` / `model_fields(hf_config)`: the family's own config.json fields
+  beyond HF_FIELD_NAMES, both ways. `check(config)`: raises ConversionError for
+  configurations the family's classes cannot represent. `tokenizer_class`: written to
+  tokenizer_config.json, for a run whose vocabulary is of kind `vocab_kind`
+  (config.data.vocab.kind).
+  """
+  name: str
+  config_class: str
+  prefix: str
+  encoder: Callable[[common.ModelConfig, str], list[Rule]]
+  pooler: str
+  heads: dict[str, Head]
+  tokenizer_class: str
+  vocab_kind: str
+  hf_fields: Callable[[common.ModelConfig], dict] = lambda config: {}
+  model_fields: Callable[[Mapping], dict] = lambda hf_config: {}
+  check: Callable[[common.ModelConfig], None] = lambda config: None
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+  FAMILIES[family.name] = family
+  return family
+
+
+def family_named(name: str) -> Family:
+  if name not in FAMILIES:
+    raise ConversionError(f"no Hugging Face conversion rules for family '{name}'; "
+                          f"known: {', '.join(FAMILIES)}")
+  return FAMILIES[name]
+
+
+def head_of_class(family: str, hf_class: str) -> str | None:
+  """The head name of one of the family's classes ('BertForPreTraining' -> 'pretraining')."""
+  return next((name for name, head in family_named(family).heads.items()
+               if head.hf_class == hf_class), None)
+
+
+def class_rules(config: common.ModelConfig, family: str, head: str) -> list[Rule]:
+  """Every rule of the family's class `head`: encoder, pooler (if it has one), head."""
+  fam = family_named(family)
+  if head not in fam.heads:
+    raise ConversionError(f"family '{family}' has no class for head '{head}'; its heads: "
+                          f"{', '.join(fam.heads)}.")
+  spec = fam.heads[head]
+  prefix = f"{fam.prefix}." if spec.base_prefix else ""
+  rules = fam.encoder(config, prefix)
+  if spec.pooler:
+    rules += dense(f"{prefix}{fam.pooler}", "encoder_model/pooler/dense")
+  return rules + spec.rules(config)
+
+
+# --- building blocks shared by the families --------------------------------------------
 # Where each part of an encoder layer lives in a family's HF layer module.
 BERT_LAYER = dict(
     query="attention.self.query", key="attention.self.key", value="attention.self.value",
@@ -64,109 +169,187 @@ ALBERT_LAYER = dict(
     intermediate="ffn", output="ffn_output", ffn_norm="full_layer_layer_norm")
 
 
-def _layer(hf: str, flax: str, names: dict[str, str]):
-  """Rules of one encoder layer: HF module `hf` (parts named by `names`) <-> `flax`."""
-  attention = f"{flax}/attention/self_attention"
-  return (_dense(f"{hf}.{names['query']}", f"{attention}/query", HEADS_IN, HEADS_BIAS)
-          + _dense(f"{hf}.{names['key']}", f"{attention}/key", HEADS_IN, HEADS_BIAS)
-          + _dense(f"{hf}.{names['value']}", f"{attention}/value", HEADS_IN, HEADS_BIAS)
-          + _dense(f"{hf}.{names['out']}", f"{attention}/out", HEADS_OUT)
-          + _layer_norm(f"{hf}.{names['attention_norm']}", f"{flax}/attention/layer_norm")
-          + _dense(f"{hf}.{names['intermediate']}", f"{flax}/ffn/intermediate")
-          + _dense(f"{hf}.{names['output']}", f"{flax}/ffn/output")
-          + _layer_norm(f"{hf}.{names['ffn_norm']}", f"{flax}/ffn/layer_norm"))
+def layer_rules(hf: str, flax_path: str, names: dict[str, str]) -> list[Rule]:
+  """Rules of one encoder layer: HF module `hf` (parts named by `names`) <-> `flax_path`."""
+  attention = f"{flax_path}/attention/self_attention"
+  return (dense(f"{hf}.{names['query']}", f"{attention}/query", HEADS_IN, HEADS_BIAS)
+          + dense(f"{hf}.{names['key']}", f"{attention}/key", HEADS_IN, HEADS_BIAS)
+          + dense(f"{hf}.{names['value']}", f"{attention}/value", HEADS_IN, HEADS_BIAS)
+          + dense(f"{hf}.{names['out']}", f"{attention}/out", HEADS_OUT)
+          + layer_norm(f"{hf}.{names['attention_norm']}", f"{flax_path}/attention/layer_norm")
+          + dense(f"{hf}.{names['intermediate']}", f"{flax_path}/ffn/intermediate")
+          + dense(f"{hf}.{names['output']}", f"{flax_path}/ffn/output")
+          + layer_norm(f"{hf}.{names['ffn_norm']}", f"{flax_path}/ffn/layer_norm"))
 
 
-def _embeddings(hf: str):
+def embedding_rules(hf: str) -> list[Rule]:
   """Token, position and token-type tables and their LayerNorm (BERT and ALBERT)."""
-  flax = "encoder_model/embeddings"
-  return [(f"{hf}embeddings.{table}.weight", f"{flax}/{table}/embedding", COPY)
+  flax_path = "encoder_model/embeddings"
+  return [(f"{hf}embeddings.{table}.weight", f"{flax_path}/{table}/embedding", COPY)
           for table in ("word_embeddings", "position_embeddings", "token_type_embeddings")
-          ] + _layer_norm(f"{hf}embeddings.LayerNorm", f"{flax}/layer_norm")
+          ] + layer_norm(f"{hf}embeddings.LayerNorm", f"{flax_path}/layer_norm")
 
 
-def _encoder(config: common.ModelConfig, hf: str):
-  """Embeddings and layers, shared by BERT and RoBERTa (`hf`: 'bert.', 'roberta.', '')."""
-  rules = _embeddings(hf)
+def bert_encoder(config: common.ModelConfig, hf: str) -> list[Rule]:
+  """Embeddings and layers of BERT and RoBERTa (`hf`: 'bert.', 'roberta.', '')."""
+  rules = embedding_rules(hf)
   for i in range(config.num_layers):
-    rules += _layer(f"{hf}encoder.layer.{i}", f"encoder_model/encoder/layer_{i}",
-                    BERT_LAYER)
+    rules += layer_rules(f"{hf}encoder.layer.{i}", f"encoder_model/encoder/layer_{i}",
+                         BERT_LAYER)
   return rules
 
 
-def _mlm_head(dense: str, layer_norm: str, bias: str):
+def mlm_head(dense_name: str, layer_norm_name: str, bias: str) -> list[Rule]:
   """The MLM head's transform, LayerNorm and output bias (its decoder is the tied word
   embedding), named as the family names them."""
-  return (_dense(dense, "mlm_head/transform")
-          + _layer_norm(layer_norm, "mlm_head/layer_norm")
+  return (dense(dense_name, "mlm_head/transform")
+          + layer_norm(layer_norm_name, "mlm_head/layer_norm")
           + [(bias, "mlm_head/output_bias", COPY)])
 
 
-def bert_rules(config: common.ModelConfig, prefix: str = "bert"):
-  """Rules for BertForPreTraining / BertForMaskedLM / BertModel (prefix '')."""
-  hf = f"{prefix}." if prefix else ""
-  rules = _encoder(config, hf)
-  rules += _dense(f"{hf}pooler.dense", "encoder_model/pooler/dense")
-  rules += _mlm_head("cls.predictions.transform.dense",
-                     "cls.predictions.transform.LayerNorm", "cls.predictions.bias")
-  rules += _dense("cls.seq_relationship", "sentence_head/classifier")
-  return rules
+def classifier(hf: str = "classifier") -> Callable[[common.ModelConfig], list[Rule]]:
+  """The classify method's linear classifier (encoderx/models/finetuning.py)."""
+  return lambda config: dense(hf, "classifier")
 
 
-def roberta_rules(config: common.ModelConfig, prefix: str = "roberta"):
-  """Rules for RobertaForMaskedLM / RobertaModel (prefix ''): BERT's encoder under
-  `roberta.`, no pooler (MLM only), and `lm_head` whose decoder is tied to the word
-  embeddings (its bias is `lm_head.bias`)."""
-  rules = _encoder(config, f"{prefix}." if prefix else "")
-  rules += _mlm_head("lm_head.dense", "lm_head.layer_norm", "lm_head.bias")
-  return rules
+def refuse_unless_plain(config: common.ModelConfig, family: str, offset: int = 0) -> None:
+  """What every BERT-like class needs: distinct layers, no embedding factorization,
+  standard attention, absolute positions from `offset`."""
+  if config.layer_sharing != "none":
+    raise ConversionError(
+        f"model.layer_sharing={config.layer_sharing!r} has no Hugging Face {family} "
+        "equivalent (its layers are distinct); export it as family 'albert' "
+        "(layer_sharing 'all') or train with layer_sharing='none'.")
+  if config.embedding_size != config.hidden_size:
+    raise ConversionError(
+        f"model.embedding_size={config.embedding_size} != hidden_size: Hugging Face "
+        f"{family} has no embedding projection (ALBERT has).")
+  if config.attention != "standard" or config.position_embedding != "absolute":
+    raise ConversionError(
+        f"model.attention={config.attention!r} / position_embedding="
+        f"{config.position_embedding!r}: Hugging Face {family} has standard attention "
+        "with absolute positions.")
+  if config.position_offset != offset:
+    raise ConversionError(f"model.position_offset={config.position_offset}: Hugging Face "
+                          f"{family} numbers positions from {offset}.")
 
 
-def albert_rules(config: common.ModelConfig, prefix: str = "albert"):
-  """Rules for AlbertForPreTraining / AlbertForMaskedLM / AlbertModel (prefix '').
+# --- BERT (and SpanBERT, whose released models are BERTs without the SBO head) ----------
+BERT_MLM = mlm_head("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+                    "cls.predictions.bias")
+BERT_TIED = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 
-  ALBERT's layers are groups of shared layers: `layer_sharing='all'` is one group (the
+register(Family(
+    name="bert", config_class="BertConfig", prefix="bert", encoder=bert_encoder,
+    pooler="pooler.dense", tokenizer_class="BertTokenizer", vocab_kind="wordpiece",
+    heads={
+        "pretraining": Head("BertForPreTraining", lambda config: BERT_MLM + dense(
+            "cls.seq_relationship", "sentence_head/classifier"), tied=BERT_TIED),
+        "mlm": Head("BertForMaskedLM", lambda config: BERT_MLM, pooler=False,
+                    tied=BERT_TIED),
+        "sequence_classification": Head("BertForSequenceClassification", classifier(),
+                                        labels=True),
+        "base": Head("BertModel", base_prefix=False),
+    },
+    check=lambda config: refuse_unless_plain(config, "BERT")))
+
+
+# --- RoBERTa ------------------------------------------------------------------------------
+def _roberta_check(config: common.ModelConfig) -> None:
+  if config.position_offset < 1:
+    raise ConversionError("Hugging Face RoBERTa numbers positions from pad_token_id + 1; "
+                          "model.position_offset must be at least 1 (RoBERTa's is 2).")
+  refuse_unless_plain(config, "RoBERTa", offset=config.position_offset)
+
+
+register(Family(
+    name="roberta", config_class="RobertaConfig", prefix="roberta", encoder=bert_encoder,
+    pooler="pooler.dense", tokenizer_class="RobertaTokenizer",
+    vocab_kind="byte_bpe",
+    heads={
+        "mlm": Head("RobertaForMaskedLM", lambda config: mlm_head(
+            "lm_head.dense", "lm_head.layer_norm", "lm_head.bias"), pooler=False,
+                    tied=("lm_head.decoder.weight", "lm_head.decoder.bias")),
+        # Its head is BERT's pooler (dense + tanh on the first token) then a linear
+        # classifier: our pooler and classifier (modeling_roberta.py,
+        # RobertaClassificationHead).
+        "sequence_classification": Head(
+            "RobertaForSequenceClassification", lambda config: dense(
+                "classifier.dense", "encoder_model/pooler/dense") + dense(
+                    "classifier.out_proj", "classifier"), pooler=False, labels=True),
+        "base": Head("RobertaModel", base_prefix=False),
+    },
+    # Positions start after the padding id: pad_token_id is position_offset - 1.
+    hf_fields=lambda config: dict(pad_token_id=config.position_offset - 1, bos_token_id=0,
+                                  eos_token_id=2),
+    model_fields=lambda hf_config: dict(
+        position_offset=int(hf_config.get("pad_token_id", 1)) + 1),
+    check=_roberta_check))
+
+
+# --- ALBERT -------------------------------------------------------------------------------
+def albert_encoder(config: common.ModelConfig, hf: str) -> list[Rule]:
+  """ALBERT's layers are groups of shared layers: `layer_sharing='all'` is one group (the
   released models; our `shared_layer`), 'none' is one group per layer (HF
-  num_hidden_groups = num_hidden_layers). HF always maps embeddings to the hidden size
-  (`embedding_hidden_mapping_in`), our Embeddings' `projection`, so embedding_size must
-  differ from hidden_size.
-  """
-  if config.layer_sharing not in ("all", "none"):
-    raise ValueError(f"layer_sharing={config.layer_sharing!r} has no Hugging Face ALBERT "
-                     "equivalent; ALBERT shares 'all' layers or (one group per layer) none.")
-  if config.embedding_size == config.hidden_size:
-    raise ValueError("Hugging Face ALBERT always projects embeddings to the hidden size; "
-                     "set model.embedding_size below model.hidden_size.")
-  hf = f"{prefix}." if prefix else ""
-  rules = _embeddings(hf) + _dense(f"{hf}encoder.embedding_hidden_mapping_in",
-                                   "encoder_model/embeddings/projection")
+  num_hidden_groups = num_hidden_layers). Embeddings are always mapped to the hidden
+  size (`embedding_hidden_mapping_in`, our Embeddings' `projection`)."""
+  rules = embedding_rules(hf) + dense(f"{hf}encoder.embedding_hidden_mapping_in",
+                                      "encoder_model/embeddings/projection")
   groups = ["shared_layer"] if config.layer_sharing == "all" else [
       f"layer_{i}" for i in range(config.num_layers)]
   for group, layer in enumerate(groups):
-    rules += _layer(f"{hf}encoder.albert_layer_groups.{group}.albert_layers.0",
-                    f"encoder_model/encoder/{layer}", ALBERT_LAYER)
-  rules += _dense(f"{hf}pooler", "encoder_model/pooler/dense")
-  rules += _mlm_head("predictions.dense", "predictions.LayerNorm", "predictions.bias")
-  rules += _dense("sop_classifier.classifier", "sentence_head/classifier")
+    rules += layer_rules(f"{hf}encoder.albert_layer_groups.{group}.albert_layers.0",
+                         f"encoder_model/encoder/{layer}", ALBERT_LAYER)
   return rules
 
 
-# Rule tables by model family; `family=` of from_hf / to_hf picks one.
-RULES = {"bert": bert_rules, "roberta": roberta_rules, "albert": albert_rules}
+def _albert_check(config: common.ModelConfig) -> None:
+  if config.layer_sharing not in ("all", "none"):
+    raise ConversionError(
+        f"model.layer_sharing={config.layer_sharing!r} has no Hugging Face ALBERT "
+        "equivalent; ALBERT shares 'all' layers or (one group per layer) none.")
+  if config.embedding_size == config.hidden_size:
+    raise ConversionError("Hugging Face ALBERT always projects embeddings to the hidden "
+                          "size; set model.embedding_size below model.hidden_size.")
+  if (config.attention != "standard" or config.position_embedding != "absolute"
+      or config.position_offset):
+    raise ConversionError("Hugging Face ALBERT has standard attention with absolute "
+                          "positions from 0.")
 
 
-def rules_for(family: str, config: common.ModelConfig):
-  if family not in RULES:
-    raise ValueError(f"no Hugging Face conversion rules for family '{family}'; "
-                     f"known: {', '.join(RULES)}")
-  return RULES[family](config)
+def _albert_model_fields(hf_config: Mapping) -> dict:
+  groups = hf_config.get("num_hidden_groups", 1)
+  if hf_config.get("inner_group_num", 1) != 1 or groups not in (
+      1, hf_config["num_hidden_layers"]):
+    raise ConversionError("ALBERT with inner_group_num != 1 or num_hidden_groups other "
+                          "than 1 or num_hidden_layers is not supported.")
+  return dict(embedding_size=hf_config["embedding_size"],
+              layer_sharing="all" if groups == 1 else "none")
 
 
-# Family -> (transformers config class, pretraining model class) names.
-HF_CLASSES = {"bert": ("BertConfig", "BertForPreTraining"),
-              "roberta": ("RobertaConfig", "RobertaForMaskedLM"),
-              "albert": ("AlbertConfig", "AlbertForPreTraining")}
+ALBERT_MLM = mlm_head("predictions.dense", "predictions.LayerNorm", "predictions.bias")
+ALBERT_TIED = ("predictions.decoder.weight", "predictions.decoder.bias")
 
+register(Family(
+    name="albert", config_class="AlbertConfig", prefix="albert", encoder=albert_encoder,
+    pooler="pooler", tokenizer_class="AlbertTokenizer",
+    vocab_kind="sentencepiece",
+    heads={
+        "pretraining": Head("AlbertForPreTraining", lambda config: ALBERT_MLM + dense(
+            "sop_classifier.classifier", "sentence_head/classifier"), tied=ALBERT_TIED),
+        "mlm": Head("AlbertForMaskedLM", lambda config: ALBERT_MLM, pooler=False,
+                    tied=ALBERT_TIED),
+        "sequence_classification": Head("AlbertForSequenceClassification", classifier(),
+                                        labels=True),
+        "base": Head("AlbertModel", base_prefix=False),
+    },
+    hf_fields=lambda config: dict(
+        embedding_size=config.embedding_size,
+        num_hidden_groups=1 if config.layer_sharing == "all" else config.num_layers),
+    model_fields=_albert_model_fields, check=_albert_check))
+
+
+# --- configs --------------------------------------------------------------------------------
 # encoderx model field -> the name of the same field in Hugging Face configs.
 HF_FIELD_NAMES = dict(
     vocab_size="vocab_size", hidden_size="hidden_size", num_layers="num_hidden_layers",
@@ -178,52 +361,53 @@ HF_FIELD_NAMES = dict(
 
 
 def hf_config(config: common.ModelConfig, family: str = "bert", **overrides):
-  """The family's `transformers` config with the sizes of an encoderx ModelConfig.
-
-  RoBERTa numbers positions from its padding id + 1, so its pad_token_id is
-  position_offset - 1; ALBERT shares its layers in one group when layer_sharing='all'.
-  """
+  """The family's `transformers` config with the sizes of an encoderx ModelConfig."""
   import transformers  # pylint: disable=g-import-not-at-top
+  fam = family_named(family)
   fields = {hf_name: getattr(config, name) for name, hf_name in HF_FIELD_NAMES.items()}
-  if family == "roberta":
-    fields.update(pad_token_id=config.position_offset - 1, bos_token_id=0, eos_token_id=2)
-  elif family == "albert":
-    fields.update(embedding_size=config.embedding_size, num_hidden_groups=(
-        1 if config.layer_sharing == "all" else config.num_layers))
+  fields.update(fam.hf_fields(config))
   fields.update(overrides)
-  return getattr(transformers, HF_CLASSES[family][0])(**fields)
+  return getattr(transformers, fam.config_class)(**fields)
 
 
 def model_fields(hf_config_dict: Mapping[str, object]) -> tuple[str, dict]:
-  """(family, encoderx model fields) of a Hugging Face config.json; the inverse of
-  hf_config. Raises ValueError for what encoderx cannot represent."""
+  """(family, encoderx model fields, `family` included) of a Hugging Face config.json;
+  the inverse of hf_config. Raises ConversionError for what encoderx cannot represent."""
   family = hf_config_dict.get("model_type")
-  if family not in HF_CLASSES:
-    raise ValueError(f"model_type {family!r} has no conversion rules here; known: "
-                     f"{', '.join(HF_CLASSES)}.")
+  if family not in FAMILIES:
+    raise ConversionError(f"model_type {family!r} has no conversion rules here; known: "
+                          f"{', '.join(FAMILIES)}.")
   fields = {name: hf_config_dict[hf_name] for name, hf_name in HF_FIELD_NAMES.items()
             if hf_name in hf_config_dict}
   position_type = hf_config_dict.get("position_embedding_type", "absolute")
   if position_type != "absolute":
-    raise ValueError(f"position_embedding_type {position_type!r} is not supported "
-                     "(only 'absolute').")
-  if family == "roberta":
-    fields["position_offset"] = int(hf_config_dict.get("pad_token_id", 1)) + 1
-  elif family == "albert":
-    groups = hf_config_dict.get("num_hidden_groups", 1)
-    if hf_config_dict.get("inner_group_num", 1) != 1 or groups not in (
-        1, hf_config_dict["num_hidden_layers"]):
-      raise ValueError("ALBERT with inner_group_num != 1 or num_hidden_groups other "
-                       "than 1 or num_hidden_layers is not supported.")
-    fields["embedding_size"] = hf_config_dict["embedding_size"]
-    fields["layer_sharing"] = "all" if groups == 1 else "none"
+    raise ConversionError(f"position_embedding_type {position_type!r} is not supported "
+                          "(only 'absolute').")
+  fields.update(FAMILIES[family].model_fields(hf_config_dict))
+  fields["family"] = family
   return family, fields
 
 
-def hf_pretraining_model(config: common.ModelConfig, family: str = "bert", **overrides):
-  """A freshly initialized PyTorch pretraining model of the family with these sizes."""
+def hf_model(config: common.ModelConfig, family: str = "bert", head: str | None = None,
+             **overrides):
+  """A freshly initialized PyTorch model of the family's class `head` (default: the
+  first, most complete one) with these sizes."""
   import transformers  # pylint: disable=g-import-not-at-top
-  return getattr(transformers, HF_CLASSES[family][1])(hf_config(config, family, **overrides))
+  fam = family_named(family)
+  spec = fam.heads[head or next(iter(fam.heads))]
+  return getattr(transformers, spec.hf_class)(hf_config(config, family, **overrides))
+
+
+def hf_pretraining_model(config: common.ModelConfig, family: str = "bert", **overrides):
+  """The family's pretraining class (its first head), freshly initialized."""
+  return hf_model(config, family, None, **overrides)
+
+
+# --- conversion -----------------------------------------------------------------------------
+# Buffers some classes save beside their weights; they are not parameters.
+BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
+# encoderx parameters of the encoder proper: every one must convert.
+ENCODER_PARTS = ("encoder_model/embeddings", "encoder_model/encoder")
 
 
 def _numpy(value) -> np.ndarray:
@@ -232,43 +416,132 @@ def _numpy(value) -> np.ndarray:
   return np.asarray(value)
 
 
-def from_hf(state_dict: Mapping[str, object], config: common.ModelConfig,
-            family: str = "bert", expected=None, rules=None) -> dict:
-  """HF state dict -> encoderx params (nested dict of numpy arrays).
-
-  `family` picks the rule table (RULES); `rules` replaces it (e.g. `bert_rules(config,
-  prefix='')` for a BertModel). Only rules whose HF name is present are used, so a
-  model without a head converts to params without it. `expected` (an encoderx param
-  tree, e.g. from `jax.eval_shape(model.init, ...)`) makes every missing or misshapen
-  weight an error.
-  """
-  rules = rules if rules is not None else rules_for(family, config)
-  flat = {}
-  for hf_name, path, transform in rules:
-    if hf_name in state_dict:
-      flat[tuple(path.split("/"))] = transform.to_flax(_numpy(state_dict[hf_name]), config)
-  params = flax.traverse_util.unflatten_dict(flat)
-  if config.scan_layers:
-    params = stack_layers(params)
-  if expected is not None:
-    check_tree(params, expected)
-  return params
+def part(path: str) -> str:
+  """The model part a parameter belongs to: 'mlm_head', 'encoder_model/pooler', ..."""
+  parts = path.split("/")
+  return "/".join(parts[:2]) if parts[0] == "encoder_model" else parts[0]
 
 
-def to_hf(params, config: common.ModelConfig, family: str = "bert",
-          rules=None) -> dict[str, np.ndarray]:
-  """encoderx params -> HF state dict (numpy arrays); inverse of `from_hf`."""
-  rules = rules if rules is not None else rules_for(family, config)
+def is_buffer(name: str) -> bool:
+  return any(name.endswith(buffer) for buffer in BUFFERS)
+
+
+def _flat_params(params, config: common.ModelConfig) -> dict[str, np.ndarray]:
   params = nn.unbox(params)
   if config.scan_layers:
     params = unstack_layers(params, config.num_layers)
-  flat = flax.traverse_util.flatten_dict(jax.device_get(params))
-  state_dict = {}
-  for hf_name, path, transform in rules:
-    key = tuple(path.split("/"))
-    if key in flat:
-      state_dict[hf_name] = transform.to_hf(np.asarray(flat[key], np.float32), config)
-  return state_dict
+  return {"/".join(k): v for k, v in
+          flax.traverse_util.flatten_dict(jax.device_get(params)).items()}
+
+
+def exportable_heads(params, config: common.ModelConfig, family: str) -> list[str]:
+  """The family's heads whose class holds nothing the params lack, most complete first."""
+  fam = family_named(family)
+  have = set(_flat_params(params, config))
+  return [name for name in fam.heads
+          if all(path in have for _, path, _ in class_rules(config, family, name))]
+
+
+def export_state_dict(params, config: common.ModelConfig, family: str = "bert",
+                      head: str | None = None,
+                      drop: tuple[str, ...] | None = ()) -> tuple[dict, str, list[str]]:
+  """encoderx params -> (HF state dict of numpy arrays, head, parts left out).
+
+  `head` picks the class (default: the family's most complete class whose parts the
+  params all have). Every weight of the class must come from a parameter, and every
+  parameter must go to a weight, but for whole parts (heads, the pooler) named in
+  `drop` (None: any part but the encoder's). Raises ConversionError naming the rest.
+  """
+  fam = family_named(family)
+  fam.check(config)
+  flat = _flat_params(params, config)
+  if head is None:
+    candidates = exportable_heads(params, config, family)
+    if not candidates:
+      raise ConversionError(f"no {family} class fits parameters with parts "
+                            f"{', '.join(sorted({part(p) for p in flat}))}.")
+    head = candidates[0]
+  rules = class_rules(config, family, head)
+  hf_class = fam.heads[head].hf_class
+  missing = sorted(path for _, path, _ in rules if path not in flat)
+  if missing:
+    raise ConversionError(f"{hf_class} needs parameters these lack: {', '.join(missing)}.")
+  used = {path for _, path, _ in rules}
+  left = sorted(path for path in flat if path not in used)
+  refused = [p for p in left if part(p) in ENCODER_PARTS
+             or (drop is not None and part(p) not in drop)]
+  if refused:
+    raise ConversionError(f"{hf_class} has no place for: {', '.join(refused)}.")
+  state_dict = {hf_name: transform.to_hf(np.asarray(flat[path], np.float32), config)
+                for hf_name, path, transform in rules}
+  return state_dict, head, sorted({part(p) for p in left})
+
+
+def to_hf(params, config: common.ModelConfig, family: str = "bert",
+          head: str | None = None) -> dict[str, np.ndarray]:
+  """encoderx params -> HF state dict (numpy arrays) of the class holding all of them;
+  inverse of `from_hf`. Anything left over is a ConversionError."""
+  return export_state_dict(params, config, family, head)[0]
+
+
+def import_state_dict(state_dict: Mapping[str, object], config: common.ModelConfig,
+                      family: str = "bert", head: str | None = None,
+                      unused_heads: bool = False,
+                      prefer: str | None = None) -> tuple[dict, str, list[str]]:
+  """HF state dict -> (encoderx params as a nested dict of numpy arrays, head, unused).
+
+  `head` names the class the weights are of (default: the family's class whose weights
+  are all there and leave the fewest over; `prefer` breaks ties). Every weight of that
+  class converts; a weight left over is a ConversionError. With `unused_heads`, weights
+  may be of a class with no rules here (BertForQuestionAnswering, ...): its encoder (and
+  pooler) convert and its head weights are returned in `unused`; the encoder's must
+  still all convert.
+  """
+  fam = family_named(family)
+  fam.check(config)
+  names = {name for name in state_dict if not is_buffer(name)}
+  candidates = [(name, class_rules(config, family, name), set(fam.heads[name].tied))
+                for name in ([head] if head else fam.heads)]
+  if unused_heads and not head:
+    encoder = fam.encoder(config, f"{fam.prefix}.")
+    pooler = dense(f"{fam.prefix}.{fam.pooler}", "encoder_model/pooler/dense")
+    candidates += [("encoder", encoder + pooler, set()), ("encoder", encoder, set())]
+  fits = []
+  for name, rules, tied in candidates:
+    needed = {hf_name for hf_name, _, _ in rules}
+    fits.append((len(needed - names), len(names - needed - tied), name != prefer, name,
+                 rules, needed, tied))
+  absent, _, _, head, rules, needed, tied = min(fits, key=lambda fit: fit[:3])
+  hf_class = fam.heads[head].hf_class if head in fam.heads else f"the {family} encoder"
+  if absent:
+    raise ConversionError(f"the weights lack what {hf_class} has: "
+                          f"{', '.join(sorted(needed - names))}.")
+  left = sorted(names - needed - tied)
+  encoder_names = {hf_name for hf_name, _, _ in fam.encoder(config, f"{fam.prefix}.")
+                   + fam.encoder(config, "")}
+  refused = [n for n in left if not unused_heads or n in encoder_names
+             or n.startswith((f"{fam.prefix}.embeddings.", f"{fam.prefix}.encoder.",
+                              "embeddings.", "encoder."))]
+  if refused:
+    raise ConversionError(f"weights with no {family} conversion rule ({hf_class}): "
+                          f"{', '.join(refused)}.")
+  flat = {tuple(path.split("/")): transform.to_flax(_numpy(state_dict[hf_name]), config)
+          for hf_name, path, transform in rules}
+  params = flax.traverse_util.unflatten_dict(flat)
+  if config.scan_layers:
+    params = stack_layers(params)
+  return params, head, left
+
+
+def from_hf(state_dict: Mapping[str, object], config: common.ModelConfig,
+            family: str = "bert", expected=None, head: str | None = None) -> dict:
+  """HF state dict -> encoderx params (nested dict of numpy arrays); every weight must
+  convert. `expected` (an encoderx param tree, e.g. from `jax.eval_shape(model.init,
+  ...)`) makes every missing or misshapen parameter an error too."""
+  params, _, _ = import_state_dict(state_dict, config, family, head)
+  if expected is not None:
+    check_tree(params, expected)
+  return params
 
 
 _LAYER = re.compile(r"^layer_(\d+)$")
@@ -291,7 +564,7 @@ def unstack_layers(params: dict, num_layers: int) -> dict:
 
 
 def check_tree(params, expected) -> None:
-  """Raises ValueError listing missing, unexpected and misshapen parameters."""
+  """Raises ConversionError listing missing, unexpected and misshapen parameters."""
   got = {k: np.shape(v) for k, v in flax.traverse_util.flatten_dict(params).items()}
   want = {k: tuple(v.shape) for k, v in
           flax.traverse_util.flatten_dict(nn.unbox(expected)).items()}
@@ -300,4 +573,5 @@ def check_tree(params, expected) -> None:
   problems += [f"{'/'.join(k)}: shape {got[k]} != {want[k]}"
                for k in want.keys() & got.keys() if got[k] != want[k]]
   if problems:
-    raise ValueError("converted weights do not fit the model: " + "; ".join(sorted(problems)))
+    raise ConversionError("converted weights do not fit the model: "
+                          + "; ".join(sorted(problems)))

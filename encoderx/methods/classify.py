@@ -52,6 +52,7 @@ def classification_metrics(labels: np.ndarray, predictions: np.ndarray,
 class Classification(method_lib.Method):
   """A classifier over the encoder, trained by cross-entropy."""
   name = "classify"
+  export_heads = ("sequence_classification",)
 
   def __init__(self, config):
     super().__init__(config)
@@ -152,6 +153,10 @@ class Classification(method_lib.Method):
   def describe(self) -> dict:
     return {"model": method_lib.describe_model(self.model_config),
             "labels": list(self.labels), "pooling": self.config.finetune.pooling}
+
+  def export_fields(self) -> dict:
+    return {"id2label": dict(enumerate(self.labels)),
+            "label2id": {label: i for i, label in enumerate(self.labels)}}
 
   # --- predictions -----------------------------------------------------------------------
   def predict(self, params, state, batch):

@@ -35,6 +35,8 @@ def summarize_terms(terms: dict) -> dict:
 class Pretraining(method_lib.Method):
   """MLM (+ NSP / SOP / SBO) on a PretrainingModel."""
   name = "pretrain"
+  # SpanBERT (no sentence head) exports as the masked-LM class, without its SBO head.
+  export_heads = ("pretraining", "mlm")
 
   def __init__(self, config, max_predictions: int | None = None):
     super().__init__(config)
