@@ -72,11 +72,12 @@ def model_config(config: ml_collections.ConfigDict, vocabulary) -> common.ModelC
 
 def describe_model(model: common.ModelConfig) -> dict:
   """A model's fields for checkpoint descriptions: those at their default value are left
-  out (so that a checkpoint written before a field was added still matches), and so is
-  dropout (a run may change it)."""
+  out (so that a checkpoint written before a field was added still matches), and so are
+  dropout (a run may change it) and the family (it names the model for export, and runs
+  older than the field are resumed by configs that set it)."""
   return {field.name: getattr(model, field.name) for field in dataclasses.fields(model)
           if getattr(model, field.name) != field.default
-          and field.name not in ("hidden_dropout", "attention_dropout")}
+          and field.name not in ("hidden_dropout", "attention_dropout", "family")}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,9 @@ for it. Each check is a plain function, to be reused by a family's own tests too
 
   check_hf_round_trip(case, tmp_path)   every class of the family: HF weights saved by
                                         transformers -> import -> export: byte-identical,
-                                        the class found from the weights, nothing unused
+                                        the class found from the weights, nothing unused;
+                                        --init_from's reading (safetensors and
+                                        pytorch_model.bin) gives the same parameters
   make_run(config, workdir)             a run directory (config.json and a checkpoint)
                                         with perturbed random parameters
   check_export_parity(workdir, output)  export -> AutoModel and the family's class load it
@@ -100,6 +102,14 @@ def check_hf_round_trip(case: FamilyCase, directory) -> None:
                                              hf_directory.architecture(saved))
     assert not unused
     jax.tree_util.tree_map(np.testing.assert_array_equal, converted, params)
+    if head == next(iter(fam.heads)):  # PyTorch's own format reads the same
+      saved_bin = os.path.join(directory, f"{head}-bin")
+      model.save_pretrained(saved_bin, safe_serialization=False)
+      assert os.path.isfile(os.path.join(saved_bin, "pytorch_model.bin"))
+      converted, unused = hf_directory.convert(hf_directory.read_state_dict(saved_bin),
+                                               config, case.family)
+      assert not unused
+      jax.tree_util.tree_map(np.testing.assert_array_equal, converted, params)
 
 
 def _perturb(params, seed: int = 0):

@@ -129,7 +129,7 @@ def export_hf(workdir: str, output: str, step: int | None = None,
     state_dict, head, left_out = hf.export_state_dict(run.params, run.model_config,
                                                       family, head, drop)
   except hf.ConversionError as error:
-    raise ExportError(f"cannot export: {error}") from None
+    raise ExportError(f"cannot export (model.family={family!r}): {error}") from None
   spec = fam.heads[head]
   fields = run.method.export_fields() if spec.labels else {}
   model = hf.hf_model(run.model_config, family, head, **fields)
