@@ -1,7 +1,9 @@
 """Throughput of encoderx pretraining on this machine, against Hugging Face PyTorch.
 
     python -m encoderx.bench [--batch_size=32] [--steps=10] \
-        [--models=bert_tiny,bert_small,roberta_tiny,albert_tiny,spanbert_tiny] [--skip_torch]
+        [--models=bert_tiny,bert_small,roberta_tiny,albert_tiny,spanbert_tiny,deberta_tiny] \
+        [--skip_torch]
+    python -m encoderx.bench --attention_cost [--models=bert_small] [--batch_size=8]
 
 For each model, at sequence length 128 (its tiny config's data settings):
 
@@ -10,8 +12,10 @@ For each model, at sequence length 128 (its tiny config's data settings):
   batches of the bundled corpus. Compilation (the first call) is timed apart; then
   WARMUP_STEPS untimed steps; then the mean of --steps timed steps, each one
   `device_batch` + step + `block_until_ready`.
-- PyTorch: `transformers.BertForPreTraining`, `RobertaForMaskedLM` or
-  `AlbertForPreTraining` of the same sizes and vocabulary, in train mode (dropout on),
+- PyTorch: `transformers.BertForPreTraining`, `RobertaForMaskedLM`,
+  `AlbertForPreTraining` or `DebertaV2ForMaskedLM` of the same sizes and vocabulary
+  (DeBERTa's without the enhanced mask decoder, which Hugging Face lacks: encoderx's
+  re-runs the last layer twice for the masked positions), in train mode (dropout on),
   on the same batches: forward with `labels` (15% of the real tokens, -100 elsewhere,
   drawn on the host before timing) and the sentence label (`next_sentence_label`,
   `sentence_order_label`) where the family has one; backward, `AdamW.step()` (PyTorch
@@ -20,6 +24,12 @@ For each model, at sequence length 128 (its tiny config's data settings):
   measured in this process one after the other (never concurrently).
 - spanbert_tiny (span masking, MLM + SBO heads, single-segment rows) has no PyTorch
   column: Hugging Face has no SpanBERT pretraining class (no SBO head).
+- --attention_cost: instead of the above, the cost of DeBERTa's disentangled attention
+  against BERT's at the same sizes (each model of --models) and lengths 128 and 512:
+  the jitted forward + backward of the encoder alone (embeddings and layers, dropout
+  on, full rows), BERT's attention with absolute positions against the disentangled
+  one with relative positions only (c2p and p2c, share_att_key, 256 log buckets up to
+  512: DeBERTa v2/v3), and their ratio.
 - Padding: the share of padding positions in rows of each example builder
   (sentence_pairs for BERT, RoBERTa's full_sentences and doc_sentences) on the bundled
   corpus, at lengths 128 and 512.
@@ -54,8 +64,9 @@ from absl import logging as absl_logging
 
 from encoderx import trainer as trainer_lib
 from encoderx.export import hf
-from encoderx.configs import albert_tiny, bert_tiny, roberta_tiny, spanbert_tiny
+from encoderx.configs import albert_tiny, bert_tiny, deberta_tiny, roberta_tiny, spanbert_tiny
 from encoderx.data import packing, pipeline, tasks
+from encoderx.models import common, pretraining
 
 SEQ_LENGTH = 128
 WARMUP_STEPS = 2  # untimed steps after compilation (allocator, caches, thread pools)
@@ -70,7 +81,9 @@ MODELS = {
     "roberta_tiny": ("roberta", roberta_tiny, {}),
     "albert_tiny": ("albert", albert_tiny, {}),
     "spanbert_tiny": (None, spanbert_tiny, {}),
+    "deberta_tiny": ("deberta-v2", deberta_tiny, {}),
 }
+ATTENTION_LENGTHS = (128, 512)
 
 
 @dataclasses.dataclass
@@ -227,11 +240,84 @@ def bench_torch(family: str, config, model_config, batches: list[dict],
   return StepTiming(times, num_params=num_params)
 
 
+# --- attention cost ---------------------------------------------------------------------
+def attention_variants(model_config: common.ModelConfig) -> dict[str, common.ModelConfig]:
+  """BERT's attention (absolute positions) and DeBERTa v2/v3's disentangled attention
+  (relative positions only), otherwise the same model."""
+  longest = max(ATTENTION_LENGTHS)
+  return {
+      "standard": dataclasses.replace(model_config, attention="standard",
+                                      position_embedding="absolute", position_offset=0,
+                                      max_position_embeddings=longest,
+                                      enhanced_mask_decoder=False),
+      "disentangled": dataclasses.replace(
+          model_config, attention="disentangled", position_embedding="none",
+          relative_attention_terms=("c2p", "p2c"), share_att_key=True, position_buckets=256,
+          max_relative_positions=512, max_position_embeddings=longest,
+          enhanced_mask_decoder=False)}
+
+
+def bench_encoder(model_config: common.ModelConfig, batch_size: int, length: int,
+                  steps: int) -> StepTiming:
+  """The jitted gradient of the encoder's mean squared output: [batch, length] rows of
+  random tokens, one sequence each, dropout on."""
+  model = pretraining.EncoderModel(model_config, with_pooler=False)
+  rng = np.random.default_rng(0)
+  batch = {"input_ids": rng.integers(5, model_config.vocab_size, (batch_size, length)),
+           "token_type_ids": np.zeros((batch_size, length)),
+           "segment_ids": np.ones((batch_size, length)),
+           "positions": np.broadcast_to(np.arange(length), (batch_size, length))}
+  batch = {k: jax.numpy.asarray(v, jax.numpy.int32) for k, v in batch.items()}
+  params = jax.jit(lambda key: model.init(key, pretraining.init_batch(1, 8)))(
+      jax.random.key(0))["params"]
+
+  @jax.jit
+  def gradient(params, key):
+    def loss(params):
+      hidden = model.apply({"params": params}, batch, deterministic=False,
+                           rngs={"dropout": key})["hidden"]
+      return jax.numpy.mean(jax.numpy.square(hidden.astype(jax.numpy.float32)))
+    return jax.grad(loss)(params)
+
+  def run_step(index):
+    jax.block_until_ready(gradient(params, jax.random.key(index)))
+
+  start = time.perf_counter()
+  run_step(0)
+  compile_seconds = time.perf_counter() - start
+  times = time_steps(lambda i: run_step(i + 1), WARMUP_STEPS, steps)
+  return StepTiming(times, compile_seconds, pretraining.count_params(params))
+
+
+def attention_cost(args) -> list[dict]:
+  rows = []
+  for model_name in args.models:
+    config = build_config(model_name, args.batch_size)
+    model_config = common.ModelConfig.from_config(
+        config.model, tasks.build_vocabulary(config.data.vocab).vocab_size)
+    for length in ATTENTION_LENGTHS:
+      timings = {name: bench_encoder(variant, args.batch_size, length, args.steps)
+                 for name, variant in attention_variants(model_config).items()}
+      for name, timing in timings.items():
+        print(describe_timing(f"{model_name} {name} @{length}", timing,
+                              args.batch_size * length), flush=True)
+      standard, relative = timings["standard"].mean, timings["disentangled"].mean
+      rows.append({"model": f"{model_name} ({model_config.num_layers} x "
+                            f"{model_config.hidden_size})",
+                   "length": str(length), "batch": str(args.batch_size),
+                   "BERT attention ms": f"{standard * 1e3:.1f}",
+                   "disentangled ms": f"{relative * 1e3:.1f}",
+                   "disentangled / BERT": f"{relative / standard:.2f}x"})
+  return rows
+
+
 # --- report -----------------------------------------------------------------------------
 def header(args) -> str:
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  return (f"encoderx bench: batch {args.batch_size} x length {SEQ_LENGTH}, "
+  lengths = (" and ".join(map(str, ATTENTION_LENGTHS)) if args.attention_cost
+             else SEQ_LENGTH)
+  return (f"encoderx bench: batch {args.batch_size} x length {lengths}, "
           f"{WARMUP_STEPS} warm-up + {args.steps} timed steps\n"
           f"  jax {jax.__version__}: platform {jax.default_backend()}, "
           f"{jax.device_count()} device(s) (the step runs on 1)\n"
@@ -286,14 +372,19 @@ def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--steps", type=int, default=10, help="timed steps per model")
-  parser.add_argument("--models",
-                      default="bert_tiny,bert_small,roberta_tiny,albert_tiny,spanbert_tiny",
-                      help=f"comma-separated, among {', '.join(MODELS)}")
+  parser.add_argument("--models", default=None,
+                      help=f"comma-separated, among {', '.join(MODELS)} (default: all; "
+                      "with --attention_cost, bert_small)")
   parser.add_argument("--skip_torch", action="store_true",
                       help="time encoderx and the pipeline only")
   parser.add_argument("--skip_padding", action="store_true",
                       help="do not measure the example builders' padding")
+  parser.add_argument("--attention_cost", action="store_true",
+                      help="only time DeBERTa's disentangled attention against BERT's at "
+                      f"lengths {' and '.join(map(str, ATTENTION_LENGTHS))}")
   args = parser.parse_args(argv)
+  if args.models is None:
+    args.models = "bert_small" if args.attention_cost else ",".join(MODELS)
   args.models = [m.strip() for m in args.models.split(",") if m.strip()]
   unknown = [m for m in args.models if m not in MODELS]
   if unknown:
@@ -308,6 +399,11 @@ def main(argv=None) -> None:
   # seqio warns at every epoch that the text source is uncached; noise here.
   absl_logging.set_verbosity(absl_logging.ERROR)
   print(header(args), flush=True)
+  if args.attention_cost:
+    print("\nencoder forward + backward, BERT's attention against DeBERTa's disentangled "
+          "attention:", flush=True)
+    print("\n" + format_table(attention_cost(args)))
+    return
 
   # Every step reuses these batches; the pipeline is timed while they are pulled, once
   # per data config.

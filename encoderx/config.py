@@ -15,18 +15,21 @@ import os
 import ml_collections
 
 from encoderx import objectives, optim
-from encoderx.models import attention, common
+from encoderx.models import attention, common, disentangled
 
 # Names that resolve to files shipped inside the package (see encoderx/data/resources).
 BUNDLED_CORPUS = "bundled:austen"
 BUNDLED_WORDPIECE_VOCAB = "bundled:austen-wordpiece"
 BUNDLED_BPE_VOCAB = "bundled:austen-bpe"
 BUNDLED_SENTENCEPIECE_VOCAB = "bundled:austen-sentencepiece"
+BUNDLED_DEBERTA_SENTENCEPIECE_VOCAB = "bundled:austen-deberta-sentencepiece"
 
 # Vocabulary kinds -> the module whose command line trains one (named in errors).
 VOCAB_KINDS = {"wordpiece": "encoderx.data.vocabulary",
                "byte_bpe": "encoderx.data.bpe_vocabulary",
                "sentencepiece": "encoderx.data.sentencepiece_vocabulary"}
+# SentencePiece special-piece layouts (encoderx/data/sentencepiece_vocabulary.py: LAYOUTS).
+SENTENCEPIECE_LAYOUTS = ("albert", "deberta")
 
 
 class ConfigError(ValueError):
@@ -82,6 +85,10 @@ def default_config() -> ml_collections.ConfigDict:
           # keep_accents. Byte-level BPE keeps text as it is.
           lower_case=True,
           strip_accents=True,
+          # "sentencepiece": the special pieces' layout, "albert" (<pad> <unk> [CLS] [SEP]
+          # [MASK] = 0-4) or "deberta" ([PAD] [CLS] [SEP] [UNK] = 0-3, [MASK] after the
+          # pieces; DeBERTa v2/v3's spm.model).
+          layout="albert",
       )),
   ))
 
@@ -234,6 +241,27 @@ def resolve_file_patterns(patterns: str, field: str = "data.files") -> list[str]
   return files
 
 
+def _validate_relative_attention(model) -> None:
+  """DeBERTa's fields: disentangled attention's terms and buckets, the mask decoder."""
+  terms = tuple(model.relative_attention_terms)
+  for term in terms:
+    check_choice("model.relative_attention_terms", term, disentangled.TERMS)
+  if len(set(terms)) != len(terms):
+    fail("model.relative_attention_terms", f"{terms} names a term twice.")
+  if model.max_relative_positions < 2:
+    fail("model.max_relative_positions", f"must be >= 2, got {model.max_relative_positions}.")
+  if model.position_buckets < 0 or model.position_buckets == 1:
+    fail("model.position_buckets", f"must be 0 (no buckets) or >= 2, got "
+         f"{model.position_buckets}.")
+  if model.position_buckets and model.max_relative_positions - 1 <= model.position_buckets // 2:
+    fail("model.max_relative_positions", f"{model.max_relative_positions} must exceed "
+         f"model.position_buckets / 2 + 1 = {model.position_buckets // 2 + 1} (log buckets "
+         "shrink the distances between the two).")
+  if model.enhanced_mask_decoder and model.embedding_size not in (0, model.hidden_size):
+    fail("model.enhanced_mask_decoder", "adds position embeddings to hidden states; it "
+         f"needs model.embedding_size = hidden_size, got {model.embedding_size}.")
+
+
 def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Checks every field a run depends on; raises ConfigError naming the first bad one.
 
@@ -267,6 +295,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   check_choice("model.position_embedding", model.position_embedding,
                 common.POSITION_EMBEDDINGS)
   check_choice("model.layer_sharing", model.layer_sharing, common.LAYER_SHARING)
+  _validate_relative_attention(model)
   check_choice("model.dtype", model.dtype, common.DTYPES)
   check_choice("model.param_dtype", model.param_dtype, common.DTYPES)
   if model.scan_layers and model.layer_sharing != "none":
@@ -277,7 +306,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
       fail(f"model.{field}", f"must be in [0, 1), got {model[field]}.")
 
   longest = max(data.seq_length, train.long_seq_length if train.long_fraction else 0)
-  if (model.position_embedding == "absolute"
+  if ((model.position_embedding == "absolute" or model.enhanced_mask_decoder)
       and longest + model.position_offset > model.max_position_embeddings):
     offset = (f" + model.position_offset={model.position_offset}"
               if model.position_offset else "")
@@ -289,6 +318,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if not 0.0 <= train.long_fraction < 1.0:
     fail("train.long_fraction", f"must be in [0, 1), got {train.long_fraction}.")
   check_choice("data.vocab.kind", data.vocab.kind, VOCAB_KINDS)
+  check_choice("data.vocab.layout", data.vocab.layout, SENTENCEPIECE_LAYOUTS)
   if not data.vocab.path.startswith("bundled:") and not os.path.exists(
       os.path.expanduser(data.vocab.path)):
     fail("data.vocab.path", f"'{data.vocab.path}' does not exist.",

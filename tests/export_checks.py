@@ -43,13 +43,15 @@ class FamilyCase:
   """One family under test. `model`: changes to reference_models.SMALL that make it a
   model of the family; `config`: the configs/ module whose shrunk copy (conftest's
   tiny_config) is the family's run; `refused`: model changes the family's classes cannot
-  represent, and a regex of the error."""
+  represent, and a regex of the error; `run`: model changes to the configs/ module's run
+  that make it exportable (DeBERTa's without the enhanced mask decoder)."""
   name: str
   family: str
   config: str
   model: dict
   refused: dict
   refused_match: str
+  run: dict = dataclasses.field(default_factory=dict)
 
 
 CASES = [
@@ -66,6 +68,15 @@ CASES = [
                dict(embedding_size=16, layer_sharing="all", hidden_act="gelu_new"),
                {"layer_sharing": "attention"},
                r"layer_sharing='attention' has no Hugging Face ALBERT equivalent"),
+    # DeBERTa v2/v3 (tests/test_deberta.py's sizes): disentangled attention in log
+    # buckets, no absolute positions, no token types. Hugging Face has no enhanced mask
+    # decoder: the run exported is deberta_tiny without it.
+    FamilyCase("deberta-v2", "deberta-v2", "deberta_tiny",
+               dict(attention="disentangled", position_embedding="none", type_vocab_size=0,
+                    layer_norm_eps=1e-7, position_buckets=8, max_relative_positions=24,
+                    max_position_embeddings=64, share_att_key=False),
+               {"embedding_size": 16}, r"embedding_size=16 != hidden_size: Hugging Face "
+               r"DeBERTa", run=dict(enhanced_mask_decoder=False)),
 ]
 
 

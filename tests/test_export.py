@@ -26,7 +26,8 @@ transformers = pytest.importorskip("transformers")
 
 FAMILIES = [case for case in CASES if case.name == case.family]
 CLASSES = {"bert": "BertForPreTraining", "spanbert": "BertForMaskedLM",
-           "roberta": "RobertaForMaskedLM", "albert": "AlbertForPreTraining"}
+           "roberta": "RobertaForMaskedLM", "albert": "AlbertForPreTraining",
+           "deberta-v2": "DebertaV2ForMaskedLM"}
 
 
 def _config(name: str, **model):
@@ -45,7 +46,7 @@ def runs(tmp_path_factory):
   def run(case):
     if case.name not in made:
       workdir = str(tmp_path_factory.mktemp(f"run_{case.name}"))
-      made[case.name] = (workdir, *make_run(_config(case.config), workdir))
+      made[case.name] = (workdir, *make_run(_config(case.config, **case.run), workdir))
     return made[case.name]
   return run
 
@@ -97,6 +98,15 @@ def test_a_run_the_family_cannot_represent_is_refused_and_nothing_written(tmp_pa
   assert sorted(os.listdir(tmp_path)) == ["run"]
 
 
+def test_a_deberta_run_with_the_enhanced_mask_decoder_is_refused(tmp_path):
+  workdir = str(tmp_path / "run")
+  make_run(_config("deberta_tiny"), workdir)
+  with pytest.raises(writer.ExportError, match="enhanced_mask_decoder=True: Hugging Face "
+                     "DeBERTa has no enhanced mask decoder"):
+    writer.export_hf(workdir, str(tmp_path / "hf"))
+  assert sorted(os.listdir(tmp_path)) == ["run"]
+
+
 def test_weights_and_parameters_left_over_are_named():
   model = small_model()
   state_dict = hf.hf_model(model, "bert").state_dict()
@@ -120,8 +130,8 @@ def test_weights_and_parameters_left_over_are_named():
         **layers, "layer_3": layers["layer_2"]}}}, model)
 
 
-def _classify_config(tmp_path, name: str):
-  config = _config(name)
+def _classify_config(tmp_path, name: str, **model):
+  config = _config(name, **model)
   rows = "text\tlabel\n" + "".join(f"line {i} of the story\t{'yes' if i % 3 else 'no'}\n"
                                    for i in range(12))
   for split in ("train", "dev"):
@@ -133,12 +143,13 @@ def _classify_config(tmp_path, name: str):
   return config
 
 
-@pytest.mark.parametrize("name", ["bert_tiny", "roberta_tiny"])
+@pytest.mark.parametrize("name", ["bert_tiny", "roberta_tiny", "deberta_tiny"])
 def test_a_fine_tuned_classifier_exports_with_its_head_and_labels(tmp_path, name):
   workdir = str(tmp_path / "run")
-  method, params = make_run(_classify_config(tmp_path, name), workdir)
+  model = {"enhanced_mask_decoder": False} if name == "deberta_tiny" else {}
+  method, params = make_run(_classify_config(tmp_path, name, **model), workdir)
   exported = writer.export_hf(workdir, str(tmp_path / "hf"))
-  prefix = {"bert_tiny": "Bert", "roberta_tiny": "Roberta"}[name]
+  prefix = {"bert_tiny": "Bert", "roberta_tiny": "Roberta", "deberta_tiny": "DebertaV2"}[name]
   assert exported.hf_class == f"{prefix}ForSequenceClassification"
   loaded = transformers.AutoModelForSequenceClassification.from_pretrained(exported.output)
   assert loaded.config.id2label == {0: "no", 1: "yes", 2: "maybe"}

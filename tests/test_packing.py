@@ -71,9 +71,16 @@ def test_overlong_sentences_are_split_not_dropped():
   assert all((r["segment_ids"] > 0).sum() <= 32 for r in rows)
 
 
-def test_packed_rows_compute_what_their_documents_compute_alone():
+# DeBERTa: relative distances (restarting in each sequence, as positions do) and absolute
+# positions only in the enhanced mask decoder.
+DEBERTA = dict(attention="disentangled", position_embedding="none",
+               enhanced_mask_decoder=True, position_buckets=8, max_relative_positions=16)
+
+
+@pytest.mark.parametrize("family", [{}, DEBERTA], ids=["bert", "deberta"])
+def test_packed_rows_compute_what_their_documents_compute_alone(family):
   config = small_model(vocab_size=120, hidden_size=32, embedding_size=32, num_layers=2,
-                       intermediate_size=64, max_position_embeddings=64)
+                       intermediate_size=64, max_position_embeddings=64, **family)
   model = pretraining.PretrainingModel(config, heads=("mlm",))
   rng = np.random.default_rng(1)
   lengths = [7, 12, 5, 19]  # four sequences packed into one row of 48

@@ -17,6 +17,8 @@ _BUNDLED = {
     # SentencePiece unigram model (8,000 pieces, ALBERT's layout, lower-cased) trained on
     # the Austen sample; the .vocab next to it lists its pieces.
     "austen-sentencepiece": "austen-sentencepiece.model",
+    # The same with DeBERTa's layout ([PAD] [CLS] [SEP] [UNK] = 0-3, [MASK] = 8000), cased.
+    "austen-deberta-sentencepiece": "austen-deberta-sentencepiece.model",
 }
 
 

@@ -42,7 +42,8 @@ VOCABULARIES = {
         vocab.path, lower_case=vocab.lower_case, strip_accents=vocab.strip_accents),
     "byte_bpe": lambda vocab: bpe_vocabulary.ByteLevelBpeVocabulary(vocab.path),
     "sentencepiece": lambda vocab: sentencepiece_vocabulary.SentencePieceVocabulary(
-        vocab.path, lower_case=vocab.lower_case, strip_accents=vocab.strip_accents),
+        vocab.path, lower_case=vocab.lower_case, strip_accents=vocab.strip_accents,
+        layout=vocab.layout),
 }
 
 

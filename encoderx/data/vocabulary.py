@@ -229,11 +229,12 @@ def train_wordpiece(files: list[str], output: str, vocab_size: int = 30522,
 
 
 def training_cli(argv, description: str, output_help: str, default_size: int, train,
-                 cased_help: str | None = None) -> None:
-  """The command line of a vocabulary trainer: --files --output --size [--cased].
+                 cased_help: str | None = None, options: dict | None = None) -> None:
+  """The command line of a vocabulary trainer: --files --output --size [--cased] and
+  the trainer's own `options` ({flag: argparse keywords}).
 
-  `train(files, output, vocab_size, lower_case)` trains and returns the vocabulary. Bad
-  files or sizes end with a one-line error, not a traceback.
+  `train(files, output, vocab_size, lower_case, *option values)` trains and returns the
+  vocabulary. Bad files or sizes end with a one-line error, not a traceback.
   """
   from encoderx import config as config_lib  # pylint: disable=g-import-not-at-top
   parser = argparse.ArgumentParser(description=description)
@@ -242,10 +243,14 @@ def training_cli(argv, description: str, output_help: str, default_size: int, tr
   parser.add_argument("--size", type=int, default=default_size)
   if cased_help:
     parser.add_argument("--cased", action="store_true", help=cased_help)
+  for flag, keywords in (options or {}).items():
+    parser.add_argument(flag, **keywords)
   args = parser.parse_args(argv)
+  values = [getattr(args, flag.lstrip("-").replace("-", "_")) for flag in options or {}]
   try:
     files = config_lib.resolve_file_patterns(args.files, "--files")
-    vocabulary = train(files, args.output, args.size, not getattr(args, "cased", False))
+    vocabulary = train(files, args.output, args.size, not getattr(args, "cased", False),
+                       *values)
   except (config_lib.ConfigError, VocabularyError) as error:
     parser.error(str(error))
   print(f"wrote {args.output}: {vocabulary.vocab_size} tokens")

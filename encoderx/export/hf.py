@@ -84,6 +84,8 @@ class Head:
   ('bert.'); False for the bare model (BertModel). `pooler`: the class's encoder has the
   family's pooler. `tied`: weights the class ties to others (the MLM decoder to the word
   embeddings), neither read nor written. `labels`: config.json carries the labels.
+  `hf_fields`: config fields that make the class hold these names (DeBERTa's legacy
+  MLM head).
   """
   hf_class: str
   rules: Callable[[common.ModelConfig], list[Rule]] = lambda config: []
@@ -91,6 +93,7 @@ class Head:
   pooler: bool = True
   tied: tuple[str, ...] = ()
   labels: bool = False
+  hf_fields: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,14 +103,18 @@ class Family:
   `name`: `model.family` here and `model_type` in config.json. `prefix`: where the task
   classes keep the encoder ('bert'). `encoder(config, prefix)`: rules of the embeddings
   and layers, HF names starting with `prefix` ('bert.' or ''). `pooler`: the pooler's
-  dense under the prefix ('pooler.dense'). `heads`: the classes by head name, most
-  complete first ('pretraining', 'mlm', 'sequence_classification', 'base'; the
-  'downstream' heads add 'token_classification' and 'question_answering').
+  dense under the prefix ('pooler.dense'; '' for a family whose encoder has none).
+  `heads`: the classes by head name, most complete first ('pretraining', 'mlm',
+  'sequence_classification', 'base'; the 'downstream' heads add 'token_classification'
+  and 'question_answering').
   `hf_fields(config)` / `model_fields(hf_config)`: the family's own config.json fields
   beyond HF_FIELD_NAMES, both ways. `check(config)`: raises ConversionError for
-  configurations the family's classes cannot represent. `tokenizer_class`: written to
-  tokenizer_config.json, for a run whose vocabulary is of kind `vocab_kind`
-  (config.data.vocab.kind).
+  configurations the family's classes cannot represent; `export_check(config)` those they
+  read but cannot write faithfully (DeBERTa's enhanced mask decoder). `unread(config)`:
+  weights (names after the prefix) that released checkpoints carry and the classes do
+  not read, skipped on import. `tokenizer_class`: written to tokenizer_config.json, for
+  a run whose vocabulary is of kind `vocab_kind` (config.data.vocab.kind) and, for
+  SentencePiece, of layout `vocab_layout` (config.data.vocab.layout).
   """
   name: str
   config_class: str
@@ -120,6 +127,9 @@ class Family:
   hf_fields: Callable[[common.ModelConfig], dict] = lambda config: {}
   model_fields: Callable[[Mapping], dict] = lambda hf_config: {}
   check: Callable[[common.ModelConfig], None] = lambda config: None
+  export_check: Callable[[common.ModelConfig], None] = lambda config: None
+  unread: Callable[[common.ModelConfig], tuple[str, ...]] = lambda config: ()
+  vocab_layout: str = ""
 
 
 FAMILIES: dict[str, Family] = {}
@@ -152,7 +162,7 @@ def class_rules(config: common.ModelConfig, family: str, head: str) -> list[Rule
   spec = fam.heads[head]
   prefix = f"{fam.prefix}." if spec.base_prefix else ""
   rules = fam.encoder(config, prefix)
-  if spec.pooler:
+  if spec.pooler and fam.pooler:
     rules += dense(f"{prefix}{fam.pooler}", "encoder_model/pooler/dense")
   return rules + spec.rules(config)
 
@@ -333,7 +343,7 @@ ALBERT_TIED = ("predictions.decoder.weight", "predictions.decoder.bias")
 register(Family(
     name="albert", config_class="AlbertConfig", prefix="albert", encoder=albert_encoder,
     pooler="pooler", tokenizer_class="AlbertTokenizer",
-    vocab_kind="sentencepiece",
+    vocab_kind="sentencepiece", vocab_layout="albert",
     heads={
         "pretraining": Head("AlbertForPreTraining", lambda config: ALBERT_MLM + dense(
             "sop_classifier.classifier", "sentence_head/classifier"), tied=ALBERT_TIED),
@@ -347,6 +357,157 @@ register(Family(
         embedding_size=config.embedding_size,
         num_hidden_groups=1 if config.layer_sharing == "all" else config.num_layers),
     model_fields=_albert_model_fields, check=_albert_check))
+
+
+# --- DeBERTa (v2 and v3: Hugging Face model_type 'deberta-v2') ----------------------------
+# Followed: transformers models/deberta_v2/modeling_deberta_v2.py (DebertaV2Embeddings,
+# DebertaV2Encoder, DisentangledSelfAttention, ContextPooler, DebertaV2ForMaskedLM).
+DEBERTA_LAYER = dict(
+    BERT_LAYER, query="attention.self.query_proj", key="attention.self.key_proj",
+    value="attention.self.value_proj")
+
+
+def deberta_encoder(config: common.ModelConfig, hf: str) -> list[Rule]:
+  """BERT's embeddings and layers under DeBERTa's names, plus the relative distance table
+  and its LayerNorm (`encoder.rel_embeddings`, `encoder.LayerNorm`) and, without
+  share_att_key, each layer's position projections. The position table is the
+  encoder's only with absolute positions in the input (position_biased_input); the
+  token-type table only with token types."""
+  flax_path = "encoder_model/embeddings"
+  tables = ["word_embeddings"] + (["position_embeddings"]
+                                  if config.position_embedding == "absolute" else []) + (
+      ["token_type_embeddings"] if config.type_vocab_size > 0 else [])
+  rules = [(f"{hf}embeddings.{table}.weight", f"{flax_path}/{table}/embedding", COPY)
+           for table in tables] + layer_norm(f"{hf}embeddings.LayerNorm",
+                                             f"{flax_path}/layer_norm")
+  if config.attention == "disentangled":
+    relative = "encoder_model/encoder/relative"
+    rules += [(f"{hf}encoder.rel_embeddings.weight", f"{relative}/relative_embeddings",
+               COPY)] + layer_norm(f"{hf}encoder.LayerNorm", f"{relative}/layer_norm")
+  own_projections = [] if config.share_att_key or config.attention != "disentangled" else [
+      (name, projection) for term, name, projection in (
+          ("c2p", "pos_key_proj", "position_key"), ("p2c", "pos_query_proj", "position_query"))
+      if term in config.relative_attention_terms]
+  for i in range(config.num_layers):
+    hf_layer, layer = f"{hf}encoder.layer.{i}", f"encoder_model/encoder/layer_{i}"
+    rules += layer_rules(hf_layer, layer, DEBERTA_LAYER)
+    for name, projection in own_projections:
+      rules += dense(f"{hf_layer}.attention.self.{name}",
+                     f"{layer}/attention/self_attention/{projection}", HEADS_IN, HEADS_BIAS)
+  return rules
+
+
+def _deberta_check(config: common.ModelConfig) -> None:
+  if config.embedding_size != config.hidden_size:
+    raise ConversionError(
+        f"model.embedding_size={config.embedding_size} != hidden_size: Hugging Face "
+        "DeBERTa projects embeddings before their LayerNorm, without bias; encoderx's "
+        "DeBERTa needs model.embedding_size = hidden_size.")
+  if config.layer_sharing != "none":
+    raise ConversionError(f"model.layer_sharing={config.layer_sharing!r} has no Hugging "
+                          "Face DeBERTa equivalent (its layers are distinct).")
+  if config.attention not in ("disentangled", "standard") or config.position_offset:
+    raise ConversionError(f"model.attention={config.attention!r} / position_offset="
+                          f"{config.position_offset}: Hugging Face DeBERTa has "
+                          "disentangled (or standard) attention with positions from 0.")
+
+
+def _deberta_export_check(config: common.ModelConfig) -> None:
+  if config.enhanced_mask_decoder:
+    raise ConversionError(
+        "model.enhanced_mask_decoder=True: Hugging Face DeBERTa has no enhanced mask "
+        "decoder, so its MLM logits would differ; export a model trained with "
+        "model.enhanced_mask_decoder=False (its encoder alone is DeBERTa's).")
+
+
+def _deberta_hf_fields(config: common.ModelConfig) -> dict:
+  """DebertaV2Config's fields for an encoderx model (see _deberta_model_fields); the
+  pooler of the classification class is our pooler (dense + tanh on the first token)."""
+  relative = config.attention == "disentangled"
+  return dict(relative_attention=relative, pos_att_type=list(config.relative_attention_terms),
+              position_buckets=config.position_buckets or -1,
+              max_relative_positions=config.max_relative_positions,
+              share_att_key=config.share_att_key,
+              norm_rel_ebd="layer_norm" if relative else "none",
+              position_biased_input=config.position_embedding == "absolute",
+              pooler_hidden_act="tanh",
+              legacy=False)  # the MLM head named as DeBERTa's checkpoints name it
+
+
+def _deberta_model_fields(hf_config: Mapping) -> dict:
+  """encoderx fields of a DebertaV2Config: disentangled attention when
+  relative_attention (BERT's attention otherwise), absolute positions in the input when
+  position_biased_input; no enhanced mask decoder (Hugging Face's models have none)."""
+  get = hf_config.get
+  if get("conv_kernel_size", 0):
+    raise ConversionError("DeBERTa's convolution layer (conv_kernel_size, DeBERTa-v2 "
+                          "xlarge and larger) is not supported.")
+  hidden, heads = hf_config["hidden_size"], hf_config["num_attention_heads"]
+  if get("embedding_size", hidden) != hidden:
+    raise ConversionError("DeBERTa with embedding_size != hidden_size is not supported.")
+  if get("attention_head_size", hidden // heads) != hidden // heads:
+    raise ConversionError("attention_head_size must be hidden_size / num_attention_heads.")
+  if get("pooler_hidden_act", "tanh") != "tanh" and get("architectures") and any(
+      "SequenceClassification" in name for name in get("architectures")):
+    raise ConversionError(f"pooler_hidden_act {get('pooler_hidden_act')!r}: encoderx's "
+                          "pooler is tanh.")
+  terms = get("pos_att_type") or ()
+  terms = [t.strip() for t in (terms.lower().split("|") if isinstance(terms, str)
+                               else terms)]
+  if set(terms) - {"c2p", "p2c"}:
+    raise ConversionError(f"pos_att_type {terms}: only 'c2p' and 'p2c' are supported.")
+  fields = dict(position_embedding="absolute" if get("position_biased_input", True)
+                else "none", attention="standard", type_vocab_size=get("type_vocab_size", 0),
+                layer_norm_eps=get("layer_norm_eps", 1e-7), enhanced_mask_decoder=False)
+  if get("relative_attention", False):
+    norm = [n.strip() for n in str(get("norm_rel_ebd", "none")).lower().split("|")]
+    if "layer_norm" not in norm:
+      raise ConversionError("relative attention without norm_rel_ebd='layer_norm' "
+                            "(DeBERTa v1's) is not supported.")
+    max_relative = get("max_relative_positions", -1)
+    fields.update(
+        attention="disentangled",
+        relative_attention_terms=tuple(t for t in ("c2p", "p2c") if t in terms),
+        position_buckets=max(get("position_buckets", -1), 0),
+        max_relative_positions=(max_relative if max_relative >= 1
+                                else hf_config["max_position_embeddings"]),
+        share_att_key=bool(get("share_att_key", False)))
+  return fields
+
+
+def _deberta_mlm(legacy: bool) -> list[Rule]:
+  """DeBERTa's own checkpoints' head names (`lm_predictions.lm_head`, Hugging Face's
+  legacy=False) or Hugging Face's legacy ones (`cls.predictions`): the same weights."""
+  if legacy:
+    return mlm_head("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+                    "cls.predictions.bias")
+  return mlm_head("lm_predictions.lm_head.dense", "lm_predictions.lm_head.LayerNorm",
+                  "lm_predictions.lm_head.bias")
+
+
+register(Family(
+    name="deberta-v2", config_class="DebertaV2Config", prefix="deberta",
+    encoder=deberta_encoder, pooler="", tokenizer_class="DebertaV2Tokenizer",
+    vocab_kind="sentencepiece", vocab_layout="deberta",
+    heads={
+        "mlm": Head("DebertaV2ForMaskedLM", lambda config: _deberta_mlm(False),
+                    pooler=False),
+        "mlm_legacy": Head("DebertaV2ForMaskedLM", lambda config: _deberta_mlm(True),
+                           pooler=False, tied=BERT_TIED, hf_fields=dict(legacy=True)),
+        # ContextPooler (dense + pooler_hidden_act on the first token, 'tanh' here) is our
+        # pooler; then a linear classifier.
+        "sequence_classification": Head(
+            "DebertaV2ForSequenceClassification", lambda config: dense(
+                "pooler.dense", "encoder_model/pooler/dense") + dense(
+                    "classifier", "classifier"), pooler=False, labels=True),
+        "base": Head("DebertaV2Model", base_prefix=False, pooler=False),
+    },
+    hf_fields=_deberta_hf_fields, model_fields=_deberta_model_fields, check=_deberta_check,
+    export_check=_deberta_export_check,
+    # Released v3 checkpoints keep the enhanced mask decoder's position table, which
+    # their encoder does not read (position_biased_input=False; Hugging Face ignores it).
+    unread=lambda config: () if config.position_embedding == "absolute" else (
+        "embeddings.position_embeddings.weight",)))
 
 
 # --- configs --------------------------------------------------------------------------------
@@ -395,7 +556,8 @@ def hf_model(config: common.ModelConfig, family: str = "bert", head: str | None 
   import transformers  # pylint: disable=g-import-not-at-top
   fam = family_named(family)
   spec = fam.heads[head or next(iter(fam.heads))]
-  return getattr(transformers, spec.hf_class)(hf_config(config, family, **overrides))
+  return getattr(transformers, spec.hf_class)(hf_config(config, family,
+                                                        **{**spec.hf_fields, **overrides}))
 
 
 def hf_pretraining_model(config: common.ModelConfig, family: str = "bert", **overrides):
@@ -454,6 +616,7 @@ def export_state_dict(params, config: common.ModelConfig, family: str = "bert",
   """
   fam = family_named(family)
   fam.check(config)
+  fam.export_check(config)
   flat = _flat_params(params, config)
   if head is None:
     candidates = exportable_heads(params, config, family)
@@ -499,13 +662,17 @@ def import_state_dict(state_dict: Mapping[str, object], config: common.ModelConf
   """
   fam = family_named(family)
   fam.check(config)
-  names = {name for name in state_dict if not is_buffer(name)}
+  unread = fam.unread(config)
+  names = {name for name in state_dict if not is_buffer(name)
+           and name.removeprefix(f"{fam.prefix}.") not in unread}
   candidates = [(name, class_rules(config, family, name), set(fam.heads[name].tied))
                 for name in ([head] if head else fam.heads)]
   if unused_heads and not head:
     encoder = fam.encoder(config, f"{fam.prefix}.")
-    pooler = dense(f"{fam.prefix}.{fam.pooler}", "encoder_model/pooler/dense")
-    candidates += [("encoder", encoder + pooler, set()), ("encoder", encoder, set())]
+    if fam.pooler:
+      pooler = dense(f"{fam.prefix}.{fam.pooler}", "encoder_model/pooler/dense")
+      candidates.append(("encoder", encoder + pooler, set()))
+    candidates.append(("encoder", encoder, set()))
   fits = []
   for name, rules, tied in candidates:
     needed = {hf_name for hf_name, _, _ in rules}
@@ -548,19 +715,24 @@ _LAYER = re.compile(r"^layer_(\d+)$")
 
 
 def stack_layers(params: dict) -> dict:
-  """Per-layer params (layer_0, layer_1, ...) -> the nn.scan layout (layers/layer)."""
+  """Per-layer params (layer_0, layer_1, ...) -> the nn.scan layout (layers/layer); the
+  encoder's other parameters (e.g. DeBERTa's relative table) stay as they are."""
   encoder = params["encoder_model"]["encoder"]
-  layers = sorted((int(_LAYER.match(k).group(1)), v) for k, v in encoder.items())
+  layers = sorted((int(_LAYER.match(k).group(1)), v) for k, v in encoder.items()
+                  if _LAYER.match(k))
   stacked = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *[v for _, v in layers])
+  others = {k: v for k, v in encoder.items() if not _LAYER.match(k)}
   return {**params, "encoder_model": {**params["encoder_model"],
-                                      "encoder": {"layers": {"layer": stacked}}}}
+                                      "encoder": {**others, "layers": {"layer": stacked}}}}
 
 
 def unstack_layers(params: dict, num_layers: int) -> dict:
-  stacked = params["encoder_model"]["encoder"]["layers"]["layer"]
-  layers = {f"layer_{i}": jax.tree_util.tree_map(lambda x, i=i: x[i], stacked)
+  encoder = params["encoder_model"]["encoder"]
+  layers = {f"layer_{i}": jax.tree_util.tree_map(lambda x, i=i: x[i], encoder["layers"]["layer"])
             for i in range(num_layers)}
-  return {**params, "encoder_model": {**params["encoder_model"], "encoder": layers}}
+  others = {k: v for k, v in encoder.items() if k != "layers"}
+  return {**params, "encoder_model": {**params["encoder_model"],
+                                      "encoder": {**others, **layers}}}
 
 
 def check_tree(params, expected) -> None:

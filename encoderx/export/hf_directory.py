@@ -3,7 +3,8 @@
 A directory as `save_pretrained` writes it (or as released checkpoints ship):
 config.json (`model_type` names the family), the weights as model.safetensors or
 pytorch_model.bin, and the tokenizer's files (vocab.txt for BERT, vocab.json + merges.txt
-for RoBERTa, spiece.model for ALBERT) with tokenizer_config.json. The weights may be of
+for RoBERTa, spiece.model for ALBERT, spm.model for DeBERTa v2/v3) with
+tokenizer_config.json. The weights may be of
 any class of the family (BertModel, BertForPreTraining, BertForSequenceClassification,
 ...): the class is recognized by its weights (encoderx/export/hf.py import_state_dict).
 The conversion itself is hf.py's, the same as export's.
@@ -50,15 +51,23 @@ def vocab_fields(directory: str, family: str) -> dict:
   tokenizer_config_path = os.path.join(directory, "tokenizer_config.json")
   tokenizer = (_read_json(tokenizer_config_path)
                if os.path.isfile(tokenizer_config_path) else {})
-  lower_case = bool(tokenizer.get("do_lower_case", True))
-  kind = hf.family_named(family).vocab_kind
+  fam = hf.family_named(family)
+  kind = fam.vocab_kind
+  # DebertaV2Tokenizer keeps case by default; the others lower-case.
+  lower_case = bool(tokenizer.get("do_lower_case", fam.vocab_layout != "deberta"))
   if kind == "wordpiece":
     path, fields = "vocab.txt", dict(kind="wordpiece", lower_case=lower_case)
     strip_accents = tokenizer.get("strip_accents")  # None: as lower_case (BertTokenizer)
     fields["strip_accents"] = lower_case if strip_accents is None else bool(strip_accents)
   elif kind == "byte_bpe":
     path, fields = "", dict(kind="byte_bpe")
-  else:  # sentencepiece
+  elif fam.vocab_layout == "deberta":
+    if tokenizer.get("split_by_punct"):
+      raise HfDirectoryError(f"'{directory}': DebertaV2Tokenizer's split_by_punct is not "
+                             "supported.")
+    path, fields = "spm.model", dict(kind="sentencepiece", layout="deberta",
+                                     lower_case=lower_case, strip_accents=False)
+  else:  # sentencepiece, ALBERT's layout
     path, fields = "spiece.model", dict(
         kind="sentencepiece", lower_case=lower_case,
         strip_accents=not tokenizer.get("keep_accents", False))

@@ -1,6 +1,7 @@
 """The tokenizer files of a run's vocabulary, as Hugging Face tokenizers read them.
 
-The vocabulary's own files are copied (vocab.txt; vocab.json + merges.txt; spiece.model)
+The vocabulary's own files are copied (vocab.txt; vocab.json + merges.txt; spiece.model,
+or spm.model for SentencePiece models of DeBERTa's layout)
 and described by tokenizer_config.json (the family's tokenizer class and the text
 preparation: lower-casing, accents) and special_tokens_map.json, so that
 `AutoTokenizer.from_pretrained(DIR)` gives encoderx's ids (tests/test_export.py checks
@@ -24,7 +25,16 @@ SPECIAL_TOKENS = {
     "sentencepiece": dict(bos_token="[CLS]", eos_token="[SEP]", unk_token="<unk>",
                           sep_token="[SEP]", pad_token="<pad>", cls_token="[CLS]",
                           mask_token="[MASK]"),
+    # DeBERTa's layout (encoderx/data/sentencepiece_vocabulary.py LAYOUTS['deberta']):
+    # DebertaV2Tokenizer adds [MASK] after the pieces, as the vocabulary does.
+    "sentencepiece:deberta": dict(bos_token="[CLS]", eos_token="[SEP]", unk_token="[UNK]",
+                                  sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
+                                  mask_token="[MASK]"),
 }
+
+
+def _deberta_layout(vocab) -> bool:
+  return vocab["kind"] == "sentencepiece" and vocab.get("layout") == "deberta"
 
 
 def _copy_files(vocab, directory: str) -> None:
@@ -35,7 +45,8 @@ def _copy_files(vocab, directory: str) -> None:
     for name in bpe_vocabulary.FILES:
       shutil.copyfile(os.path.join(path, name), os.path.join(directory, name))
   else:
-    shutil.copyfile(path, os.path.join(directory, "spiece.model"))
+    name = "spm.model" if _deberta_layout(vocab) else "spiece.model"
+    shutil.copyfile(path, os.path.join(directory, name))
 
 
 def _text_options(vocab) -> dict:
@@ -45,6 +56,8 @@ def _text_options(vocab) -> dict:
                 tokenize_chinese_chars=True)
   if vocab["kind"] == "byte_bpe":
     return dict(add_prefix_space=False, trim_offsets=True)
+  if _deberta_layout(vocab):  # DebertaV2Tokenizer: no accent or space options
+    return dict(do_lower_case=vocab["lower_case"], split_by_punct=False)
   return dict(do_lower_case=vocab["lower_case"], keep_accents=not vocab["strip_accents"],
               remove_space=True)
 
@@ -54,7 +67,8 @@ def write(vocab, tokenizer_class: str, directory: str, model_max_length: int) ->
   their names."""
   before = set(os.listdir(directory))
   _copy_files(vocab, directory)
-  special = SPECIAL_TOKENS[vocab["kind"]]
+  special = SPECIAL_TOKENS["sentencepiece:deberta" if _deberta_layout(vocab)
+                           else vocab["kind"]]
   if vocab["kind"] == "byte_bpe":  # RoBERTa's <mask> takes the space before it
     special = {**special, "mask_token": {"content": "<mask>", "lstrip": True,
                                          "rstrip": False, "normalized": False,

@@ -123,6 +123,13 @@ def export_hf(workdir: str, output: str, step: int | None = None,
   if vocab["kind"] != fam.vocab_kind:
     raise ExportError(f"data.vocab.kind={vocab['kind']!r}: Hugging Face {family} "
                       f"tokenizers ({fam.tokenizer_class}) are {fam.vocab_kind!r}.")
+  if fam.vocab_layout and vocab.get("layout", "albert") != fam.vocab_layout:
+    raise ExportError(f"data.vocab.layout={vocab.get('layout')!r}: Hugging Face {family} "
+                      f"tokenizers ({fam.tokenizer_class}) read SentencePiece models of "
+                      f"the {fam.vocab_layout!r} layout.")
+  if fam.vocab_layout == "deberta" and vocab.get("strip_accents"):
+    raise ExportError("data.vocab.strip_accents=True: DebertaV2Tokenizer keeps accents; "
+                      "export a run trained with strip_accents=False.")
   try:
     fam.check(run.model_config)
     head, drop = _choose_head(run, family, head)

@@ -39,6 +39,13 @@ class LayerContext:
   token_type_ids: jax.Array  # [batch, length] segment A (0) / B (1)
   relative: Any = None  # computed once for all layers by the variant's context module
 
+  def at_queries(self, indices: jax.Array) -> "LayerContext":
+    """The context of the queries at `indices` [batch, n] alone (keys unchanged): the
+    mask's rows, and `relative.at_queries(indices)` when the variant has a relative."""
+    mask = jnp.take_along_axis(self.mask, indices[:, None, :, None], axis=2)
+    relative = None if self.relative is None else self.relative.at_queries(indices)
+    return self.replace(mask=mask, relative=relative)
+
 
 def padding_and_packing_mask(segment_ids: jax.Array) -> jax.Array:
   """Attention mask [batch, 1, length, length] from segment ids [batch, length].
@@ -99,11 +106,15 @@ class SelfAttention(nn.Module):
   config: common.ModelConfig
 
   @nn.compact
-  def __call__(self, x: jax.Array, context: LayerContext, deterministic: bool) -> jax.Array:
+  def __call__(self, x: jax.Array, context: LayerContext, deterministic: bool,
+               query: jax.Array | None = None) -> jax.Array:
+    """`query` [batch, queries, hidden] replaces the query stream; keys and values are
+    x's."""
     config = self.config
-    query, key, value = (nn.with_logical_constraint(heads_projection(config, n)(x),
+    query, key, value = (nn.with_logical_constraint(heads_projection(config, n)(y),
                                                     HEADS_AXES)
-                         for n in ("query", "key", "value"))
+                         for n, y in (("query", x if query is None else query),
+                                      ("key", x), ("value", x)))
     dropout_rng = None
     if not deterministic and config.attention_dropout > 0:
       dropout_rng = self.make_rng("dropout")
@@ -120,8 +131,10 @@ class Variant:
   """An attention variant.
 
   attention: a module class built as `attention(config, name=...)` and called as
-    `(hidden [batch, length, hidden], LayerContext, deterministic) -> [batch, length,
-    hidden]`.
+    `(hidden [batch, length, hidden], LayerContext, deterministic, query=None) ->
+    [batch, queries, hidden]`; `query` [batch, queries, hidden], when given, is the
+    query stream (DeBERTa's enhanced mask decoder; the context then describes those
+    queries, LayerContext.at_queries), keys and values still come from hidden.
   context: None, or a module class built as `context(config, name='relative')` by the
     encoder stack and called once per forward pass as `(LayerContext, deterministic) ->
     value`; layers then see that value as `context.relative`.

@@ -46,6 +46,19 @@ class ModelConfig:
   hidden_act: str = "gelu"
   # The attention variant, by name (encoderx/models/attention.py: VARIANTS).
   attention: str = "standard"
+  # Disentangled attention (DeBERTa, encoderx/models/disentangled.py): the relative
+  # distance terms beside content->content ("c2p" content->position, "p2c"
+  # position->content); distances in log buckets (256 rows each side of 0 in v2/v3; 0:
+  # no buckets, distances clipped at max_relative_positions); position terms projected
+  # with the content query/key projections (share_att_key) or with their own.
+  relative_attention_terms: tuple[str, ...] = ("c2p", "p2c")
+  position_buckets: int = 256
+  max_relative_positions: int = 512
+  share_att_key: bool = True
+  # DeBERTa's enhanced mask decoder: absolute positions enter only before the MLM head,
+  # which sees the last layer re-run with them in its queries (encoderx/models/
+  # pretraining.py). Needs a position table, created even with position_embedding "none".
+  enhanced_mask_decoder: bool = False
   # "absolute": a learned table of max_position_embeddings rows (BERT); "none": no
   # position embedding in the input (variants with relative positions).
   position_embedding: str = "absolute"
@@ -73,6 +86,7 @@ class ModelConfig:
         raise ValueError("config.model.vocab_size is 0 and no vocabulary size was given.")
       fields["vocab_size"] = vocab_size
     fields["embedding_size"] = fields["embedding_size"] or fields["hidden_size"]
+    fields["relative_attention_terms"] = tuple(fields["relative_attention_terms"])
     return cls(**fields)
 
   @property

@@ -13,9 +13,11 @@ class Embeddings(nn.Module):
   Row `positions + position_offset` of the position table embeds a position (RoBERTa's
   rows 0 and 1 are unused: its positions start after its padding id).
 
-  `position_embedding='none'` leaves the position table out (attention variants with
-  relative positions). The tables have width `embedding_size`; when that is smaller than `hidden_size`
-  (ALBERT's factorization, V x E + E x H) a projection maps E to H after LayerNorm.
+  `position_embedding='none'` leaves the positions out of the input (attention variants
+  with relative positions); the table then exists only for DeBERTa's enhanced mask
+  decoder (`absolute_positions`). The tables have width `embedding_size`; when that is
+  smaller than `hidden_size` (ALBERT's factorization, V x E + E x H) a projection maps E
+  to H after LayerNorm.
   """
   config: common.ModelConfig
 
@@ -26,7 +28,7 @@ class Embeddings(nn.Module):
         param_dtype=config.weights_dtype,
         embedding_init=common.initializer(config, axes), name=name)
     self.word_embeddings = embed(config.vocab_size, ("vocab", "embed"), "word_embeddings")
-    if config.position_embedding == "absolute":
+    if config.position_embedding == "absolute" or config.enhanced_mask_decoder:
       self.position_embeddings = embed(config.max_position_embeddings,
                                        ("positions", "embed"), "position_embeddings")
     if config.type_vocab_size:
@@ -41,14 +43,21 @@ class Embeddings(nn.Module):
   def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
                positions: jax.Array, deterministic: bool) -> jax.Array:
     x = self.word_embeddings(input_ids)
+    if self.config.enhanced_mask_decoder and self.is_initializing():
+      # The table is the encoder's even where the decoder does not run (fine-tuning).
+      _ = self.position_embeddings.embedding
     if self.config.position_embedding == "absolute":
-      x = x + self.position_embeddings(positions + self.config.position_offset)
+      x = x + self.absolute_positions(positions)
     if self.config.type_vocab_size:
       x = x + self.token_type_embeddings(token_type_ids)
     x = self.dropout(self.layer_norm(x), deterministic=deterministic)
     if self.config.embedding_size != self.config.hidden_size:
       x = self.projection(x)
     return common.constrain_hidden(x)
+
+  def absolute_positions(self, positions: jax.Array) -> jax.Array:
+    """The position table's rows: [batch, length] -> [batch, length, embedding]."""
+    return self.position_embeddings(positions + self.config.position_offset)
 
   def attend(self, x: jax.Array) -> jax.Array:
     """Scores against every token embedding (the tied output layer): [..., E] -> [..., V]."""

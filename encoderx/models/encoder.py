@@ -7,6 +7,11 @@
 - `scan_layers`: distinct layers as one `nn.scan` (parameters stacked on a leading
   'layers' axis), which compiles once instead of num_layers times.
 - `remat`: recompute each layer's activations in the backward pass to save memory.
+
+A layer takes an optional query stream (`query`, the shape of the hidden states): its
+attention then takes queries (and the residual) from it and keys and values from the
+hidden states. DeBERTa's enhanced mask decoder re-runs the last layer that way
+(`Encoder.last_layer`, used by encoderx/models/pretraining.py).
 """
 from __future__ import annotations
 
@@ -22,12 +27,13 @@ class AttentionBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, context: attention.LayerContext,
-               deterministic: bool) -> jax.Array:
+               deterministic: bool, query: jax.Array | None = None) -> jax.Array:
     config = self.config
     variant = attention.VARIANTS[config.attention]
-    y = variant.attention(config, name="self_attention")(x, context, deterministic)
+    y = variant.attention(config, name="self_attention")(x, context, deterministic,
+                                                         query=query)
     y = nn.Dropout(config.hidden_dropout)(y, deterministic=deterministic)
-    return common.layer_norm(config, "layer_norm")(x + y)
+    return common.layer_norm(config, "layer_norm")((x if query is None else query) + y)
 
 
 class FeedForwardBlock(nn.Module):
@@ -57,21 +63,24 @@ class EncoderLayer(nn.Module):
     self.ffn = self.shared_ffn or FeedForwardBlock(self.config)
 
   def __call__(self, x: jax.Array, context: attention.LayerContext,
-               deterministic: bool) -> jax.Array:
-    x = self.attention(x, context, deterministic)
+               deterministic: bool, query: jax.Array | None = None) -> jax.Array:
+    x = self.attention(x, context, deterministic, query)
     return common.constrain_hidden(self.ffn(x, deterministic))
 
 
 class _ScannedLayer(nn.Module):
-  """EncoderLayer in the (carry, broadcast...) -> (carry, output) form nn.scan wants."""
+  """EncoderLayer in the (carry, broadcast...) -> (carry, output) form nn.scan wants;
+  the output is the layer's input when `keep_inputs` (else None)."""
   config: common.ModelConfig
+  keep_inputs: bool = False
 
   @nn.compact
   def __call__(self, x, context, deterministic):
     layer = EncoderLayer
     if self.config.remat:
       layer = nn.remat(layer, static_argnums=(3,), prevent_cse=False)
-    return layer(self.config, name="layer")(x, context, deterministic), None
+    output = layer(self.config, name="layer")(x, context, deterministic)
+    return output, x if self.keep_inputs else None
 
 
 class Encoder(nn.Module):
@@ -88,7 +97,8 @@ class Encoder(nn.Module):
           _ScannedLayer, variable_axes={"params": 0},
           split_rngs={"params": True, "dropout": True},
           in_axes=(nn.broadcast, nn.broadcast), length=config.num_layers,
-          metadata_params={nn.PARTITION_NAME: "layers"})(config)
+          metadata_params={nn.PARTITION_NAME: "layers"})(
+              config, keep_inputs=config.enhanced_mask_decoder)
       return
     # static_argnums counts self: (self, x, context, deterministic).
     layer = nn.remat(EncoderLayer, static_argnums=(3,)) if config.remat else EncoderLayer
@@ -105,13 +115,41 @@ class Encoder(nn.Module):
     self.layers = [layer(config, **shared, name=f"layer_{i}")
                    for i in range(config.num_layers)]
 
+  def with_relative(self, context: attention.LayerContext,
+                    deterministic: bool) -> attention.LayerContext:
+    """The context with what the variant computes once per forward pass (`relative`)."""
+    if attention.VARIANTS[self.config.attention].context is None or (
+        context.relative is not None):
+      return context
+    return context.replace(relative=self.relative(context, deterministic))
+
   def __call__(self, x: jax.Array, context: attention.LayerContext,
-               deterministic: bool) -> jax.Array:
-    if attention.VARIANTS[self.config.attention].context is not None:
-      context = context.replace(relative=self.relative(context, deterministic))
+               deterministic: bool, keep_last_input: bool = False):
+    """[batch, length, hidden] -> the same; with `keep_last_input`, (that, the last
+    layer's input). `context` may already hold `relative` (with_relative)."""
+    context = self.with_relative(context, deterministic)
     if self.config.scan_layers:
-      x, _ = self.layers(x, context, deterministic)
-      return x
+      if keep_last_input and not self.config.enhanced_mask_decoder:
+        raise ValueError("scanned layers keep the last layer's input only for "
+                         "model.enhanced_mask_decoder")
+      x, inputs = self.layers(x, context, deterministic)
+      return (x, inputs[-1]) if keep_last_input else x
+    last_input = x
     for layer in self.layers:
-      x = layer(x, context, deterministic)
-    return x
+      last_input, x = x, layer(x, context, deterministic)
+    return (x, last_input) if keep_last_input else x
+
+  def last_layer(self, x: jax.Array, query: jax.Array, context: attention.LayerContext,
+                 deterministic: bool) -> jax.Array:
+    """The last layer applied again, with its own parameters, to keys and values `x`
+    [batch, length, hidden] and the query stream `query` [batch, queries, hidden];
+    `context` must hold `relative` (with_relative) and describe those queries
+    (LayerContext.at_queries)."""
+    if not self.config.scan_layers:
+      return self.layers[-1](x, context, deterministic, query)
+    # Scanned layers' parameters are stacked on a leading axis: apply the last slice.
+    stacked = nn.unbox(self.layers.variables["params"]["layer"])
+    params = jax.tree_util.tree_map(lambda p: p[-1], stacked)
+    rngs = None if deterministic else {"dropout": self.make_rng("dropout")}
+    return EncoderLayer(self.config, parent=None).apply(
+        {"params": params}, x, context, deterministic, query, rngs=rngs)

@@ -15,11 +15,22 @@ import jax.numpy as jnp
 
 from encoderx.models import attention, common, embeddings, encoder, heads
 
+# DeBERTa's enhanced mask decoder applies the last layer twice (microsoft/DeBERTa
+# apps/models/masked_language_model.py: EnhancedMaskDecoder.emd_context_layer).
+MASK_DECODER_STEPS = 2
+
 
 class EncoderModel(nn.Module):
-  """Embeddings + encoder stack (+ pooler): the part every task and family shares."""
+  """Embeddings + encoder stack (+ pooler): the part every task and family shares.
+
+  Outputs `hidden` [batch, length, hidden], `pooled` [batch, hidden] with the pooler,
+  and with `with_mask_decoder` (DeBERTa's MLM) `mask_decoder` [batch, predictions,
+  hidden]: what the enhanced mask decoder gives the MLM head at
+  `batch['masked_positions']` (every position when absent).
+  """
   config: common.ModelConfig
   with_pooler: bool = True
+  with_mask_decoder: bool = False
 
   def setup(self):
     self.embeddings = embeddings.Embeddings(self.config)
@@ -30,11 +41,40 @@ class EncoderModel(nn.Module):
   def __call__(self, batch: dict, deterministic: bool = True) -> dict:
     x = self.embeddings(batch["input_ids"], batch["token_type_ids"], batch["positions"],
                         deterministic)
-    hidden = self.encoder(x, attention.layer_context(batch), deterministic)
+    context = self.encoder.with_relative(attention.layer_context(batch), deterministic)
+    if self.with_mask_decoder:
+      hidden, last_input = self.encoder(x, context, deterministic, keep_last_input=True)
+    else:
+      hidden = self.encoder(x, context, deterministic)
     outputs = {"hidden": hidden}
+    if self.with_mask_decoder:
+      outputs["mask_decoder"] = self.enhanced_mask_decoder(
+          last_input, batch["positions"], context, deterministic,
+          batch.get("masked_positions"))
     if self.with_pooler:
       outputs["pooled"] = self.pooler(hidden)
     return outputs
+
+  def enhanced_mask_decoder(self, last_input: jax.Array, positions: jax.Array,
+                            context: attention.LayerContext, deterministic: bool,
+                            rows: jax.Array | None = None) -> jax.Array:
+    """DeBERTa's EMD: absolute positions enter here only. Queries start as the last
+    layer's input + the absolute position embeddings; the last layer (its parameters)
+    is applied MASK_DECODER_STEPS times, each time to the previous step's output as
+    queries, with keys and values the last layer's input.
+
+    As microsoft/DeBERTa's EnhancedMaskDecoder.emd_context_layer (z_states +
+    encoder_layers[-2], then encoder.layer[-1] twice with query_states), which then
+    keeps the masked positions. A query's output depends on its own row alone, so only
+    the `rows` [batch, predictions] are computed (every position when None):
+    [batch, predictions, hidden].
+    """
+    query = last_input + self.embeddings.absolute_positions(positions)
+    if rows is not None:
+      query, context = heads.gather_positions(query, rows), context.at_queries(rows)
+    for _ in range(MASK_DECODER_STEPS):
+      query = self.encoder.last_layer(last_input, query, context, deterministic)
+    return common.constrain_hidden(query)
 
 
 class PretrainingModel(nn.Module):
@@ -42,7 +82,8 @@ class PretrainingModel(nn.Module):
 
   `heads`: names among 'mlm', 'sentence' (NSP/SOP) and 'sbo' (span boundary). `__call__`
   returns the encoder outputs plus `mlm_logits` [batch, predictions, vocab] at
-  `batch['masked_positions']` (every position when absent), `sentence_logits` [batch, 2]
+  `batch['masked_positions']` (every position when absent; from the enhanced mask
+  decoder's output with model.enhanced_mask_decoder), `sentence_logits` [batch, 2]
   and `sbo_logits` [batch, predictions, vocab] from `batch['masked_unit_left']`,
   `['masked_unit_right']` and `['masked_unit_offset']` (only when the batch has them).
   """
@@ -50,7 +91,9 @@ class PretrainingModel(nn.Module):
   heads: tuple[str, ...] = ("mlm", "sentence")
 
   def setup(self):
-    self.encoder_model = EncoderModel(self.config, with_pooler="sentence" in self.heads)
+    self.encoder_model = EncoderModel(
+        self.config, with_pooler="sentence" in self.heads,
+        with_mask_decoder="mlm" in self.heads and self.config.enhanced_mask_decoder)
     if "mlm" in self.heads:
       self.mlm_head = heads.MlmHead(self.config)
     if "sentence" in self.heads:
@@ -61,9 +104,12 @@ class PretrainingModel(nn.Module):
   def __call__(self, batch: dict, deterministic: bool = True) -> dict:
     outputs = self.encoder_model(batch, deterministic)
     if "mlm" in self.heads:
-      hidden = outputs["hidden"]
-      if "masked_positions" in batch:
-        hidden = heads.gather_positions(hidden, batch["masked_positions"])
+      if "mask_decoder" in outputs:  # at the masked positions already
+        hidden = outputs["mask_decoder"]
+      elif "masked_positions" in batch:
+        hidden = heads.gather_positions(outputs["hidden"], batch["masked_positions"])
+      else:
+        hidden = outputs["hidden"]
       outputs["mlm_logits"] = self.mlm_head(hidden, self.encoder_model.embeddings)
     if "sentence" in self.heads:
       outputs["sentence_logits"] = self.sentence_head(outputs["pooled"])
