@@ -15,6 +15,10 @@ INSTALL_REQUIRES = [
     "tensorflow==2.21.0",
     "tensorflow-text==2.21.1",
     "tensorflow-datasets==4.9.10",
+    # Streaming input with checkpointable iterators; ArrayRecord files of preprocessed
+    # examples (random access: resume in constant time). See encoderx/data/stream.py.
+    "grain==0.2.18",
+    "array-record==0.8.6",
     "tensorboard==2.21.0",  # clu's metric writer; tensorflow no longer pulls it in
     "sentencepiece==0.2.3",
     "tokenizers==0.23.3",
@@ -22,7 +26,10 @@ INSTALL_REQUIRES = [
     "protobuf==7.36.2",
     "importlib-resources==7.1.0",
     "scikit-learn==1.9.1",  # fine-tuning metrics (accuracy, F1, Matthews correlation)
-    "scipy==1.17.1",
+    "scipy==1.17.1",  # Pearson / Spearman correlations (similarity, SimCSE)
+    # Entity-level tagging metrics; launch/setup.sh builds it first (it needs
+    # setuptools_scm < 9 and no build isolation).
+    "seqeval==1.2.2",
     "tqdm",
 ]
 

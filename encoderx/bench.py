@@ -1,8 +1,8 @@
 """Throughput of encoderx pretraining on this machine, against Hugging Face PyTorch.
 
     python -m encoderx.bench [--batch_size=32] [--steps=10] \
-        [--models=bert_tiny,bert_small,roberta_tiny,albert_tiny,spanbert_tiny,deberta_tiny] \
-        [--skip_torch]
+        [--models=bert_tiny,bert_small,roberta_tiny,albert_tiny,spanbert_tiny,deberta_tiny,
+                  electra_tiny] [--skip_torch]
     python -m encoderx.bench --attention_cost [--models=bert_small] [--batch_size=8]
 
 For each model, at sequence length 128 (its tiny config's data settings):
@@ -22,6 +22,13 @@ For each model, at sequence length 128 (its tiny config's data settings):
   has no LAMB), `zero_grad()`. Same warm-up and timed steps.
 - tokens/s = batch * 128 / mean step time; the ratio is encoderx / PyTorch, both
   measured in this process one after the other (never concurrently).
+- electra_tiny (method 'electra': the generator's MLM, sampling, the discriminator's
+  replaced-token detection): PyTorch runs `ElectraForMaskedLM` (the generator) and
+  `ElectraForPreTraining` (the discriminator) sharing one embeddings module: the
+  generator's MLM loss on its input (15% of the real tokens chosen on the host, 85% of
+  them [MASK], the rest kept), a sample at each chosen position from its softmax (no
+  gradient), the discriminator's loss on the sampled batch, loss = MLM + 50 x BCE; one
+  backward and one AdamW step over both models.
 - spanbert_tiny (span masking, MLM + SBO heads, single-segment rows) has no PyTorch
   column: Hugging Face has no SpanBERT pretraining class (no SBO head).
 - --attention_cost: instead of the above, the cost of DeBERTa's disentangled attention
@@ -64,7 +71,8 @@ from absl import logging as absl_logging
 
 from encoderx import trainer as trainer_lib
 from encoderx.export import hf
-from encoderx.configs import albert_tiny, bert_tiny, deberta_tiny, roberta_tiny, spanbert_tiny
+from encoderx.configs import (albert_tiny, bert_tiny, deberta_tiny, electra_tiny,
+                              roberta_tiny, spanbert_tiny)
 from encoderx.data import packing, pipeline, tasks
 from encoderx.models import common, pretraining
 
@@ -82,6 +90,7 @@ MODELS = {
     "albert_tiny": ("albert", albert_tiny, {}),
     "spanbert_tiny": (None, spanbert_tiny, {}),
     "deberta_tiny": ("deberta-v2", deberta_tiny, {}),
+    "electra_tiny": ("electra", electra_tiny, {}),
 }
 ATTENTION_LENGTHS = (128, 512)
 
@@ -174,7 +183,7 @@ def measure_padding(lengths=(128, 512), num_batches: int = 8) -> list[dict]:
 
 # --- encoderx ---------------------------------------------------------------------------
 def bench_encoderx(config, batches: list[dict], steps: int):
-  """(timing, the resolved ModelConfig: the sizes PyTorch must match)."""
+  """(timing, the trainer's method: its model configs are the sizes PyTorch must match)."""
   trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
   state = trainer.init_state()
   train_step = trainer.train_step(0)
@@ -189,7 +198,7 @@ def bench_encoderx(config, batches: list[dict], steps: int):
   compile_seconds = time.perf_counter() - start
   num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
   times = time_steps(lambda i: run_step(i + 1), WARMUP_STEPS, steps)
-  return StepTiming(times, compile_seconds, num_params), trainer.method.model_config
+  return StepTiming(times, compile_seconds, num_params), trainer.method
 
 
 # --- PyTorch / Hugging Face -------------------------------------------------------------
@@ -216,16 +225,23 @@ def torch_inputs(family: str, batch: dict, rng: np.random.Generator) -> dict:
   return inputs
 
 
-def bench_torch(family: str, config, model_config, batches: list[dict],
-                steps: int) -> StepTiming:
+def torch_adamw(config, parameters):
   import torch  # pylint: disable=g-import-not-at-top
-  torch.manual_seed(0)
-  model = hf.hf_pretraining_model(model_config, family).train()
   optimizer_config = config.optimizer
-  optimizer = torch.optim.AdamW(
-      model.parameters(), lr=optimizer_config.learning_rate,
+  return torch.optim.AdamW(
+      parameters, lr=optimizer_config.learning_rate,
       betas=(optimizer_config.b1, optimizer_config.b2), eps=optimizer_config.eps,
       weight_decay=optimizer_config.weight_decay)
+
+
+def bench_torch(family: str, config, method, batches: list[dict],
+                steps: int) -> StepTiming:
+  import torch  # pylint: disable=g-import-not-at-top
+  if family == "electra":
+    return bench_torch_electra(config, method, batches, steps)
+  torch.manual_seed(0)
+  model = hf.hf_pretraining_model(method.model_config, family).train()
+  optimizer = torch_adamw(config, model.parameters())
   rng = np.random.default_rng(0)
   inputs = [torch_inputs(family, batch, rng) for batch in batches]
 
@@ -309,6 +325,49 @@ def attention_cost(args) -> list[dict]:
                    "disentangled ms": f"{relative * 1e3:.1f}",
                    "disentangled / BERT": f"{relative / standard:.2f}x"})
   return rows
+def bench_torch_electra(config, method, batches: list[dict], steps: int) -> StepTiming:
+  """ELECTRA's step in PyTorch (see the module docstring), the sizes of `method`'s
+  generator and discriminator."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  torch.manual_seed(0)
+  discriminator = hf.hf_pretraining_model(method.model_config, "electra").train()
+  generator = transformers.ElectraForMaskedLM(
+      hf.hf_config(method.generator_config, "electra")).train()
+  generator.electra.embeddings = discriminator.electra.embeddings  # shared, and the
+  # generator's output layer tied to the shared table (as from_pretrained would tie it)
+  generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight
+  parameters = {id(p): p for model in (generator, discriminator)
+                for p in model.parameters()}
+  optimizer = torch_adamw(config, list(parameters.values()))
+  rng = np.random.default_rng(0)
+  inputs = []
+  for batch in batches:
+    common_inputs = torch_inputs("electra", batch, rng)  # input_ids, attention_mask, labels
+    common_inputs["token_type_ids"] = torch.from_numpy(
+        np.asarray(batch["token_type_ids"], np.int64))
+    chosen = common_inputs["labels"] >= 0
+    masked = torch.from_numpy(rng.random(chosen.shape) < 0.85) & chosen
+    inputs.append((common_inputs, chosen, torch.where(
+        masked, method.vocabulary.mask_id, common_inputs["input_ids"])))
+
+  def run_step(index):
+    common_inputs, chosen, masked_ids = inputs[index % len(inputs)]
+    original = common_inputs["input_ids"]
+    generated = generator(**{**common_inputs, "input_ids": masked_ids})
+    with torch.no_grad():
+      sampled = torch.distributions.Categorical(logits=generated.logits[chosen]).sample()
+      corrupted = original.clone()
+      corrupted[chosen] = sampled
+    discriminated = discriminator(**{**common_inputs, "input_ids": corrupted,
+                                     "labels": (corrupted != original).long()})
+    loss = generated.loss + method.rtd_lambda * discriminated.loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+  times = time_steps(run_step, WARMUP_STEPS, steps)
+  return StepTiming(times, num_params=sum(p.numel() for p in parameters.values()))
 
 
 # --- report -----------------------------------------------------------------------------
@@ -425,12 +484,12 @@ def main(argv=None) -> None:
     _, pipeline_rate, batches = data[pretraining_task(config).name]
     print(f"\n{model_name}:", flush=True)
     tokens_per_step = args.batch_size * SEQ_LENGTH
-    jax_timing, model_config = bench_encoderx(config, batches, args.steps)
+    jax_timing, method = bench_encoderx(config, batches, args.steps)
     print(describe_timing("encoderx", jax_timing, tokens_per_step), flush=True)
     torch_timing = None
     family = MODELS[model_name][0]
     if family and not args.skip_torch:
-      torch_timing = bench_torch(family, config, model_config, batches, args.steps)
+      torch_timing = bench_torch(family, config, method, batches, args.steps)
       print(describe_timing("pytorch", torch_timing, tokens_per_step), flush=True)
     rows.append(table_row(model_name, args.batch_size, jax_timing, torch_timing,
                           pipeline_rate))

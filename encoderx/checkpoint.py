@@ -1,10 +1,13 @@
 """orbax checkpoints of a run: train state, data position and what model it is; and the
 parameters of its best evaluation.
 
-Each checkpoint step holds three items:
-  state  params, optimizer state, step and RNG key (sharded arrays)
-  data   the data pipeline's position, so a resumed run continues with the next batch
-  model  a description of the architecture, checked before anything is restored
+Each checkpoint step holds four items:
+  state             params, optimizer state, step and RNG key (sharded arrays)
+  data              the data pipeline's position, so a resumed run continues with the
+                    next batch (as process 0 saw it)
+  data_per_process  every process's own position (process_<i>-of-<n>.json, written by
+                    Grain's orbax handler): streaming processes read different shards
+  model             a description of the architecture, checked before anything is restored
 
 orbax writes each step to a temporary directory and renames it when complete, so a run
 that dies mid-save leaves the earlier checkpoints intact. A run never writes into a
@@ -13,9 +16,13 @@ resumes a checkpoint of a different model.
 """
 from __future__ import annotations
 
+import json
 import os
 
+import grain.checkpoint
 import orbax.checkpoint as ocp
+
+ITEMS = ("state", "data", "model", "data_per_process")
 
 
 class CheckpointError(RuntimeError):
@@ -33,6 +40,23 @@ def _differences(stored: dict, current: dict, prefix: str = "") -> list[str]:
   return lines
 
 
+class _ProcessPosition:
+  """A process's data position in the shape Grain's orbax CheckpointHandler saves and
+  restores (an iterator state as JSON bytes, one file per process)."""
+
+  def __init__(self, position: dict | None = None):
+    self.position = position
+
+  def get_state(self) -> bytes:
+    return json.dumps(self.position).encode()
+
+  def set_state(self, state: bytes) -> None:
+    self.position = json.loads(state)
+
+  def start_prefetch(self) -> None:
+    """Nothing to prefetch (the handler calls it after restoring)."""
+
+
 class Checkpoints:
   """The checkpoints of one run directory."""
 
@@ -42,7 +66,7 @@ class Checkpoints:
         directory,
         options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
                                              enable_async_checkpointing=async_save),
-        item_names=("state", "data", "model"))
+        item_names=ITEMS)
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -72,14 +96,23 @@ class Checkpoints:
     self.manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(state),
         data=ocp.args.JsonSave(data_position),
+        data_per_process=grain.checkpoint.CheckpointSave(_ProcessPosition(data_position)),
         model=ocp.args.JsonSave(description)))
 
   def restore(self, step: int, abstract_state) -> tuple[object, dict]:
-    """(state, data position) of `step`; `abstract_state` gives shapes and shardings."""
+    """(state, this process's data position) of `step`; `abstract_state` gives shapes and
+    shardings. Checkpoints written before positions were kept per process give
+    process 0's."""
     restored = self.manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state),
         data=ocp.args.JsonRestore()))
-    return restored["state"], restored["data"]
+    position = restored["data"]
+    if os.path.isdir(os.path.join(self.directory, str(step), "data_per_process")):
+      own = _ProcessPosition()
+      self.manager.restore(step, args=ocp.args.Composite(
+          data_per_process=grain.checkpoint.CheckpointRestore(own)))
+      position = own.position
+    return restored["state"], position
 
   def close(self) -> None:
     self.manager.wait_until_finished()

@@ -41,7 +41,8 @@ def default_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
 
   # The training method (encoderx/method.py: REGISTRY): "pretrain" (MLM with optional
-  # NSP / SOP / SBO terms) or "classify" (sequence classification fine-tuning).
+  # NSP / SOP / SBO terms), "electra" (replaced-token detection, config.rtd), or
+  # fine-tuning: "classify", "similarity", "tag", "qa", "simcse".
   config.method = "pretrain"
   # Parameters to start from (fresh init when empty): a work directory or checkpoint
   # directory of another run, or "hf:<Hugging Face model directory>". The encoder's
@@ -69,11 +70,20 @@ def default_config() -> ml_collections.ConfigDict:
       sentence_per_line=False,  # True: each line is one sentence (BERT's own format).
       invalid_utf8="error",  # or "replace": undecodable bytes become U+FFFD.
       eval_every_nth_document=20,  # every n-th document is held out for evaluation.
+      # True: data.files are streamed file by file (each process its own files, a bounded
+      # shuffle window, a position that resumes in constant time) instead of read whole
+      # at start-up; documents are then held out by their index within their file. TFDS
+      # datasets and preprocessed examples are always streamed (encoderx/data/stream.py).
+      streaming=False,
+      # A directory written by `python -m encoderx.preprocess` (examples ready to train
+      # on, and a manifest that must match this config): the run streams it instead of
+      # reading data.files or data.tfds_name.
+      preprocessed="",
       builder="sentence_pairs",
       seq_length=128,
       short_seq_prob=0.1,
       document_pool=1000,  # documents kept to draw random segments from (NSP).
-      shuffle_buffer=10000,
+      shuffle_buffer=10000,  # examples; the window a stream is shuffled in.
       vocab=ml_collections.ConfigDict(dict(
           # "wordpiece": path is a BERT vocab.txt. "byte_bpe" (RoBERTa, GPT-2): path is
           # a directory holding vocab.json and merges.txt. "sentencepiece" (ALBERT):
@@ -115,6 +125,33 @@ def default_config() -> ml_collections.ConfigDict:
       )),
   ))
 
+  # Replaced-token detection (method "electra", encoderx/methods/electra.py): a small
+  # generator, trained by MLM (config.objective.mlm), fills the masked positions with
+  # samples; the discriminator (config.model) learns which tokens were replaced.
+  config.rtd = ml_collections.ConfigDict(dict(
+      # The generator's layers, and its hidden size, heads and FFN size, as fractions of
+      # the discriminator's (ELECTRA: depth 1, width 1/4 small, 1/3 base; DeBERTa-v3:
+      # depth 1/2, width 1).
+      generator_depth=1.0,
+      generator_width=0.25,
+      # loss = objective.weights.mlm x generator MLM + rtd_lambda x discriminator binary
+      # cross-entropy over every non-padding token (ELECTRA 50, DeBERTa-v3 10).
+      rtd_lambda=50.0,
+      # "shared" (ELECTRA): one token, position and type embedding and embedding
+      # LayerNorm, trained by both losses. "gdes" (DeBERTa-v3, gradient-disentangled):
+      # the discriminator's word (and absolute position) embedding is stop_gradient(the
+      # generator's) + its own delta initialized at zero, its other embedding parameters
+      # its own; the generator is trained by MLM only.
+      embedding_sharing="shared",
+      # "joint" (ELECTRA): one optimizer update of the summed loss. "decoupled" (DeBERTa's
+      # decoupled_training): the generator's update (MLM), then the discriminator's
+      # (rtd_lambda x BCE) on the batch the generator corrupted, each with its own
+      # optimizer state.
+      training="joint",
+      # The discriminator's peak learning rate when decoupled; 0: optimizer.learning_rate.
+      discriminator_learning_rate=0.0,
+  ))
+
   config.optimizer = ml_collections.ConfigDict(dict(
       name="adamw",  # or "lamb" (ALBERT): same schedule, clipping and decay mask.
       learning_rate=1e-4,
@@ -137,21 +174,46 @@ def default_config() -> ml_collections.ConfigDict:
       long_seq_length=512,
   ))
 
-  # Fine-tuning on labelled examples (method "classify").
+  # Fine-tuning on labelled examples (methods classify, similarity, tag, qa, simcse).
   config.finetune = ml_collections.ConfigDict(dict(
-      # TSV, CSV or JSON-lines files (by extension, or `format`), one example a row,
-      # with a header naming the columns (TSV/CSV) or keys (JSONL).
+      # classify / similarity / simcse: TSV, CSV or JSON-lines files (by extension, or
+      # `format`), one example a row, with a header naming the columns (TSV/CSV) or keys
+      # (JSONL). tag: CoNLL column files. qa: SQuAD JSON files. tag and qa read a TFDS
+      # dataset instead when data.tfds_name is set (splits data.tfds_train_split and
+      # data.tfds_eval_split).
       train_file="",
       dev_file="",
       format="",  # "", "tsv", "csv" or "jsonl"; "": from the file's extension.
+      # The text column (tag on TFDS: the feature of a sentence's tokens).
       text_column="text",
       text_pair_column="",  # set for sentence-pair tasks: [CLS] text [SEP] pair [SEP].
+      # The label column: a label (classify), a score (similarity, simcse's dev file);
+      # tag on TFDS: the feature of the tags (a ClassLabel sequence, e.g. "ner").
       label_column="label",
-      labels=(),  # label names in order (ids 0, 1, ...); (): the training file's, sorted.
-      # The sentence representation fed to the classifier: "pooler" (BERT's tanh dense
-      # on the first token) or "first_token" (the encoder's output at the first token).
+      # Label names in order (ids 0, 1, ...); (): the training file's, sorted.
+      labels=(),
+      # The sentence representation: classify / similarity feed "pooler" (BERT's tanh
+      # dense on the first token) or "first_token" (the encoder's output there) to the
+      # head; simcse embeds by "first_token" or "mean" (of the tokens' outputs).
       pooling="pooler",
       classifier_dropout=0.1,
+      # tag: which whitespace-separated column of a CoNLL line holds the tag (the
+      # token is the first); -1: the last.
+      tag_column=-1,
+      # qa: SQuAD v2.0 (questions may have no answer: "" is predicted when the no-answer
+      # score exceeds the best span's score by more than null_score_threshold).
+      version_2=False,
+      null_score_threshold=0.0,
+      doc_stride=128,  # tokens between the starts of a long context's windows
+      max_query_length=64,  # question tokens kept
+      max_answer_length=30,  # answer tokens at most
+      n_best_size=20,  # start and end candidates considered per window
+      # simcse: "unsupervised" (every sentence of the training file's text columns,
+      # twice through dropout) or "supervised" (rows of text, text_pair and optionally
+      # hard_negative_column).
+      simcse="unsupervised",
+      hard_negative_column="",
+      temperature=0.05,  # of the cosine similarities in the contrastive loss
   ))
 
   config.eval = ml_collections.ConfigDict(dict(
@@ -224,6 +286,13 @@ def check_positive(config, *fields):
       value = value[part]
     if value <= 0:
       fail(field, f"must be positive, got {value}.")
+
+
+def check_tfds_name(name: str, field: str = "data.tfds_name") -> None:
+  """seqio and encoderx read a TFDS dataset at an explicit version."""
+  if ":" not in name:
+    fail(field, f"{name!r} lacks a version, which seqio requires.",
+         f"Write e.g. '{name}:1.0.0' (tfds.builder(name).version).")
 
 
 def resolve_file_patterns(patterns: str, field: str = "data.files") -> list[str]:

@@ -5,8 +5,13 @@ and shardings, jit, gradient accumulation, optimizers, schedule and clipping,
 checkpoints, resume, signals, logs and progress. Everything else (the models, their
 inputs, losses and metrics) is a `Method`, chosen by `config.method`:
 
-    pretrain   MLM with optional NSP / SOP / SBO terms (BERT, RoBERTa, ALBERT, SpanBERT)
-    classify   single-sentence and sentence-pair classification (fine-tuning)
+    pretrain    MLM with optional NSP / SOP / SBO terms (BERT, RoBERTa, ALBERT, SpanBERT)
+    electra     replaced-token detection: generator + discriminator (ELECTRA, DeBERTa-v3)
+    classify    single-sentence and sentence-pair classification (fine-tuning)
+    tag         token classification (NER, POS) from CoNLL files or TFDS
+    qa          extractive question answering (SQuAD v1.1 / v2.0)
+    similarity  sentence-pair regression (STS-B)
+    simcse      contrastive sentence embeddings (SimCSE, unsupervised or supervised)
 
 Methods live in encoderx/methods/, one module each. The core imports none of them: the
 registry holds import paths and loads the module a config names (`register` adds one
@@ -40,7 +45,12 @@ from encoderx.models import common
 
 REGISTRY: dict[str, str] = {
     "pretrain": "encoderx.methods.pretrain:Pretraining",
+    "electra": "encoderx.methods.electra:ReplacedTokenDetection",
     "classify": "encoderx.methods.classify:Classification",
+    "tag": "encoderx.methods.tag:Tagging",
+    "qa": "encoderx.methods.qa:QuestionAnswering",
+    "similarity": "encoderx.methods.similarity:Similarity",
+    "simcse": "encoderx.methods.simcse:SimCSE",
 }
 
 
@@ -113,6 +123,8 @@ class LossOutput:
 class Method(abc.ABC):
   """A training method. Subclasses set `name` and implement the abstract methods."""
   name: ClassVar[str]
+  # Where --predict writes by default, in the work directory.
+  prediction_file: ClassVar[str] = "predictions.tsv"
   # True when the method state holds one row per example ([batch, ...] leaves, e.g. a
   # memory of the previous segment): gradient accumulation then splits it with the batch.
   per_example_state: ClassVar[bool] = False
@@ -211,8 +223,11 @@ class Method(abc.ABC):
     raise NotImplementedError(f"method '{self.name}' does not predict")
 
   def prediction_batches(self, path: str, batch_size: int):
-    """(rows of the file, padded batches of them) for `--predict`."""
+    """(rows, padded batches of the file's examples) for `--predict`: a row per batch
+    row (an example, or a window of one), in order."""
     raise NotImplementedError(f"method '{self.name}' does not predict")
 
-  def write_predictions(self, rows: list, predictions: dict, path: str) -> None:
+  def write_predictions(self, rows: list, predictions: dict, path: str) -> int:
+    """Writes the predictions ({name: [rows, ...]}) for `rows` to `path`; returns how
+    many examples it wrote."""
     raise NotImplementedError(f"method '{self.name}' does not predict")

@@ -205,9 +205,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
       for phase in trainer.phases:
         if step >= phase.end:
           continue
-        start = pipeline.DataPosition.from_dict(position) if (
-            position.get("phase") == phase.index) else None
-        batches = pipeline.BatchIterator(
+        start = position if position.get("phase") == phase.index else None
+        batches = pipeline.batch_iterator(
             task, "train", phase.seq_length, _local_batch_size(config.train.batch_size),
             seed=config.train.seed + 1000 * phase.index, shard_info=_shard_info(),
             position=start)
@@ -252,9 +251,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
 
 
 def predict(config: ml_collections.ConfigDict, workdir: str, input_path: str,
-            output_path: str, devices=None) -> int:
+            output_path: str = "", devices=None) -> tuple[int, str]:
   """Writes the predictions of the run in `workdir` (its best checkpoint, else its
-  latest) for the examples of `input_path` to `output_path`; returns their number."""
+  latest) for the examples of `input_path` to `output_path` (default: the method's
+  prediction file in `workdir`); returns their number and the path."""
   config = initialize.resolve_config(config)
   trainer = trainer_lib.Trainer(config, devices=devices)
   abstract = trainer.abstract_state_with_shardings()
@@ -268,8 +268,8 @@ def predict(config: ml_collections.ConfigDict, workdir: str, input_path: str,
              for b in batches]
   predictions = {name: np.concatenate([o[name] for o in outputs])[:len(rows)]
                  for name in outputs[0]} if outputs else {}
-  trainer.method.write_predictions(rows, predictions, output_path)
-  return len(rows)
+  output_path = output_path or os.path.join(workdir, trainer.method.prediction_file)
+  return trainer.method.write_predictions(rows, predictions, output_path), output_path
 
 
 def _format_eval(metrics: dict) -> str:
@@ -290,8 +290,8 @@ def main(argv) -> None:
     config.init_from = flags_.init_from
   try:
     if flags_.predict:
-      output = flags_.predict_output or os.path.join(flags_.workdir, "predictions.tsv")
-      count = predict(config, flags_.workdir, flags_.predict, output)
+      count, output = predict(config, flags_.workdir, flags_.predict,
+                              flags_.predict_output)
       print(f"wrote {count} predictions to {output}")
       return
     result = run(config, flags_.workdir, resume=flags_.resume,
@@ -343,8 +343,8 @@ def cli() -> None:
                       "(hf:DIR); sets config.init_from.")
   flags.DEFINE_string("predict", "", "Instead of training: write the predictions of the "
                       "run in --workdir for the examples of this file.")
-  flags.DEFINE_string("predict_output", "", "Where --predict writes (default: "
-                      "<workdir>/predictions.tsv).")
+  flags.DEFINE_string("predict_output", "", "Where --predict writes (default: the "
+                      "method's predictions file in --workdir, e.g. predictions.tsv).")
   flags.mark_flags_as_required(["config", "workdir"])
   app.run(main, flags_parser=_parse_flags)
 

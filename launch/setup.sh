@@ -15,6 +15,10 @@ stamp=".venv/.setup-stamp-$(sha1sum setup.py | cut -c1-12)-${extras//,/_}"
 if [ ! -f "$stamp" ]; then
   echo "encoderx: installing the pinned stack${extras:+ with extras [$extras]} (first time: a few minutes)"
   .venv/bin/python -m pip install --quiet --upgrade pip setuptools wheel
+  # seqeval (entity F1 for tagging) is an sdist whose build needs setuptools_scm < 9:
+  # build it against that, outside pip's isolated build environment.
+  .venv/bin/python -m pip install --quiet "setuptools_scm<9"
+  .venv/bin/python -m pip install --quiet --no-build-isolation "seqeval==1.2.2"
   .venv/bin/python -m pip install --quiet -e ".${extras:+[$extras]}"
   touch "$stamp"
 fi

@@ -15,6 +15,12 @@ import pytest  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
+
+def pytest_configure(config):
+  config.addinivalue_line("markers", "slow: a genuinely slow end-to-end test (CI runs it; "
+                          "-m 'not slow' leaves it out locally)")
+
+
 # Tests build the same small programs many times (each run() makes a new Trainer):
 # JAX's persistent compilation cache compiles each once.
 jax.config.update("jax_compilation_cache_dir", str(REPO / ".pytest_cache" / "jax"))

@@ -44,7 +44,9 @@ class FamilyCase:
   model of the family; `config`: the configs/ module whose shrunk copy (conftest's
   tiny_config) is the family's run; `refused`: model changes the family's classes cannot
   represent, and a regex of the error; `run`: model changes to the configs/ module's run
-  that make it exportable (DeBERTa's without the enhanced mask decoder)."""
+  that make it exportable (DeBERTa's without the enhanced mask decoder); `flax_model`:
+  the method's model that computes what the exported class does (ELECTRA's
+  discriminator)."""
   name: str
   family: str
   config: str
@@ -52,6 +54,7 @@ class FamilyCase:
   refused: dict
   refused_match: str
   run: dict = dataclasses.field(default_factory=dict)
+  flax_model: str = "model"
 
 
 CASES = [
@@ -77,6 +80,11 @@ CASES = [
                     max_position_embeddings=64, share_att_key=False),
                {"embedding_size": 16}, r"embedding_size=16 != hidden_size: Hugging Face "
                r"DeBERTa", run=dict(enhanced_mask_decoder=False)),
+    # ELECTRA's discriminator (the electra method's run), embeddings projected to the
+    # hidden size; the generator's class (ElectraForMaskedLM) in the round trip.
+    FamilyCase("electra", "electra", "electra_tiny", dict(embedding_size=32),
+               {"layer_sharing": "all"}, r"layer_sharing='all' has no Hugging Face ELECTRA",
+               flax_model="discriminator"),
 ]
 
 
@@ -156,9 +164,11 @@ def _hf_outputs(model, batch):
     return model(**arguments)
 
 
-def check_export_parity(method, params, exported: writer.Exported, pad_id: int) -> dict:
+def check_export_parity(method, params, exported: writer.Exported, pad_id: int,
+                        flax_model: str = "model") -> dict:
   """The exported directory, loaded by AutoModel and by its class, computes what encoderx
-  computes (fp32, ATOL) on a padded batch; returns the max abs differences."""
+  computes (fp32, ATOL) on a padded batch; returns the max abs differences. `params`:
+  the method's transferable ones; `flax_model`: the method's model that computes them."""
   model_config = method.model_config
   real, batch = padded_batch(model_config.vocab_size, pad_id=pad_id,
                              two_segments=model_config.type_vocab_size > 1)
@@ -171,8 +181,11 @@ def check_export_parity(method, params, exported: writer.Exported, pad_id: int) 
                             - hidden[real]).max()}
   full = getattr(transformers, exported.hf_class).from_pretrained(exported.output).eval()
   theirs = _hf_outputs(full, batch)
-  ours = method.model.apply({"params": params}, batch)
-  if isinstance(ours, dict):  # a pretraining model
+  ours = getattr(method, flax_model).apply({"params": params}, batch)
+  if isinstance(ours, dict) and "rtd_logits" in ours:  # ELECTRA's discriminator
+    diffs["rtd"] = np.abs(theirs.logits.numpy()[real] - np.asarray(ours["rtd_logits"])[real]
+                          ).max()
+  elif isinstance(ours, dict):  # a pretraining model
     diffs["mlm"] = np.abs(mlm_logits(theirs)[real] - np.asarray(ours["mlm_logits"])[real]).max()
     sentence = getattr(theirs, "seq_relationship_logits", getattr(theirs, "sop_logits", None))
     if "sentence_logits" in ours:

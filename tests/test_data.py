@@ -9,6 +9,7 @@ import seqio
 import tensorflow_datasets as tfds
 
 from encoderx import config as config_lib
+from encoderx import preprocess
 from encoderx.data import corpus, pipeline, segment_pairs, tasks
 
 SPECIAL = segment_pairs.SpecialIds(pad=0, cls=2, sep=3)
@@ -245,6 +246,23 @@ def test_tfds_datasets_are_selectable_by_name(tiny_config, tmp_path):
   vocabulary = tasks.build_vocabulary(config.data.vocab)
   text = " ".join(vocabulary.decode(ids) for ids in batches[0]["input_ids"])
   assert text.count("[SEP]") == 16 and " the " in text
+  # Streamed a file of the dataset at a time, with a position that resumes exactly.
+  task = tasks.register_pretraining_task(config)
+  assert pipeline.is_streamed(task)
+  straight = pipeline.batch_iterator(task, "train", 64, 8, seed=2)
+  next(straight)
+  position, following = straight.position.to_dict(), next(straight)
+  straight.close()
+  resumed = pipeline.batch_iterator(task, "train", 64, 8, seed=2, position=position)
+  try:
+    np.testing.assert_array_equal(next(resumed)["input_ids"], following["input_ids"])
+  finally:
+    resumed.close()
+  # Preprocessed a file of the dataset at a time, into the examples its stream builds.
+  preprocess.run(config, str(tmp_path / "examples"), workers=1, show_progress=False)
+  config.data.tfds_name, config.data.preprocessed = "", str(tmp_path / "examples")
+  (ready,) = _task_examples(config, batches=1, seed=config.train.seed)
+  np.testing.assert_array_equal(ready["input_ids"], batches[0]["input_ids"])
 
 
 def test_close_can_wait_for_the_next_epoch_opening_in_the_background(tiny_config):

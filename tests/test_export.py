@@ -27,7 +27,7 @@ transformers = pytest.importorskip("transformers")
 FAMILIES = [case for case in CASES if case.name == case.family]
 CLASSES = {"bert": "BertForPreTraining", "spanbert": "BertForMaskedLM",
            "roberta": "RobertaForMaskedLM", "albert": "AlbertForPreTraining",
-           "deberta-v2": "DebertaV2ForMaskedLM"}
+           "deberta-v2": "DebertaV2ForMaskedLM", "electra": "ElectraForPreTraining"}
 
 
 def _config(name: str, **model):
@@ -60,12 +60,14 @@ def test_hugging_face_weights_import_and_export_byte_identical(case, tmp_path):
 def test_exported_run_loads_in_transformers_with_the_same_outputs_and_ids(
     case, runs, tmp_path, austen_lines):
   workdir, method, params = runs(case)
+  params = method.transferable_params(params)  # what export takes (ELECTRA's discriminator)
   exported = writer.export_hf(workdir, str(tmp_path / "hf"))
   assert (exported.family, exported.hf_class) == (case.family, CLASSES[case.name])
   assert exported.left_out == (["sbo_head"] if case.name == "spanbert" else [])
   assert {"config.json", "model.safetensors", "tokenizer_config.json",
           "special_tokens_map.json"} <= set(exported.files)
-  diffs = check_export_parity(method, params, exported, method.vocabulary.pad_id)
+  diffs = check_export_parity(method, params, exported, method.vocabulary.pad_id,
+                              case.flax_model)
   print(f"{case.name} export parity: " + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
   check_tokenizer(exported.output, method.vocabulary, austen_lines(300))
   # The exported directory is read back by --init_from=hf: to the same parameters.

@@ -90,8 +90,8 @@ def test_classifier_starts_from_a_pretraining_run_and_predicts(pretrained_run, t
   assert (run / "best").is_dir()
   assert "acc" in train._postfix(result["history"][-1])  # pylint: disable=protected-access
   output = tmp_path / "predictions.tsv"
-  count = train.predict(config, str(run), config.finetune.dev_file, str(output),
-                        devices=ONE_DEVICE)
+  count, _ = train.predict(config, str(run), config.finetune.dev_file, str(output),
+                           devices=ONE_DEVICE)
   lines = output.read_text().splitlines()
   assert count == 100 and len(lines) == 101
   assert lines[0].split("\t") == ["line", "text", "prediction", "probability", "label"]

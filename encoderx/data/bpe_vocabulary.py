@@ -35,7 +35,7 @@ import tensorflow as tf
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers
 
-from encoderx.data import resources
+from encoderx.data import alignment, resources
 from encoderx.data.vocabulary import (TokenListVocabulary, VocabularyError,
                                       check_training_files, save_model_files,
                                       training_cli)
@@ -149,6 +149,14 @@ class ByteLevelBpeVocabulary(TokenListVocabulary):
   # --- Python --------------------------------------------------------------------------
   def _encode(self, s: str) -> list[int]:
     return self._tokenizer.encode(s, add_special_tokens=False).ids
+
+  def encode_with_offsets(self, texts: list[str]) -> list[tuple[list[int], list]]:
+    """[(ids, [(start, end) of each token in the text])] of each text: `tokenizers`'
+    character offsets, without the space a token carries before its word (a character
+    split over several byte tokens is the span of each)."""
+    encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+    return [(encoding.ids, alignment.strip_whitespace(text, encoding.offsets))
+            for text, encoding in zip(texts, encodings)]
 
   def _decode(self, ids) -> str:
     """The text the ids stand for (bytes joined back, special tokens kept)."""

@@ -8,21 +8,19 @@ The two texts are cut to fit, a token at a time from the longer one (Hugging Fac
 'longest_first'); byte-level BPE vocabularies separate a pair with two separators, as
 RoBERTa does (<s> A </s></s> B </s>). Examples have `input_ids`, `token_type_ids`
 (A=0, B=1; all 0 when the model has one token type), `segment_ids` (1 on tokens, 0 on
-padding), `positions` and the `label` id.
+padding), `positions` and the `label`: an id in the label list, or for regression
+(no label list) the score as a float.
 """
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 from typing import Mapping
 
+import numpy as np
 import seqio
 import tensorflow as tf
 
-from encoderx.data import labelled
-
-FEATURES = ("input_ids", "token_type_ids", "segment_ids", "positions")
+from encoderx.data import example_tasks, labelled
 
 
 def longest_first_lengths(first: tf.Tensor, second: tf.Tensor, budget: int):
@@ -59,25 +57,21 @@ def encode_texts(dataset: tf.data.Dataset, sequence_length: Mapping[str, int],
                          tf.ones([keep_second + 1], tf.int32)], axis=0)
     else:
       parts = [cls, first[:seq_length - 2], sep]
-    ids = tf.concat(parts, axis=0)
-    length = tf.shape(ids)[0]
-    features = {
-        "input_ids": ids,
-        "token_type_ids": (types if pair and token_types else tf.zeros([length], tf.int32)),
-        "segment_ids": tf.ones([length], tf.int32),
-        "positions": tf.range(length, dtype=tf.int32),
-    }
-    # Padded here: seqio's get_dataset trims features to their length but pads none.
-    padded = {name: tf.ensure_shape(tf.pad(value, [[0, seq_length - length]]), [seq_length])
-              for name, value in features.items()}
-    return {**padded, "label": tf.cast(example["label"], tf.int32)}
+    features = example_tasks.single_sequence(tf.concat(parts, axis=0))
+    if pair and token_types:
+      features["token_type_ids"] = types
+    label = example["label"]
+    return {**example_tasks.pad_to(features, seq_length, example_tasks.MODEL_FEATURES),
+            "label": label if label.dtype.is_floating else tf.cast(label, tf.int32)}
 
   return dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
-def read_examples(path: str, finetune, labels: tuple[str, ...], with_labels: bool = True):
-  """(rows, {'text', ['text_pair'], 'label'} columns) of a labelled file; without
-  labels (`with_labels=False`, files to predict) a missing label column reads as -1."""
+def read_examples(path: str, finetune, labels: tuple[str, ...] | None,
+                  with_labels: bool = True):
+  """(rows, {'text', ['text_pair'], 'label'} columns) of a labelled file: label ids in
+  `labels`, or scores (float32) when `labels` is None (regression). Without labels
+  (`with_labels=False`, files to predict) a missing label column reads as -1."""
   columns = [finetune.text_column] + ([finetune.text_pair_column]
                                       if finetune.text_pair_column else [])
   optional = () if with_labels else (finetune.label_column,)
@@ -87,36 +81,49 @@ def read_examples(path: str, finetune, labels: tuple[str, ...], with_labels: boo
   if finetune.text_pair_column:
     examples["text_pair"] = [row[finetune.text_pair_column] for _, row in rows]
   if with_labels or all(row[finetune.label_column] for _, row in rows):
-    examples["label"] = labelled.label_ids(rows, finetune.label_column, labels, path)
+    examples["label"] = (labelled.label_scores(rows, finetune.label_column, path)
+                         if labels is None else
+                         labelled.label_ids(rows, finetune.label_column, labels, path))
   else:
-    examples["label"] = [-1] * len(rows)
+    examples["label"] = [-1.0 if labels is None else -1] * len(rows)
+  if labels is None:
+    examples["label"] = np.asarray(examples["label"], np.float32)
   return rows, examples
 
 
-def register_task(files: Mapping[str, str], finetune, labels: tuple[str, ...],
+def register_task(files: Mapping[str, str], finetune, labels: tuple[str, ...] | None,
                   vocabulary: seqio.Vocabulary, vocab_description: dict,
                   token_types: bool, shuffle_buffer: int,
                   with_labels: bool = True) -> seqio.Task:
   """Registers (once) and returns the Task whose splits read `files` ({split: path})."""
-  description = json.dumps([dict(files), finetune.to_dict(), labels, vocab_description,
-                            token_types, with_labels], sort_keys=True, default=str)
-  name = f"encoderx_classify_{hashlib.sha1(description.encode()).hexdigest()[:12]}"
-  if name in seqio.TaskRegistry.names():
-    return seqio.get_mixture_or_task(name)
-  pair = bool(finetune.text_pair_column)
+  description = [dict(files), finetune.to_dict(), labels, vocab_description, token_types,
+                 with_labels]
+  columns = {split: (lambda path=path: read_examples(path, finetune, labels,
+                                                     with_labels)[1])
+             for split, path in files.items()}
+  encode = functools.partial(encode_texts, pair=bool(finetune.text_pair_column),
+                             token_types=token_types)
+  return example_tasks.register("classify", description, columns, vocabulary, [encode],
+                                shuffle_buffer)
 
-  def dataset_fn(split, shuffle_files, seed=None):
-    del shuffle_files, seed  # the Task's shuffle buffer holds a whole labelled file
-    _, examples = read_examples(files[split], finetune, labels, with_labels)
-    return tf.data.Dataset.from_tensor_slices(examples)
 
-  plain = seqio.PassThroughVocabulary(size=0)
-  features = {"input_ids": seqio.Feature(vocabulary, add_eos=False, dtype=tf.int32)}
-  features.update({name: seqio.Feature(plain, add_eos=False, dtype=tf.int32)
-                   for name in FEATURES[1:]})
-  return seqio.TaskRegistry.add(
-      name,
-      source=seqio.FunctionDataSource(dataset_fn, splits=tuple(files)),
-      preprocessors=[functools.partial(encode_texts, pair=pair, token_types=token_types)],
-      output_features=features,
-      shuffle_buffer_size=shuffle_buffer)
+def encode_each(dataset: tf.data.Dataset, sequence_length: Mapping[str, int],
+                output_features: Mapping[str, seqio.Feature],
+                prefixes: Mapping[str, str]) -> tf.data.Dataset:
+  """Each text field encoded alone, [CLS] text [SEP]: {text field: feature prefix}, e.g.
+  {'text': '', 'text_pair': 'pair_'} gives input_ids ... and pair_input_ids ...; other
+  fields (a label) are kept."""
+  vocabulary = output_features["input_ids"].vocabulary
+  seq_length = sequence_length["input_ids"]
+
+  def encode(example):
+    encoded = {k: v for k, v in example.items() if k not in prefixes}
+    for field, prefix in prefixes.items():
+      ids = tf.cast(vocabulary.tokenize_words_tf(example[field]).flat_values, tf.int32)
+      features = example_tasks.single_sequence(
+          tf.concat([[vocabulary.cls_id], ids[:seq_length - 2], [vocabulary.sep_id]], 0))
+      padded = example_tasks.pad_to(features, seq_length, example_tasks.MODEL_FEATURES)
+      encoded.update({prefix + name: value for name, value in padded.items()})
+    return encoded
+
+  return dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -46,7 +46,8 @@ def _decoded_lines(path: str, invalid_utf8: str) -> Iterator[str]:
             "read undecodable bytes as U+FFFD.") from None
 
 
-def _documents_of_file(path: str, corpus_format: CorpusFormat) -> Iterator[list[str]]:
+def documents_of_file(path: str, corpus_format: CorpusFormat) -> Iterator[list[str]]:
+  """Yields every document of one file, in order, as a list of text blocks."""
   marker = re.compile(corpus_format.document_marker) if corpus_format.document_marker else None
   document, block = [], []
 
@@ -84,7 +85,7 @@ def read_documents(files: list[str], corpus_format: CorpusFormat) -> Iterator[li
   """Yields every document of `files` in order, as a list of text blocks."""
   found = False
   for path in files:
-    for document in _documents_of_file(path, corpus_format):
+    for document in documents_of_file(path, corpus_format):
       found = True
       yield document
   if not found:

@@ -32,7 +32,9 @@ def file_format(path: str, format_name: str = "") -> str:
   return extension
 
 
-def _lines(path: str):
+def numbered_lines(path: str):
+  """(line number, text) of each line of a UTF-8 file; an unreadable file or a line that
+  is not UTF-8 is a LabelledDataError naming it."""
   try:
     handle = open(path, "rb")
   except OSError as error:
@@ -52,7 +54,7 @@ def read_rows(path: str, columns: list[str], format_name: str = "",
   those in `optional` read as "" where the file lacks them."""
   kind = file_format(path, format_name)
   rows, header = [], None
-  for number, line in _lines(path):
+  for number, line in numbered_lines(path):
     if not line.strip():
       continue
     if kind == "jsonl":
@@ -102,3 +104,16 @@ def label_ids(rows, label_column: str, labels: tuple[str, ...], path: str) -> li
           f"{', '.join(map(repr, labels))} (finetune.labels).")
     ids.append(index[row[label_column]])
   return ids
+
+
+def label_scores(rows, label_column: str, path: str) -> list[float]:
+  """Each row's label read as a number (regression targets); a non-number names its
+  line."""
+  scores = []
+  for number, row in rows:
+    try:
+      scores.append(float(row[label_column]))
+    except ValueError:
+      raise LabelledDataError(f"'{path}' line {number}: {label_column} "
+                              f"{row[label_column]!r} is not a number.") from None
+  return scores

@@ -1,15 +1,22 @@
 """Batches of a seqio Task's examples, with a position that checkpoints can save.
 
-Each epoch is a fresh pass of the seqio Task with its own seed, so documents, pairs and
-shuffling change from epoch to epoch while every epoch is reproducible. The position is
-(epoch, batches taken in that epoch); restoring it rebuilds that epoch and skips the
-batches already taken, so a resumed run sees exactly the batches an unbroken run would
-(the skip re-reads at most one epoch of data).
+Two ways to read a Task (`batch_iterator` picks by its source):
+- whole epochs (`BatchIterator`; text files read on the fly, small corpora): each epoch
+  is a fresh pass of the seqio Task with its own seed, so documents, pairs and shuffling
+  change from epoch to epoch while every epoch is reproducible. The position is (epoch,
+  batches taken in that epoch); restoring it rebuilds that epoch and skips the batches
+  already taken (re-reading at most one epoch of data).
+- shard by shard (`stream.StreamBatchIterator`; sources that are `stream.ShardedSource`s:
+  text files with data.streaming, TFDS datasets, preprocessed examples): each process
+  streams its own shards with a position that restores the next batch in constant time
+  (see encoderx/data/stream.py).
+Either way a resumed run sees exactly the batches an unbroken run would.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import logging
 import threading
 from typing import Iterator
@@ -18,6 +25,7 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
+from encoderx.data import stream
 
 
 @dataclasses.dataclass
@@ -51,8 +59,10 @@ logging.getLogger("absl").addFilter(_SeqioCacheAdvice())
 _DATASET_BUILD_LOCK = threading.Lock()
 
 
-def epoch_seed(seed: int, epoch: int) -> int:
-  return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0] % (2**31 - 1))
+def epoch_seed(seed: int, epoch: int, *more: int) -> int:
+  """A seed of (seed, epoch[, shard ...]), for seqio (a positive int32)."""
+  return int(np.random.SeedSequence([seed, epoch, *more]).generate_state(1)[0]
+             % (2**31 - 1))
 
 
 def _release(iterator):
@@ -64,7 +74,7 @@ def feature_lengths(task: seqio.Task, seq_length: int) -> dict[str, int]:
   return {name: seq_length for name in task.output_features}
 
 
-def _build_dataset(task: seqio.Task, split: str, seq_length: int, shuffle: bool, seed: int,
+def build_dataset(task: seqio.Task, split: str, seq_length: int, shuffle: bool, seed: int,
                    shard_info: seqio.ShardInfo | None) -> tf.data.Dataset:
   """One pass of `split`, built under the lock (see _DATASET_BUILD_LOCK)."""
   with _DATASET_BUILD_LOCK:
@@ -99,7 +109,7 @@ class BatchIterator:
     self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2)
 
   def _epoch_dataset(self, epoch: int) -> tf.data.Dataset:
-    dataset = _build_dataset(self.task, self.split, self.seq_length, self.shuffle,
+    dataset = build_dataset(self.task, self.split, self.seq_length, self.shuffle,
                              epoch_seed(self.seed, epoch), self.shard_info)
     return _deterministic(dataset.batch(self.batch_size, drop_remainder=True))
 
@@ -156,14 +166,80 @@ class BatchIterator:
     self._executor.shutdown(wait=wait, cancel_futures=True)
 
 
+def is_streamed(task: seqio.Task) -> bool:
+  """Whether `task` is read shard by shard (stream) rather than as whole epochs."""
+  return isinstance(task.source, stream.ShardedSource)
+
+
+def _open_task_shard(task: seqio.Task, split: str, seq_length: int, seed: int, index: int,
+                     count: int, epoch: int, start: int):
+  """The examples of shard `index` of `count` (one text file, one TFDS file) in `epoch`:
+  the Task's preprocessors run on that shard alone, seeded by (seed, epoch, shard), from
+  its `start`-th example on (the ones before are built and skipped: one shard's work)."""
+  dataset = build_dataset(task, split, seq_length, False, epoch_seed(seed, epoch, index),
+                           seqio.ShardInfo(index=index, num_shards=count))
+  return _deterministic(dataset.skip(start)).as_numpy_iterator()
+
+
+def stream_shards(task: seqio.Task, split: str, seq_length: int, seed: int
+                  ) -> list[stream.Shard]:
+  """The shards of a streamed Task's split at `seq_length`: the source's own files of
+  examples (preprocessed), else each of its input shards run through the Task."""
+  source = task.source
+  if hasattr(source, "example_shards"):
+    return source.example_shards(split, seq_length)
+  names = source.list_shards(split)
+  return [stream.Shard(str(name), functools.partial(
+      _open_task_shard, task, split, seq_length, seed, index, len(names)))
+          for index, name in enumerate(names)]
+
+
+def _process(shard_info: seqio.ShardInfo | None) -> tuple[int, int]:
+  return (shard_info.index, shard_info.num_shards) if shard_info else (0, 1)
+
+
+def batch_iterator(task: seqio.Task, split: str, seq_length: int, batch_size: int,
+                   seed: int, shuffle: bool = True,
+                   shard_info: seqio.ShardInfo | None = None,
+                   position: dict | None = None):
+  """Endless batches of `split` ({feature: [batch, ...]}), continuing from `position` (a
+  dict from an iterator's `position.to_dict()`): a StreamBatchIterator for streamed
+  Tasks, a BatchIterator otherwise. Both have `position`, `close()` and are iterators."""
+  if is_streamed(task):
+    process_index, process_count = _process(shard_info)
+    return stream.StreamBatchIterator(
+        stream_shards(task, split, seq_length, seed), batch_size, seed,
+        window=task.shuffle_buffer_size or 1, shuffle=shuffle,
+        process_index=process_index, process_count=process_count, position=position)
+  return BatchIterator(task, split, seq_length, batch_size, seed, shuffle, shard_info,
+                       DataPosition.from_dict(position) if position else None)
+
+
 def take_batches(task: seqio.Task, split: str, seq_length: int, batch_size: int,
                  count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
   """The first `count` batches of `split` (to look at, measure or test with)."""
-  iterator = BatchIterator(task, split, seq_length, batch_size, seed=seed)
+  iterator = batch_iterator(task, split, seq_length, batch_size, seed=seed)
   try:
     return [next(iterator) for _ in range(count)]
   finally:
     iterator.close()
+
+
+def _padded_batches(examples: Iterator[dict[str, np.ndarray]], batch_size: int
+                    ) -> Iterator[dict[str, np.ndarray]]:
+  """Examples in full batches, the last padded with rows of zeros; `example_weight`
+  [batch] is 1.0 on examples, 0.0 on padding rows."""
+  rows = []
+  for example in examples:
+    rows.append({**example, "example_weight": np.float32(1.0)})
+    if len(rows) == batch_size:
+      yield {name: np.stack([row[name] for row in rows]) for name in rows[0]}
+      rows = []
+  if rows:
+    missing = batch_size - len(rows)
+    yield {name: np.pad(np.stack([row[name] for row in rows]),
+                        [(0, missing)] + [(0, 0)] * np.ndim(rows[0][name]))
+           for name in rows[0]}
 
 
 def whole_split(task: seqio.Task, split: str, seq_length: int, batch_size: int,
@@ -172,12 +248,12 @@ def whole_split(task: seqio.Task, split: str, seq_length: int, batch_size: int,
   """Every example of `split` once, in order, in full batches: the last is padded with
   rows of zeros. Each batch has `example_weight` [batch]: 1.0 on examples, 0.0 on
   padding rows (what evaluations of a whole split weight their metrics by)."""
-  dataset = _build_dataset(task, split, seq_length, False, seed, shard_info)
-  dataset = dataset.map(lambda example: {**example, "example_weight": 1.0})
-  for batch in _deterministic(dataset.batch(batch_size)).as_numpy_iterator():
-    missing = batch_size - len(batch["example_weight"])
-    yield {name: np.pad(value, [(0, missing)] + [(0, 0)] * (value.ndim - 1))
-           for name, value in batch.items()}
+  if is_streamed(task):
+    yield from _padded_batches(stream.all_examples(
+        stream_shards(task, split, seq_length, seed), *_process(shard_info)), batch_size)
+    return
+  dataset = build_dataset(task, split, seq_length, False, seed, shard_info)
+  yield from _padded_batches(_deterministic(dataset).as_numpy_iterator(), batch_size)
 
 
 def evaluation_batches(task: seqio.Task, split: str, seq_length: int, batch_size: int,
@@ -188,8 +264,8 @@ def evaluation_batches(task: seqio.Task, split: str, seq_length: int, batch_size
   if not count:
     yield from whole_split(task, split, seq_length, batch_size, seed, shard_info)
     return
-  iterator = BatchIterator(task, split, seq_length, batch_size, seed=seed, shuffle=False,
-                           shard_info=shard_info)
+  iterator = batch_iterator(task, split, seq_length, batch_size, seed=seed, shuffle=False,
+                            shard_info=shard_info)
   try:
     for _ in range(count):
       yield next(iterator)

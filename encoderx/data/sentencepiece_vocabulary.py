@@ -43,9 +43,11 @@ import tensorflow_text as tf_text
 from google.protobuf import message
 
 from encoderx import files as files_lib
-from encoderx.data import resources
+from encoderx.data import alignment, resources
 from encoderx.data.vocabulary import VocabularyError, check_training_files, training_cli
 
+# AlbertTokenizer's quote replacements, before anything else (layouts with albert_quotes).
+QUOTE_REPLACEMENTS = (("``", '"'), ("''", '"'))
 WORD_START = "▁"
 
 
@@ -190,7 +192,8 @@ class SentencePieceVocabulary(seqio.SentencePieceVocabulary):
   def _prepare_tf(self, text: tf.Tensor) -> tf.Tensor:
     """The layout's tokenizer's steps before the model's normalizer (module docstring)."""
     if LAYOUTS[self.layout].albert_quotes:
-      text = tf.strings.regex_replace(text, "``|''", '"')
+      text = tf.strings.regex_replace(
+          text, "|".join(old for old, _ in QUOTE_REPLACEMENTS), '"')
     if self.strip_accents:
       text = tf_text.normalize_utf8(text, "NFKD")
       text = tf.strings.regex_replace(text, r"\p{M}", "")
@@ -226,6 +229,26 @@ class SentencePieceVocabulary(seqio.SentencePieceVocabulary):
   # --- Python --------------------------------------------------------------------------
   def _encode(self, s: str) -> list[int]:
     return self._encode_tf(tf.constant(s)).numpy().tolist()
+
+  def _prepare_char(self, char: str) -> str:
+    """_prepare_tf's accent stripping and lower-casing of one character (in Python)."""
+    if self.strip_accents:
+      char = alignment.drop_marks(char, "NFKD", "M")
+    return char.lower() if self.lower_case else char
+
+  def encode_with_offsets(self, texts: list[str]) -> list[tuple[list[int], list]]:
+    """[(ids, [(start, end) of each piece in the text])] of each text: SentencePiece's
+    byte offsets into the prepared text (it maps its own normalization back), mapped
+    back through the preparation (encoderx/data/alignment.py), without the space a
+    piece carries before its word."""
+    results = []
+    for text in texts:
+      prepared = alignment.Normalized.of(text, self._prepare_char, QUOTE_REPLACEMENTS
+                                         if LAYOUTS[self.layout].albert_quotes else ())
+      pieces = self.tokenizer.EncodeAsProto(prepared.text).pieces
+      spans = prepared.char_offsets_of_bytes([(p.begin, p.end) for p in pieces])
+      results.append(([p.id for p in pieces], alignment.strip_whitespace(text, spans)))
+    return results
 
   def __hash__(self):
     return hash((self.path, self.lower_case, self.strip_accents, self.layout))

@@ -4,23 +4,30 @@
       -> tokenize_documents            (cacheable, deterministic)
       -> build_<examples>              (seeded: new pairs every epoch)
 
-Each distinct data config registers one Task, named after its contents; importing this
-module registers `encoderx_bert_austen`, BERT pretraining data from the bundled corpus.
+The source reads text files whole (on the fly, for small corpora) or file by file
+(`data.streaming`), a TFDS dataset file by file, or a directory of preprocessed examples
+(`data.preprocessed`, no preprocessors left to run); the last three are streamed shard by
+shard (encoderx/data/stream.py). Each distinct data config registers one Task, named after
+its contents; importing this module registers `encoderx_bert_austen`, BERT pretraining
+data from the bundled corpus.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
 import json
+import os
 
 import ml_collections
+import numpy as np
 import seqio
 import tensorflow as tf
 
 from encoderx import config as config_lib
 from encoderx import objectives
-from encoderx.data import bpe_vocabulary, corpus, preprocessors, resources, segment_pairs
-from encoderx.data import sentencepiece_vocabulary, vocabulary as vocabulary_lib
+from encoderx.data import bpe_vocabulary, corpus, preprocessed, preprocessors, resources
+from encoderx.data import segment_pairs, sentencepiece_vocabulary, stream
+from encoderx.data import vocabulary as vocabulary_lib
 
 SPLITS = ("train", "validation")
 # Example builders: name -> (data config, sentence objective) -> preprocessor of
@@ -102,7 +109,12 @@ def check_text_corpus(config) -> dict[str, int]:
   return counts
 
 
+_DOCUMENT_SIGNATURE = {"text": tf.TensorSpec([], tf.string),
+                       "document_id": tf.TensorSpec([], tf.int64)}
+
+
 def text_file_source(data_config) -> seqio.DataSource:
+  """All the text files as one pass (on the fly): documents are numbered across files."""
   files = corpus_files(data_config)
   corpus_format = _corpus_format(data_config)
   every_nth = data_config.eval_every_nth_document
@@ -112,8 +124,7 @@ def text_file_source(data_config) -> seqio.DataSource:
       for index, blocks in enumerate(corpus.read_documents(files, corpus_format)):
         if corpus.is_held_out(index, every_nth) == (split == "validation"):
           yield {"text": "\n".join(blocks), "document_id": index}
-    dataset = tf.data.Dataset.from_generator(documents, output_signature={
-        "text": tf.TensorSpec([], tf.string), "document_id": tf.TensorSpec([], tf.int64)})
+    dataset = tf.data.Dataset.from_generator(documents, output_signature=_DOCUMENT_SIGNATURE)
     if shuffle_files:
       dataset = dataset.shuffle(data_config.shuffle_buffer, seed=seed)
     return dataset
@@ -121,8 +132,48 @@ def text_file_source(data_config) -> seqio.DataSource:
   return seqio.FunctionDataSource(dataset_fn, splits=SPLITS)
 
 
+class TextFileShards(stream.ShardedSource, seqio.DataSource):
+  """Text files as shards, one file each, streamed (data.streaming): a document is held
+  out by its index within its file (every n-th), so a file is read without the files
+  before it. (The on-the-fly source numbers documents across files; for one file the
+  two splits are the same.)"""
+
+  def __init__(self, files: list[str], corpus_format: corpus.CorpusFormat, every_nth: int):
+    super().__init__(splits=SPLITS)
+    self.files, self.corpus_format, self.every_nth = files, corpus_format, every_nth
+
+  @property
+  def supports_arbitrary_sharding(self) -> bool:
+    return False
+
+  def list_shards(self, split: str) -> list[str]:
+    return self.files
+
+  def get_dataset(self, split: str = "train", shuffle: bool = True, seed: int | None = None,
+                  shard_info: seqio.ShardInfo | None = None, *, sequence_length=None,
+                  use_cached: bool = False, num_epochs: int | None = 1) -> tf.data.Dataset:
+    """Documents of every num_shards-th file (`shard_info`), in an order drawn from `seed`
+    when shuffled."""
+    del sequence_length, use_cached, num_epochs
+    files = self.files[shard_info.index::shard_info.num_shards] if shard_info else self.files
+    if shuffle:
+      files = [files[i] for i in np.random.default_rng(seed).permutation(len(files))]
+
+    def documents():
+      for path in files:
+        for index, blocks in enumerate(corpus.documents_of_file(path, self.corpus_format)):
+          if corpus.is_held_out(index, self.every_nth) == (split == "validation"):
+            yield {"text": "\n".join(blocks), "document_id": index}
+
+    return tf.data.Dataset.from_generator(documents, output_signature=_DOCUMENT_SIGNATURE)
+
+
+class TfdsShards(stream.ShardedSource, seqio.TfdsDataSource):
+  """A TFDS dataset, streamed a file of it at a time (seqio's TfdsDataSource)."""
+
+
 def tfds_source(data_config) -> seqio.DataSource:
-  return seqio.TfdsDataSource(
+  return TfdsShards(
       tfds_name=data_config.tfds_name, tfds_data_dir=data_config.tfds_data_dir or None,
       splits={"train": data_config.tfds_train_split,
               "validation": data_config.tfds_eval_split})
@@ -156,9 +207,18 @@ def register_pretraining_task(config, name: str | None = None) -> seqio.Task:
   name = name or task_name(config)
   if name in seqio.TaskRegistry.names():
     return seqio.get_mixture_or_task(name)
+  features = output_features(build_vocabulary(data_config.vocab))
+  if data_config.preprocessed:
+    return seqio.TaskRegistry.add(
+        name, source=preprocessed_source(config), preprocessors=[],
+        output_features=features, shuffle_buffer_size=data_config.shuffle_buffer)
   if data_config.tfds_name:
     source = tfds_source(data_config)
     documents = [functools.partial(_tfds_documents, text_key=data_config.tfds_text_key)]
+  elif data_config.streaming:
+    source = TextFileShards(corpus_files(data_config), _corpus_format(data_config),
+                            data_config.eval_every_nth_document)
+    documents = []
   else:
     source = text_file_source(data_config)
     documents = []
@@ -172,9 +232,19 @@ def register_pretraining_task(config, name: str | None = None) -> seqio.Task:
           seqio.CacheDatasetPlaceholder(),
           builder,
       ],
-      output_features=output_features(build_vocabulary(data_config.vocab)),
+      output_features=features,
       shuffle_buffer_size=data_config.shuffle_buffer,
   )
+
+
+def preprocessed_source(config) -> preprocessed.PreprocessedSource:
+  """The examples of `config.data.preprocessed`, checked against the config (its manifest
+  must list the same vocabulary, builder and options, and every length it trains at)."""
+  directory = config.data.preprocessed
+  manifest = preprocessed.read_manifest(directory)
+  preprocessed.check_manifest(manifest, config, sentence_objective(config), directory)
+  return preprocessed.PreprocessedSource(os.path.expanduser(directory), manifest,
+                                         config.data.seq_length)
 
 
 def _register_default():

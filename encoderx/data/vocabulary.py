@@ -21,13 +21,14 @@ import argparse
 import functools
 import os
 import tempfile
+import unicodedata
 
 import seqio
 import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.python.ops import bert_tokenizer
 
-from encoderx.data import resources
+from encoderx.data import alignment, resources
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -154,6 +155,28 @@ class WordPieceVocabulary(TokenListVocabulary):
           unknown_token="[UNK]",
           basic_tokenizer_class=lambda *_: _BasicTokenizer(self.lower_case,
                                                            self.strip_accents))
+
+  def _normalize_char(self, char: str) -> str:
+    """_BasicTokenizer's preparation of one character (in Python)."""
+    if char in "\x00\ufffd" or (unicodedata.category(char).startswith("C")
+                                and char not in "\t\n\r"):
+      return ""
+    if self.lower_case:
+      char = char.lower()
+    return alignment.drop_marks(char, "NFD", "Mn") if self.strip_accents else char
+
+  def encode_with_offsets(self, texts: list[str]) -> list[tuple[list[int], list]]:
+    """[(ids, [(start, end) of each piece in the text])] of each text: the pieces of
+    tensorflow-text's tokenizer, run on the text prepared in Python (so that its byte
+    offsets map back through the preparation, encoderx/data/alignment.py)."""
+    prepared = [alignment.Normalized.of(text, self._normalize_char) for text in texts]
+    if not prepared:
+      return []
+    ids, starts, ends = self._tf_tokenizer.tokenize_with_offsets(
+        tf.constant([p.text for p in prepared]))
+    flat = lambda x: x.merge_dims(1, 2).to_list()  # pylint: disable=unnecessary-lambda-assignment
+    return [(row, text.char_offsets_of_bytes(zip(first, last)))
+            for text, row, first, last in zip(prepared, flat(ids), flat(starts), flat(ends))]
 
   def tokenize_words_tf(self, text: tf.Tensor) -> tf.RaggedTensor:
     """Word pieces grouped by word: text [...] -> int32 [..., words, pieces]."""

@@ -510,6 +510,52 @@ register(Family(
         "embeddings.position_embeddings.weight",)))
 
 
+# --- ELECTRA (google-research/electra; transformers models/electra/modeling_electra.py) -----
+def electra_encoder(config: common.ModelConfig, hf: str) -> list[Rule]:
+  """BERT's encoder under `electra.`, and `embeddings_project` (our Embeddings'
+  `projection`) when the embedding size differs from the hidden size."""
+  rules = bert_encoder(config, hf)
+  if config.embedding_size != config.hidden_size:
+    rules += dense(f"{hf}embeddings_project", "encoder_model/embeddings/projection")
+  return rules
+
+
+def _electra_check(config: common.ModelConfig) -> None:
+  if config.layer_sharing != "none":
+    raise ConversionError(f"model.layer_sharing={config.layer_sharing!r} has no Hugging "
+                          "Face ELECTRA equivalent (its layers are distinct).")
+  if (config.attention != "standard" or config.position_embedding != "absolute"
+      or config.position_offset):
+    raise ConversionError(f"model.attention={config.attention!r} / position_embedding="
+                          f"{config.position_embedding!r}: Hugging Face ELECTRA has "
+                          "standard attention with absolute positions from 0.")
+
+
+register(Family(
+    name="electra", config_class="ElectraConfig", prefix="electra", encoder=electra_encoder,
+    pooler="", tokenizer_class="ElectraTokenizer", vocab_kind="wordpiece",
+    heads={
+        # The discriminator (the electra method's transferable parameters: rtd_head).
+        "pretraining": Head("ElectraForPreTraining", lambda config: dense(
+            "discriminator_predictions.dense", "rtd_head/transform") + dense(
+                "discriminator_predictions.dense_prediction", "rtd_head/classifier"),
+                            pooler=False),
+        # The generator, of its own (smaller) config. Hugging Face's generator head
+        # applies GELU whatever hidden_act says (ElectraGeneratorPredictions), as
+        # ELECTRA's models use.
+        "mlm": Head("ElectraForMaskedLM", lambda config: mlm_head(
+            "generator_predictions.dense", "generator_predictions.LayerNorm",
+            "generator_lm_head.bias"), pooler=False, tied=("generator_lm_head.weight",)),
+        # ElectraForSequenceClassification is left out: its head applies GELU to its
+        # dense (ElectraClassificationHead), where our pooler applies tanh.
+        "base": Head("ElectraModel", base_prefix=False, pooler=False),
+    },
+    hf_fields=lambda config: dict(embedding_size=config.embedding_size),
+    model_fields=lambda hf_config: dict(
+        embedding_size=hf_config.get("embedding_size", hf_config["hidden_size"])),
+    check=_electra_check))
+
+
 # --- configs --------------------------------------------------------------------------------
 # encoderx model field -> the name of the same field in Hugging Face configs.
 HF_FIELD_NAMES = dict(

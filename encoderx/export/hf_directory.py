@@ -2,8 +2,8 @@
 
 A directory as `save_pretrained` writes it (or as released checkpoints ship):
 config.json (`model_type` names the family), the weights as model.safetensors or
-pytorch_model.bin, and the tokenizer's files (vocab.txt for BERT, vocab.json + merges.txt
-for RoBERTa, spiece.model for ALBERT, spm.model for DeBERTa v2/v3) with
+pytorch_model.bin, and the tokenizer's files (vocab.txt for BERT and ELECTRA, vocab.json +
+merges.txt for RoBERTa, spiece.model for ALBERT, spm.model for DeBERTa v2/v3) with
 tokenizer_config.json. The weights may be of
 any class of the family (BertModel, BertForPreTraining, BertForSequenceClassification,
 ...): the class is recognized by its weights (encoderx/export/hf.py import_state_dict).

@@ -10,6 +10,7 @@ whole global batch. The data is the config's pretraining seqio Task
 from __future__ import annotations
 
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +33,46 @@ def summarize_terms(terms: dict) -> dict:
   return metrics
 
 
+def validate_data(config) -> None:
+  """Checks the pretraining data fields (config.data); raises config.ConfigError."""
+  data, fail = config.data, config_lib.fail
+  config_lib.check_choice("data.builder", data.builder, tuple(tasks.BUILDERS))
+  config_lib.check_choice("data.invalid_utf8", data.invalid_utf8, ("error", "replace"))
+  if not 0.0 <= data.short_seq_prob <= 1.0:
+    fail("data.short_seq_prob", f"must be in [0, 1], got {data.short_seq_prob}.")
+  if data.eval_every_nth_document < 2:
+    fail("data.eval_every_nth_document", "must be >= 2 so that most documents train.")
+  if data.tfds_name:
+    config_lib.check_tfds_name(data.tfds_name)
+  if data.preprocessed and not os.path.isdir(os.path.expanduser(data.preprocessed)):
+    fail("data.preprocessed", f"'{data.preprocessed}' is not a directory.",
+         "Write one with `python -m encoderx.preprocess --config=... --output=DIR`.")
+  if (not data.preprocessed and not data.tfds_name
+      and data.files != config_lib.BUNDLED_CORPUS):
+    config_lib.resolve_file_patterns(data.files)
+
+
+def validate_mlm(config) -> None:
+  """Checks the masking fields (config.objective.mlm); raises config.ConfigError."""
+  mlm_fields, fail = config.objective.mlm, config_lib.fail
+  config_lib.check_positive(config, "objective.mlm.max_predictions",
+                            "objective.mlm.long_max_predictions",
+                            "objective.mlm.max_ngram", "objective.mlm.max_span_words")
+  config_lib.check_choice("objective.mlm.unit", mlm_fields.unit, mlm.UNITS)
+  if not 0.0 < mlm_fields.span_geometric_p <= 1.0:
+    fail("objective.mlm.span_geometric_p",
+         f"must be in (0, 1], got {mlm_fields.span_geometric_p}.")
+  if not 0.0 < mlm_fields.rate < 1.0:
+    fail("objective.mlm.rate", f"must be in (0, 1), got {mlm_fields.rate}.")
+  if mlm_fields.mask_token_prob < 0 or mlm_fields.random_token_prob < 0 or (
+      mlm_fields.mask_token_prob + mlm_fields.random_token_prob > 1.0):
+    fail("objective.mlm.mask_token_prob",
+         "and random_token_prob must be >= 0 and sum to at most 1.")
+  if mlm_fields.max_predictions > config.data.seq_length:
+    fail("objective.mlm.max_predictions", f"{mlm_fields.max_predictions} exceeds "
+         f"data.seq_length={config.data.seq_length}.")
+
+
 class Pretraining(method_lib.Method):
   """MLM (+ NSP / SOP / SBO) on a PretrainingModel."""
   name = "pretrain"
@@ -52,18 +93,7 @@ class Pretraining(method_lib.Method):
   @classmethod
   def validate(cls, config) -> None:
     data, model, fail = config.data, config.model, config_lib.fail
-    config_lib.check_choice("data.builder", data.builder, tuple(tasks.BUILDERS))
-    config_lib.check_choice("data.invalid_utf8", data.invalid_utf8, ("error", "replace"))
-    if not 0.0 <= data.short_seq_prob <= 1.0:
-      fail("data.short_seq_prob", f"must be in [0, 1], got {data.short_seq_prob}.")
-    if data.eval_every_nth_document < 2:
-      fail("data.eval_every_nth_document", "must be >= 2 so that most documents train.")
-    if data.tfds_name and ":" not in data.tfds_name:
-      fail("data.tfds_name", f"{data.tfds_name!r} lacks a version, which seqio requires.",
-           f"Write e.g. '{data.tfds_name}:1.0.0' (tfds.builder(name).version).")
-    if not data.tfds_name and data.files != config_lib.BUNDLED_CORPUS:
-      config_lib.resolve_file_patterns(data.files)
-
+    validate_data(config)
     names = tuple(config.objective.names)
     if not names:
       fail("objective.names", "is empty; name at least one objective.")
@@ -83,11 +113,8 @@ class Pretraining(method_lib.Method):
     if data.builder == "sentence_pairs" and model.type_vocab_size == 1:
       fail("model.type_vocab_size", "is 1, but sentence pairs give segment B token type 1.",
            "Use 2 (or 0: no token type embedding).")
+    validate_mlm(config)
     mlm_fields = config.objective.mlm
-    config_lib.check_positive(config, "objective.mlm.max_predictions",
-                              "objective.mlm.long_max_predictions",
-                              "objective.mlm.max_ngram", "objective.mlm.max_span_words")
-    config_lib.check_choice("objective.mlm.unit", mlm_fields.unit, mlm.UNITS)
     if "sbo" in names and "mlm" not in names:
       fail("objective.names", "sbo predicts the tokens MLM masks; it needs 'mlm' too "
            "(set objective.weights.mlm=0 to train SBO alone).")
@@ -95,25 +122,16 @@ class Pretraining(method_lib.Method):
       fail("objective.mlm.unit", "sbo predicts masked units from their boundary tokens; "
            f"it needs one of {', '.join(map(repr, mlm.WHOLE_WORD_UNITS))}, got "
            f"{mlm_fields.unit!r}.", "SpanBERT sets 'span'.")
-    if not 0.0 < mlm_fields.span_geometric_p <= 1.0:
-      fail("objective.mlm.span_geometric_p",
-           f"must be in (0, 1], got {mlm_fields.span_geometric_p}.")
-    if not 0.0 < mlm_fields.rate < 1.0:
-      fail("objective.mlm.rate", f"must be in (0, 1), got {mlm_fields.rate}.")
-    if mlm_fields.mask_token_prob < 0 or mlm_fields.random_token_prob < 0 or (
-        mlm_fields.mask_token_prob + mlm_fields.random_token_prob > 1.0):
-      fail("objective.mlm.mask_token_prob",
-           "and random_token_prob must be >= 0 and sum to at most 1.")
-    if mlm_fields.max_predictions > data.seq_length:
-      fail("objective.mlm.max_predictions", f"{mlm_fields.max_predictions} exceeds "
-           f"data.seq_length={data.seq_length}.")
 
   # --- data ------------------------------------------------------------------------------
   def task(self):
     return tasks.register_pretraining_task(self.config)
 
   def check_data(self) -> None:
-    if not self.config.data.tfds_name:
+    data = self.config.data
+    if data.preprocessed:
+      tasks.preprocessed_source(self.config)  # the manifest agrees with the config
+    elif not data.tfds_name and not data.streaming:  # streams are never read whole
       tasks.check_text_corpus(self.config)
 
   # --- parameters ------------------------------------------------------------------------

@@ -1,16 +1,39 @@
-"""Fine-tuning models: the shared encoder (EncoderModel) with a task head."""
+"""Fine-tuning models: the shared encoder (EncoderModel) with a task head.
+
+    SequenceClassifier  sentence representation -> [batch, labels] (a score for 1 label)
+    TokenClassifier     every token -> [batch, length, labels] (tagging)
+    SpanExtractor       every token -> start and end logits [batch, length] (extractive QA)
+    SentenceEncoder     pooled tokens -> [batch, hidden] (embeddings, SimCSE)
+
+Head names follow Hugging Face's classes (`classifier`, `qa_outputs`), whose heads they
+are: BertForSequenceClassification, BertForTokenClassification,
+BertForQuestionAnswering.
+"""
 from __future__ import annotations
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from encoderx.models import common, pretraining
+
+SENTENCE_POOLINGS = ("first_token", "mean")
 
 
 def sentence_representation(outputs: dict, pooling: str) -> jax.Array:
   """[batch, hidden]: the pooler's output ('pooler', BERT's tanh dense on the first
   token) or the encoder's output at the first token ('first_token')."""
   return outputs["pooled"] if pooling == "pooler" else outputs["hidden"][:, 0]
+
+
+def pool(hidden: jax.Array, segment_ids: jax.Array, pooling: str) -> jax.Array:
+  """[batch, length, hidden] -> [batch, hidden]: the first token ('first_token', [CLS])
+  or the mean over the real tokens, special ones included ('mean', as
+  sentence-transformers' Pooling(pooling_mode_mean_tokens) over the attention mask)."""
+  if pooling == "first_token":
+    return hidden[:, 0]
+  real = (segment_ids > 0).astype(hidden.dtype)[..., None]
+  return (hidden * real).sum(axis=1) / jnp.maximum(real.sum(axis=1), 1e-9)
 
 
 class SequenceClassifier(nn.Module):
@@ -30,3 +53,47 @@ class SequenceClassifier(nn.Module):
   def __call__(self, batch: dict, deterministic: bool = True) -> jax.Array:
     x = sentence_representation(self.encoder_model(batch, deterministic), self.pooling)
     return self.classifier(self.dropout_layer(x, deterministic=deterministic))
+
+
+class TokenClassifier(nn.Module):
+  """Encoder -> dropout -> linear on every token: [batch, length, num_labels]."""
+  config: common.ModelConfig
+  num_labels: int
+  dropout: float = 0.1
+
+  def setup(self):
+    self.encoder_model = pretraining.EncoderModel(self.config, with_pooler=False)
+    self.dropout_layer = nn.Dropout(self.dropout)
+    self.classifier = common.dense(self.config, self.num_labels, ("embed", None),
+                                   "classifier")
+
+  def __call__(self, batch: dict, deterministic: bool = True) -> jax.Array:
+    hidden = self.encoder_model(batch, deterministic)["hidden"]
+    return self.classifier(self.dropout_layer(hidden, deterministic=deterministic))
+
+
+class SpanExtractor(nn.Module):
+  """Encoder -> linear to two scores per token: (start, end) logits, each
+  [batch, length] (BertForQuestionAnswering's qa_outputs, no dropout)."""
+  config: common.ModelConfig
+
+  def setup(self):
+    self.encoder_model = pretraining.EncoderModel(self.config, with_pooler=False)
+    self.qa_outputs = common.dense(self.config, 2, ("embed", None), "qa_outputs")
+
+  def __call__(self, batch: dict, deterministic: bool = True) -> tuple[jax.Array, jax.Array]:
+    logits = self.qa_outputs(self.encoder_model(batch, deterministic)["hidden"])
+    return logits[..., 0], logits[..., 1]
+
+
+class SentenceEncoder(nn.Module):
+  """Encoder -> pooled tokens (see `pool`): [batch, hidden]."""
+  config: common.ModelConfig
+  pooling: str = "mean"
+
+  def setup(self):
+    self.encoder_model = pretraining.EncoderModel(self.config, with_pooler=False)
+
+  def __call__(self, batch: dict, deterministic: bool = True) -> jax.Array:
+    hidden = self.encoder_model(batch, deterministic)["hidden"]
+    return pool(hidden, batch["segment_ids"], self.pooling)

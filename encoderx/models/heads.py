@@ -1,5 +1,5 @@
-"""Pretraining heads: masked-LM and span boundary (both tied to the token embedding) and
-sentence-level."""
+"""Pretraining heads: masked-LM and span boundary (both tied to the token embedding),
+sentence-level, and replaced-token detection (ELECTRA's discriminator)."""
 from __future__ import annotations
 
 import flax.linen as nn
@@ -99,3 +99,21 @@ class SentenceHead(nn.Module):
   @nn.compact
   def __call__(self, pooled: jax.Array) -> jax.Array:
     return common.dense(self.config, 2, ("mlp", None), "classifier")(pooled)
+
+
+class RtdHead(nn.Module):
+  """ELECTRA's discriminator head: Dense(hidden) + activation + Dense(1), the score that a
+  token was replaced: [batch, length, hidden] -> [batch, length] logits.
+
+  google-research/electra run_pretraining.py `_get_discriminator_output`; Hugging Face
+  `ElectraDiscriminatorPredictions` (dense, dense_prediction).
+  """
+  config: common.ModelConfig
+
+  @nn.compact
+  def __call__(self, hidden: jax.Array) -> jax.Array:
+    config = self.config
+    x = common.dense(config, config.hidden_size, ("embed", "mlp"), "transform")(hidden)
+    x = common.constrain_hidden(x)  # pinned to the hidden layout, as in _transform
+    x = common.ACTIVATIONS[config.hidden_act](x)
+    return common.dense(config, 1, ("mlp", None), "classifier")(x)[..., 0]

@@ -80,12 +80,13 @@ class EncoderModel(nn.Module):
 class PretrainingModel(nn.Module):
   """The encoder with the heads its objectives need.
 
-  `heads`: names among 'mlm', 'sentence' (NSP/SOP) and 'sbo' (span boundary). `__call__`
-  returns the encoder outputs plus `mlm_logits` [batch, predictions, vocab] at
-  `batch['masked_positions']` (every position when absent; from the enhanced mask
-  decoder's output with model.enhanced_mask_decoder), `sentence_logits` [batch, 2]
-  and `sbo_logits` [batch, predictions, vocab] from `batch['masked_unit_left']`,
-  `['masked_unit_right']` and `['masked_unit_offset']` (only when the batch has them).
+  `heads`: names among 'mlm', 'sentence' (NSP/SOP), 'sbo' (span boundary) and 'rtd'
+  (replaced-token detection). `__call__` returns the encoder outputs plus `mlm_logits`
+  [batch, predictions, vocab] at `batch['masked_positions']` (every position when
+  absent; from the enhanced mask decoder's output with model.enhanced_mask_decoder),
+  `sentence_logits` [batch, 2], `sbo_logits` [batch, predictions, vocab] from
+  `batch['masked_unit_left']`, `['masked_unit_right']` and `['masked_unit_offset']` (only
+  when the batch has them) and `rtd_logits` [batch, length].
   """
   config: common.ModelConfig
   heads: tuple[str, ...] = ("mlm", "sentence")
@@ -100,6 +101,8 @@ class PretrainingModel(nn.Module):
       self.sentence_head = heads.SentenceHead(self.config)
     if "sbo" in self.heads:
       self.sbo_head = heads.SboHead(self.config)
+    if "rtd" in self.heads:
+      self.rtd_head = heads.RtdHead(self.config)
 
   def __call__(self, batch: dict, deterministic: bool = True) -> dict:
     outputs = self.encoder_model(batch, deterministic)
@@ -117,6 +120,8 @@ class PretrainingModel(nn.Module):
       outputs["sbo_logits"] = self.sbo_head(
           outputs["hidden"], batch["masked_unit_left"], batch["masked_unit_right"],
           batch["masked_unit_offset"], self.encoder_model.embeddings)
+    if "rtd" in self.heads:
+      outputs["rtd_logits"] = self.rtd_head(outputs["hidden"])
     return outputs
 
 

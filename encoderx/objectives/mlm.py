@@ -14,8 +14,10 @@ What is masked is `MlmConfig.unit`:
   unit lengths.
 
 Of the chosen tokens, `mask_token_prob` become [MASK], `random_token_prob` random
-non-special tokens, the rest stay; for units the choice is made once per unit (the
-whole span is [MASK], or random tokens, or kept). All chosen tokens are predicted.
+non-special tokens, the rest stay (BERT: 0.8 / 0.1 / 0.1; ELECTRA's generator input,
+google-research/electra pretrain_helpers.mask: 0.85 / 0 / 0.15); for units the choice is
+made once per unit (the whole span is [MASK], or random tokens, or kept). All chosen
+tokens are predicted.
 This runs on device at every step (every step and epoch sees fresh masks), as BERT's
 create_pretraining_data, ALBERT's n-gram and SpanBERT's span masking did offline.
 
@@ -111,11 +113,20 @@ def corrupt(batch: dict, key: jax.Array, positions: jax.Array, weights: jax.Arra
   new = jnp.where(action < config.mask_token_prob, config.mask_id,
                   jnp.where(action < config.mask_token_prob + config.random_token_prob,
                             random_ids, original))
-  new = jnp.where(weights, new, original)
-  rows = jnp.arange(input_ids.shape[0])[:, None]
-  return {**batch, "input_ids": input_ids.at[rows, positions].set(new),
+  return {**batch, "input_ids": place(input_ids, positions, weights, new),
           "masked_positions": positions, "masked_ids": original,
           "masked_weights": weights.astype(jnp.float32)}
+
+
+def place(sequence: jax.Array, positions: jax.Array, weights: jax.Array,
+          values: jax.Array) -> jax.Array:
+  """`sequence` [batch, length] with `values` [batch, predictions] written at `positions`
+  where `weights` (elsewhere it keeps its own). Positions of a row are distinct, as every
+  selection here makes them: the corruption above, and ELECTRA's generator samples and
+  replaced-token labels (encoderx/methods/electra.py)."""
+  rows = jnp.arange(sequence.shape[0])[:, None]
+  current = jnp.take_along_axis(sequence, positions, axis=1)
+  return sequence.at[rows, positions].set(jnp.where(weights, values, current))
 
 
 def select_tokens(key: jax.Array, candidates: jax.Array, num_to_mask: jax.Array,

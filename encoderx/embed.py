@@ -1,0 +1,146 @@
+"""Sentence embeddings from a trained encoder: a command and a library call.
+
+    python -m encoderx.embed --init_from=hf:DIR --input=sentences.txt --output=emb.npy \
+        [--pooling=mean|cls] [--normalize] [--batch_size=64] [--max_length=256]
+
+writes a float32 [lines, hidden] array, row i the embedding of line i of the input (a
+UTF-8 file, one text a line). The same from Python:
+
+    from encoderx import embed
+    embedder = embed.Embedder("hf:DIR", pooling="mean", normalize=True)
+    vectors = embedder(["It is a truth universally acknowledged.", ...])  # [n, hidden]
+
+`init_from` is what --init_from of a training run takes: a run's work directory (its
+latest checkpoint: e.g. a SimCSE run) or hf:DIR, a Hugging Face model directory (e.g. a
+sentence-transformers model's). Texts are tokenized as training tokenizes them ([CLS]
+text [SEP], cut to `max_length` tokens), sorted by length into batches padded to a few
+bucket lengths (one compilation each), embedded by one jitted function and put back in
+input order. `mean` pooling averages the encoder's outputs over the real tokens, special
+ones included, and `cls` takes the first token's, as sentence-transformers' Pooling
+does; `normalize` scales to unit length (its Normalize module).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import io
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from tqdm.auto import tqdm
+
+from encoderx import files as files_lib
+from encoderx import initialize
+from encoderx.data import labelled, tasks
+from encoderx.models import common, finetuning
+
+POOLINGS = {"mean": "mean", "cls": "first_token"}
+# Padded lengths of the batches: each a compilation; a batch takes the shortest that fits.
+BUCKETS = (16, 32, 64, 128, 256, 512)
+
+
+class Embedder:
+  """Embeds texts with the encoder of `init_from` (see the module docstring)."""
+
+  def __init__(self, init_from: str, pooling: str = "mean", normalize: bool = False,
+               max_length: int = 256, batch_size: int = 64):
+    if pooling not in POOLINGS:
+      raise ValueError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}.")
+    source = initialize.open_source(init_from)
+    self.vocabulary = tasks.build_vocabulary(ml_collections.ConfigDict(source.vocab))
+    fields = {**dataclasses.asdict(common.ModelConfig()), **source.model,
+              "scan_layers": False, "remat": False}  # the source's params come unscanned
+    self.model_config = common.ModelConfig.from_config(fields, self.vocabulary.vocab_size)
+    limit = self.model_config.max_position_embeddings - self.model_config.position_offset
+    self.max_length = min(max_length, limit)
+    self.batch_size = batch_size
+    self.normalize = normalize
+    self.model = finetuning.SentenceEncoder(self.model_config, POOLINGS[pooling])
+    params = source.load_params()
+    self.params = {"encoder_model": {k: v for k, v in params["encoder_model"].items()
+                                     if k != "pooler"}}
+
+  @functools.cached_property
+  def _embed_batch(self):
+    def embed(params, batch):
+      vectors = self.model.apply({"params": params}, batch).astype(jnp.float32)
+      if self.normalize:
+        vectors /= jnp.maximum(jnp.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+      return vectors
+    return jax.jit(embed)
+
+  def token_ids(self, texts: list[str]) -> list[list[int]]:
+    """[CLS] pieces [SEP] of each text, at most max_length ids."""
+    vocabulary, rows = self.vocabulary, []
+    for start in range(0, len(texts), 1024):  # one tokenizer call per 1,024 texts
+      pieces = vocabulary.tokenize_words_tf(texts[start:start + 1024]).merge_dims(1, 2)
+      rows += [[vocabulary.cls_id] + ids[:self.max_length - 2] + [vocabulary.sep_id]
+               for ids in pieces.to_list()]
+    return rows
+
+  def __call__(self, texts: list[str], show_progress: bool = False) -> np.ndarray:
+    """float32 [len(texts), hidden]."""
+    rows = self.token_ids(list(texts))
+    order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+    output = np.zeros([len(rows), self.model_config.hidden_size], np.float32)
+    starts = range(0, len(order), self.batch_size)
+    for start in tqdm(starts, desc="embed", unit="batch", disable=not show_progress):
+      chosen = order[start:start + self.batch_size]
+      vectors = self._embed_batch(self.params, self._batch([rows[i] for i in chosen]))
+      output[chosen] = np.asarray(vectors)[:len(chosen)]
+    return output
+
+  def _batch(self, rows: list[list[int]]) -> dict[str, np.ndarray]:
+    longest = max(len(row) for row in rows)
+    length = next((b for b in BUCKETS if b >= longest), longest)
+    ids = np.full([self.batch_size, length], self.vocabulary.pad_id, np.int32)
+    real = np.zeros([self.batch_size, length], np.int32)
+    for i, row in enumerate(rows):  # a short last batch is padded with empty rows
+      ids[i, :len(row)], real[i, :len(row)] = row, 1
+    return {"input_ids": ids, "token_type_ids": np.zeros_like(ids), "segment_ids": real,
+            "positions": np.broadcast_to(np.arange(length, dtype=np.int32), ids.shape)}
+
+
+def embed(texts: list[str], init_from: str, **options) -> np.ndarray:
+  """float32 [len(texts), hidden]: `Embedder(init_from, **options)(texts)`."""
+  return Embedder(init_from, **options)(texts)
+
+
+def read_lines(path: str) -> list[str]:
+  """Every line of a UTF-8 text file (blank ones too, so rows match line numbers)."""
+  return [line for _, line in labelled.numbered_lines(path)]
+
+
+def main(argv=None) -> None:
+  import argparse  # pylint: disable=g-import-not-at-top
+  parser = argparse.ArgumentParser(description="Embed each line of a text file.")
+  parser.add_argument("--init_from", required=True,
+                      help="a run's work directory, or hf:DIR (a Hugging Face model)")
+  parser.add_argument("--input", required=True, help="UTF-8 text, one text a line")
+  parser.add_argument("--output", required=True, help="where to write the .npy array")
+  parser.add_argument("--pooling", choices=tuple(POOLINGS), default="mean")
+  parser.add_argument("--normalize", action="store_true", help="scale to unit length")
+  parser.add_argument("--batch_size", type=int, default=64)
+  parser.add_argument("--max_length", type=int, default=256,
+                      help="tokens per text at most, [CLS] and [SEP] included")
+  args = parser.parse_args(argv)
+  try:
+    texts = read_lines(args.input)
+    embedder = Embedder(args.init_from, pooling=args.pooling, normalize=args.normalize,
+                        max_length=args.max_length, batch_size=args.batch_size)
+  except (labelled.LabelledDataError, initialize.InitError) as error:
+    print(f"encoderx: error: {error}", file=sys.stderr)
+    sys.exit(2)
+  vectors = embedder(texts, show_progress=True)
+  buffer = io.BytesIO()
+  np.save(buffer, vectors)
+  files_lib.write_atomically(args.output, buffer.getvalue())
+  print(f"wrote {vectors.shape[0]} embeddings of {vectors.shape[1]} dimensions to "
+        f"{args.output}")
+
+
+if __name__ == "__main__":
+  main()

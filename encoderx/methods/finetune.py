@@ -1,0 +1,118 @@
+"""What every fine-tuning method shares: the encoder and vocabulary a run starts from,
+one head model, the checks of config.finetune's files, evaluation over padded batches of
+a whole split, and what a checkpoint describes.
+
+A fine-tuning method (classify, tag, qa, similarity, simcse) subclasses `FineTuning`,
+builds its model in `build_model`, reads its data in `task` and scores it in `loss`,
+`evaluate` and `summarize_evaluation`. Start from a pretrained encoder with
+`--init_from` (another run, or hf:DIR): the run takes that source's encoder fields and
+vocabulary (encoderx/initialize.py) before the method is built.
+"""
+from __future__ import annotations
+
+import abc
+import os
+from typing import ClassVar
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from encoderx import config as config_lib
+from encoderx import method as method_lib
+from encoderx.data import tasks
+from encoderx.models import pretraining
+
+
+# The run's splits and the config fields of their files.
+SPLIT_FILES = {"train": "train_file", "validation": "dev_file"}
+
+
+def real_rows(outputs: list[dict]) -> dict[str, np.ndarray]:
+  """The evaluated batches' outputs joined along the batch, without the padding rows
+  (`weights` 0) that complete the last batch of a whole split."""
+  joined = {k: np.concatenate([np.asarray(o[k]) for o in outputs]) for k in outputs[0]}
+  real = joined.pop("weights") > 0
+  return {k: v[real] for k, v in joined.items()}
+
+
+class FineTuning(method_lib.Method):
+  """A task head over the encoder, trained from labelled files (or a TFDS dataset)."""
+  # What summarize_evaluation reports; eval.best_metric must be one of them.
+  METRICS: ClassVar[tuple[str, ...]] = ()
+  # True when config.data.tfds_name may replace finetune.train_file / dev_file.
+  READS_TFDS: ClassVar[bool] = False
+
+  def __init__(self, config):
+    super().__init__(config)
+    self.vocabulary = tasks.build_vocabulary(config.data.vocab)
+    self.model_config = method_lib.model_config(config, self.vocabulary)
+    self.model = self.build_model()
+
+  @abc.abstractmethod
+  def build_model(self) -> nn.Module:
+    """The model: an `encoder_model` (pretraining.EncoderModel) and the task's head."""
+
+  # --- config ----------------------------------------------------------------------------
+  @classmethod
+  def check_file(cls, config, field: str, path: str) -> None:
+    """Checks a data file's name (e.g. its format); raises config.ConfigError."""
+
+  @classmethod
+  def validate(cls, config) -> None:
+    finetune, fail = config.finetune, config_lib.fail
+    if cls.READS_TFDS and config.data.tfds_name:
+      config_lib.check_tfds_name(config.data.tfds_name)
+    else:
+      for field in ("train_file", "dev_file"):
+        path = finetune[field]
+        if not path:
+          fail(f"finetune.{field}", "is empty; name a file of examples"
+               + (" (or set data.tfds_name)." if cls.READS_TFDS else "."))
+        if not os.path.isfile(os.path.expanduser(path)):
+          fail(f"finetune.{field}", f"'{path}' is not a file.")
+        cls.check_file(config, f"finetune.{field}", path)
+    if not 0.0 <= finetune.classifier_dropout < 1.0:
+      fail("finetune.classifier_dropout",
+           f"must be in [0, 1), got {finetune.classifier_dropout}.")
+    if config.train.long_fraction:
+      fail("train.long_fraction", "fine-tuning runs at one length (data.seq_length); "
+           "set it to 0.")
+    if config.eval.best_metric:
+      config_lib.check_choice("eval.best_metric", config.eval.best_metric, cls.METRICS)
+
+  # --- data ------------------------------------------------------------------------------
+  def tfds_split(self, split: str) -> str:
+    """The TFDS split that `split` ('train' or 'validation') reads."""
+    data = self.config.data
+    return data.tfds_train_split if split == "train" else data.tfds_eval_split
+
+  def source(self, split: str) -> str:
+    """What `split` is read from: its file, or the TFDS dataset's split."""
+    if self.READS_TFDS and self.config.data.tfds_name:
+      return f"{self.config.data.tfds_name}[{self.tfds_split(split)}]"
+    return self.config.finetune[SPLIT_FILES[split]]
+
+  # --- parameters ------------------------------------------------------------------------
+  def init(self, key):
+    batch = pretraining.init_batch(1, 8)
+    return {"params": self.model.init({"params": key, "dropout": key}, batch)["params"]}
+
+  def apply(self, params, batch: dict, key: jax.Array | None = None):
+    """The model's outputs, in float32; dropout on when a `key` is given (training)."""
+    outputs = self.model.apply({"params": params}, batch, deterministic=key is None,
+                               rngs=None if key is None else {"dropout": key})
+    return jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), outputs)
+
+  # --- the train step --------------------------------------------------------------------
+  def denominators(self, batch):
+    return {"examples": jnp.asarray(batch["input_ids"].shape[0], jnp.float32)}
+
+  # --- identity --------------------------------------------------------------------------
+  def describe_head(self) -> dict:
+    """What besides the encoder a checkpoint must agree on (labels, pooling...)."""
+    return {}
+
+  def describe(self) -> dict:
+    return {"model": method_lib.describe_model(self.model_config), **self.describe_head()}

@@ -1,0 +1,251 @@
+"""Data at corpus scale: preprocessed shards and their manifest, streams of text files and
+preprocessed examples, per-process shards, and resuming a stream in constant time."""
+import collections
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from encoderx import preprocess, train
+from encoderx.data import pipeline, preprocessed, stream, tasks
+
+ONE_DEVICE = jax.devices()[:1]
+FILES, DOCUMENTS, SENTENCES = 3, 15, 8
+
+
+@pytest.fixture(scope="session")
+def corpus_dir(tmp_path_factory, austen_lines):
+  """FILES text files of DOCUMENTS documents of SENTENCES Austen lines each (BERT's
+  format: a sentence per line, a blank line between documents)."""
+  directory = tmp_path_factory.mktemp("corpus")
+  lines = iter(austen_lines(FILES * DOCUMENTS * SENTENCES))
+  for index in range(FILES):
+    documents = ["\n".join(next(lines) for _ in range(SENTENCES)) for _ in range(DOCUMENTS)]
+    (directory / f"part{index}.txt").write_text("\n\n".join(documents) + "\n")
+  return directory
+
+
+def _config(tiny_config, corpus_dir, **data):
+  config = tiny_config()
+  config.data.files = str(corpus_dir / "*.txt")
+  config.data.document_marker = ""
+  config.data.sentence_per_line = True
+  config.data.eval_every_nth_document = 5
+  config.data.shuffle_buffer = 32
+  for field, value in data.items():
+    config.data[field] = value
+  return config
+
+
+@pytest.fixture(scope="session")
+def written(tmp_path_factory, corpus_dir):
+  """(config, directory): the small corpus preprocessed with 2 copies by 2 workers."""
+  from conftest import _tiny_config  # pylint: disable=import-outside-toplevel
+  config = _config(lambda: _tiny_config(), corpus_dir)
+  output = tmp_path_factory.mktemp("preprocessed") / "examples"
+  preprocess.run(config, str(output), copies=2, workers=2, show_progress=False)
+  return config, str(output)
+
+
+def _preprocessed_config(written_fixture):
+  config, directory = written_fixture
+  config = preprocess.source_config(config)
+  config.data.streaming, config.data.preprocessed = False, directory
+  return config
+
+
+def _ids(examples) -> list[bytes]:
+  return [e["input_ids"].tobytes() for e in examples]
+
+
+def test_manifest_counts_every_file_and_a_run_checks_it(written):
+  config, directory = written
+  manifest = preprocessed.read_manifest(directory)
+  length = manifest["lengths"]["64"]
+  assert list(length["features"]) == ["input_ids", "token_type_ids", "segment_ids",
+                                      "positions", "word_starts", "sentence_label"]
+  train_split = length["splits"]["train"]
+  assert len(train_split["copies"]) == 2 and len(length["splits"]["validation"]["copies"]) == 1
+  for copy in train_split["copies"]:
+    assert [e["source"] for e in copy] == tasks.corpus_files(config.data)
+    for entry in copy:
+      assert preprocessed.count_records(os.path.join(directory, entry["file"])) == (
+          entry["examples"]) > 0
+  assert train_split["examples"] == sum(e["examples"] for c in train_split["copies"] for e in c)
+  assert manifest["examples"]["vocabulary_sha256"] == preprocessed.vocabulary_fingerprint(
+      config.data.vocab)["vocabulary_sha256"]
+  assert not os.path.exists(os.path.join(directory, preprocess.PLAN))
+
+  other = _preprocessed_config(written)
+  other.data.builder, other.objective.names = "full_sentences", ("mlm",)
+  other.data.vocab.lower_case = False
+  other.train.long_fraction, other.train.long_seq_length = 0.5, 128
+  with pytest.raises(preprocessed.ManifestError) as error:
+    tasks.preprocessed_source(other)
+  message = str(error.value)
+  for difference in ("builder: preprocessed 'sentence_pairs', this config 'full_sentences'",
+                     "sentence_objective: preprocessed 'nsp', this config None",
+                     "vocabulary_lower_case: preprocessed True, this config False",
+                     "lengths: preprocessed [64], this config trains at [64, 128]"):
+    assert difference in message
+  with pytest.raises(preprocessed.ManifestError, match="holds no manifest.json"):
+    preprocessed.read_manifest(os.path.dirname(directory))
+
+
+def test_preprocessing_never_overwrites_and_continues_where_it_stopped(written, tmp_path):
+  config, directory = written
+  with pytest.raises(Exception, match="already holds preprocessed examples"):
+    preprocess.run(config, directory, copies=2, workers=1, show_progress=False)
+  # An interrupted run: the plan and some finished files, no manifest.
+  output = tmp_path / "again"
+  output.mkdir()
+  units = preprocess.plan(config, copies=2)
+  for unit in units[:-1]:
+    os.link(os.path.join(directory, unit.file), output / unit.file)
+  (output / preprocess.PLAN).write_text(json.dumps(
+      {**preprocess._description(config, 2), "lengths": [64]}))  # pylint: disable=protected-access
+  with pytest.raises(Exception, match="unfinished preprocessing of another config"):
+    preprocess.run(config, str(output), copies=1, workers=1, show_progress=False)
+  manifest = preprocess.run(config, str(output), copies=2, workers=1, show_progress=False)
+  assert manifest == preprocessed.read_manifest(directory)
+  for unit in units:
+    assert _ids(preprocessed.read_records(str(output / unit.file), manifest["lengths"]["64"][
+        "features"])) == _ids(preprocessed.read_records(
+            os.path.join(directory, unit.file), manifest["lengths"]["64"]["features"]))
+
+
+def test_preprocessed_examples_are_those_of_streaming_the_text(written):
+  config, _ = written
+  text = tasks.register_pretraining_task(preprocess.source_config(config))
+  examples = tasks.register_pretraining_task(_preprocessed_config(written))
+  assert pipeline.is_streamed(text) and pipeline.is_streamed(examples)
+  raw = pipeline.stream_shards(text, "train", 64, config.train.seed)
+  ready = pipeline.stream_shards(examples, "train", 64, config.train.seed)
+  # Copy c is what epoch c of the text stream builds; epoch 2 reads copy 0 again.
+  assert _ids(ready[1].open(1, 0)) == _ids(raw[1].open(1, 0))
+  assert _ids(ready[1].open(2, 0)) == _ids(ready[1].open(0, 0)) != _ids(ready[1].open(1, 0))
+  # Whole streams in their first epoch (a run's first phase is seeded with train.seed):
+  # shard order, interleaving, window shuffle and batches agree; so do evaluations.
+  seed = config.train.seed
+  assert [_ids([b]) for b in pipeline.take_batches(text, "train", 64, 8, 6, seed)] == [
+      _ids([b]) for b in pipeline.take_batches(examples, "train", 64, 8, 6, seed)]
+  assert [_ids([b]) for b in pipeline.evaluation_batches(text, "validation", 64, 8, 2, seed)
+          ] == [_ids([b]) for b in pipeline.evaluation_batches(examples, "validation", 64, 8,
+                                                               2, seed)]
+  # seqio users read the first copy through the Task.
+  dataset = examples.get_dataset({"input_ids": 64}, "train", shuffle=False)
+  assert _ids(dataset.take(20).as_numpy_iterator()) == _ids(ready[0].open(0, 0))[:20]
+
+
+def test_text_streams_hold_out_documents_by_their_place_in_their_file(tiny_config,
+                                                                      corpus_dir):
+  config = _config(tiny_config, corpus_dir, streaming=True)
+  source = tasks.register_pretraining_task(config).source
+  held_out = {split: [int(d["document_id"]) for d in source.get_dataset(
+      split, shuffle=False, shard_info=None).as_numpy_iterator()] for split in tasks.SPLITS}
+  assert held_out["validation"] == [4, 9, 14] * FILES
+  assert len(held_out["train"]) == (DOCUMENTS - 3) * FILES
+
+
+def _unshuffled_epoch(shards, count):
+  iterator = stream.ShardStream(shards, seed=0, shuffle=False).__iter__()
+  return [next(iterator) for _ in range(count)]
+
+
+def test_an_epoch_is_every_example_once_and_processes_read_their_own_shards(written):
+  task = tasks.register_pretraining_task(_preprocessed_config(written))
+  shards = pipeline.stream_shards(task, "train", 64, 0)
+  manifest = task.source.manifest["lengths"]["64"]["splits"]["train"]
+  counts = [[e["examples"] for e in copy] for copy in manifest["copies"]]
+  every = [[_ids(shard.open(epoch, 0)) for shard in shards] for epoch in (0, 1)]
+  epochs = _ids(_unshuffled_epoch(shards, sum(map(sum, counts))))
+  first = sum(counts[0])
+  for examples, copy in ((epochs[:first], every[0]), (epochs[first:], every[1])):
+    assert collections.Counter(examples) == collections.Counter(sum(copy, []))
+  # Two processes: shards 0, 2 and shard 1, in canonical order; together everything once.
+  parts = [_ids(stream.all_examples(shards, index, 2)) for index in (0, 1)]
+  assert parts == [every[0][0] + every[0][2], every[0][1]]
+  with pytest.raises(stream.StreamError, match="3 shard.*fewer than the 5 processes"):
+    next(stream.StreamBatchIterator(shards, 8, 0, window=4, process_count=5))
+  # Shuffled epochs read shards in new orders.
+  orders = {tuple(stream.shard_order(16, seed=3, epoch=e, shuffle=True)) for e in range(5)}
+  assert len(orders) == 5
+
+
+def _resumed_equals_straight(task, batches_before, batches_after, batch_size=8):
+  straight = pipeline.batch_iterator(task, "train", 64, batch_size, seed=7)
+  for _ in range(batches_before):
+    next(straight)
+  position = json.loads(json.dumps({"phase": 0, **straight.position.to_dict()}))
+  expected = [next(straight) for _ in range(batches_after)]
+  straight.close()
+  resumed = pipeline.batch_iterator(task, "train", 64, batch_size, seed=7, position=position)
+  try:
+    for want in expected:
+      got = next(resumed)
+      for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+  finally:
+    resumed.close()
+  return position
+
+
+def test_streams_resume_with_the_next_batch(written, tiny_config, corpus_dir):
+  examples = tasks.register_pretraining_task(_preprocessed_config(written))
+  epoch = examples.source.manifest["lengths"]["64"]["splits"]["train"]["examples"] // 2
+  # Past two epochs (two copies), in the middle of a window and of open shards.
+  position = _resumed_equals_straight(examples, 2 * epoch // 8 + 5, 4)
+  assert position["stream"]["parent_window_start_state"]["epoch"] >= 2
+  text = tasks.register_pretraining_task(_config(tiny_config, corpus_dir, streaming=True))
+  _resumed_equals_straight(text, 7, 3)
+
+
+def test_resuming_a_preprocessed_stream_reads_one_window_wherever_it_is(written,
+                                                                      monkeypatch):
+  task = tasks.register_pretraining_task(_preprocessed_config(written))
+  window, batch = task.shuffle_buffer_size, 8
+  decoded = collections.Counter()
+  real_decode = preprocessed.decode
+
+  def counting_decode(record, features):
+    decoded["records"] += 1
+    return real_decode(record, features)
+
+  def records_to_resume(batches_before):
+    straight = pipeline.batch_iterator(task, "train", 64, batch, seed=7)
+    for _ in range(batches_before):
+      next(straight)
+    straight.close()
+    monkeypatch.setattr(preprocessed, "decode", counting_decode)
+    decoded.clear()
+    resumed = pipeline.batch_iterator(task, "train", 64, batch, seed=7,
+                                      position=straight.position.to_dict())
+    next(resumed)
+    resumed.close()
+    monkeypatch.setattr(preprocessed, "decode", real_decode)
+    return decoded["records"]
+
+  # What resuming reads: the current window (and the next, when the batches prefetched
+  # after the position cross into it), wherever the position is.
+  bound = 2 * window + (stream.PREFETCH_BATCHES + 2) * batch
+  early, late = records_to_resume(3), records_to_resume(300)
+  assert early <= bound and late <= bound, (early, late, bound)
+
+
+def test_a_run_on_preprocessed_examples_stops_and_resumes_exactly(written, tmp_path):
+  config = _preprocessed_config(written)
+  config.train.steps = 6
+  config.checkpoint.every_steps = 100
+  config.eval.batches = 0  # the whole held-out split
+  kwargs = dict(show_progress=False, devices=ONE_DEVICE)
+  straight = train.run(config, str(tmp_path / "straight"), **kwargs)
+  first = train.run(config, str(tmp_path / "resumed"), stop_at_step=3, **kwargs)
+  saved = tmp_path / "resumed" / "checkpoints" / "3" / "data_per_process"
+  assert "stream" in json.loads((saved / "process_0-of-1.json").read_text())
+  second = train.run(config, str(tmp_path / "resumed"), resume=True, **kwargs)
+  losses = {h["step"]: h["loss"] for h in first["history"] + second["history"]}
+  np.testing.assert_array_equal([losses[s] for s in range(1, 7)],
+                                [h["loss"] for h in straight["history"]])
+  assert second["eval"] == pytest.approx(straight["eval"]) and "mlm_accuracy" in second["eval"]
