@@ -68,6 +68,9 @@ def default_config() -> ml_collections.ConfigDict:
       # documents are separated by blank lines.
       document_marker="",
       sentence_per_line=False,  # True: each line is one sentence (BERT's own format).
+      # True: each line is one whole document (the format of many dumps, e.g. Wikipedia
+      # extractions), split into sentences by rule; blank lines are skipped.
+      document_per_line=False,
       invalid_utf8="error",  # or "replace": undecodable bytes become U+FFFD.
       eval_every_nth_document=20,  # every n-th document is held out for evaluation.
       # True: data.files are streamed file by file (each process its own files, a bounded
@@ -172,6 +175,10 @@ def default_config() -> ml_collections.ConfigDict:
       # Final fraction of the steps run at long_seq_length (BERT: 0.1 at 512).
       long_fraction=0.0,
       long_seq_length=512,
+      # Steps in a row whose loss or gradient norm is not finite (NaN/inf) that are
+      # skipped, leaving the state as it was, before the run stops with an error naming
+      # them; 0: stop at the first.
+      max_skipped_steps=10,
   ))
 
   # Fine-tuning on labelled examples (methods classify, similarity, tag, qa, simcse).
@@ -265,6 +272,24 @@ def unknown_field(path: str) -> str | None:
       return f"unknown config field '{path}'{hint}"
     node = node[part]
   return None
+
+
+def changed_fields(config: ml_collections.ConfigDict, section: str) -> dict:
+  """The fields of `config.<section>` that differ from the defaults (nested), as plain
+  values: what a description of the run records, so that a field added later, at its
+  default, changes nothing."""
+  def changed(node, default):
+    result = {}
+    for key in node.keys():
+      value = node[key]
+      if isinstance(value, ml_collections.ConfigDict):
+        inner = changed(value, default[key] if key in default else {})
+        if inner:
+          result[key] = inner
+      elif key not in default or value != default[key]:
+        result[key] = list(value) if isinstance(value, tuple) else value
+    return result
+  return changed(config[section], default_config()[section])
 
 
 def fail(field: str, problem: str, fix: str = ""):
@@ -393,6 +418,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     fail("data.vocab.path", f"'{data.vocab.path}' does not exist.",
           f"Train one with `python -m {VOCAB_KINDS[data.vocab.kind]} --help`.")
 
+  if train.max_skipped_steps < 0:
+    fail("train.max_skipped_steps", f"must be >= 0, got {train.max_skipped_steps}.")
   if train.batch_size % train.grad_accum_steps:
     fail("train.batch_size", f"{train.batch_size} is not divisible by "
           f"train.grad_accum_steps={train.grad_accum_steps}.")

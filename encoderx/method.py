@@ -128,6 +128,10 @@ class Method(abc.ABC):
   # True when the method state holds one row per example ([batch, ...] leaves, e.g. a
   # memory of the previous segment): gradient accumulation then splits it with the batch.
   per_example_state: ClassVar[bool] = False
+  # The config sections that decide what the method trains on and toward (its data, its
+  # objective): a run resumed with any of their fields changed is refused unless
+  # --allow_config_change (the checkpoint records them, see Trainer.describe).
+  config_sections: ClassVar[tuple[str, ...]] = ("data",)
 
   def __init__(self, config: ml_collections.ConfigDict):
     self.config = config

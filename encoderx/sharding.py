@@ -14,6 +14,8 @@ import flax.linen as nn
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from encoderx import config as config_lib
+
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
@@ -37,18 +39,23 @@ LOGICAL_AXIS_RULES = (
 
 
 def make_mesh(mesh_config, devices=None) -> Mesh:
-  """A (data, fsdp, tensor) mesh; one axis of the config may be -1 (the rest)."""
+  """A (data, fsdp, tensor) mesh; one axis of the config may be -1 (the rest). A shape
+  that does not fit the devices is a ConfigError naming config.mesh."""
   devices = list(devices if devices is not None else jax.devices())
   shape = [mesh_config[axis] for axis in MESH_AXES]
   known = math.prod(s for s in shape if s != -1)
+  described = " x ".join(f"{axis}={size}" for axis, size in zip(MESH_AXES, shape))
   if -1 in shape:
     if len(devices) % known:
-      raise ValueError(f"mesh {dict(zip(MESH_AXES, shape))}: {len(devices)} devices do "
-                       f"not divide by the fixed axes' product {known}.")
+      config_lib.fail("mesh", f"{described}: the {len(devices)} devices do not divide by "
+                      f"the fixed axes' product {known}.",
+                      f"Choose sizes whose product divides {len(devices)}.")
     shape[shape.index(-1)] = len(devices) // known
   if math.prod(shape) != len(devices):
-    raise ValueError(f"mesh {dict(zip(MESH_AXES, shape))} needs {math.prod(shape)} "
-                     f"devices; {len(devices)} are available.")
+    config_lib.fail("mesh", f"{described} needs {math.prod(shape)} devices; "
+                    f"{len(devices)} are available.",
+                    f"Choose sizes whose product is {len(devices)}, or set one axis to -1 "
+                    "(the devices left).")
   return jax.make_mesh(tuple(shape), MESH_AXES, axis_types=(AxisType.Auto,) * 3,
                        devices=devices)
 
@@ -69,6 +76,11 @@ def logical_to_shardings(logical_specs, abstract_tree, mesh: Mesh):
   return jax.tree_util.tree_map(
       lambda spec, leaf: NamedSharding(mesh, _fit(spec, tuple(leaf.shape), mesh)),
       mesh_specs, abstract_tree, is_leaf=lambda x: isinstance(x, PartitionSpec))
+
+
+def data_parallel_size(mesh: Mesh) -> int:
+  """How many ways a batch is split: the product of the data-parallel axes."""
+  return math.prod(mesh.shape[axis] for axis in BATCH_AXES)
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

@@ -33,6 +33,7 @@ from encoderx import config as config_lib
 from encoderx import files as files_lib
 from encoderx import initialize
 from encoderx import trainer as trainer_lib
+from encoderx import workdir as workdir_lib
 from encoderx.data import corpus, labelled, pipeline, vocabulary
 
 logger = logging.getLogger("encoderx")
@@ -41,7 +42,8 @@ logger = logging.getLogger("encoderx")
 # the command line prints their message, not a traceback.
 USER_ERRORS = (config_lib.ConfigError, corpus.CorpusError, vocabulary.VocabularyError,
                checkpoint_lib.CheckpointError, initialize.InitError,
-               labelled.LabelledDataError)
+               labelled.LabelledDataError, workdir_lib.WorkdirError,
+               trainer_lib.NonFiniteError)
 
 
 class _StopRequest:
@@ -144,27 +146,89 @@ def _postfix(metrics: dict) -> dict:
   return shown
 
 
+class _SkipWatch:
+  """Watches the steps that the train step skipped for a non-finite loss or gradient
+  norm (the state's counters), when the host waits for the device anyway: at each log
+  flush and before each save. Stops the run when more than train.max_skipped_steps were
+  skipped in a row, never saves a non-finite state, and names the checkpoint to keep out
+  of rotation: the last one saved before skipped steps."""
+
+  def __init__(self, trainer: trainer_lib.Trainer, state, last_checkpoint: int | None,
+               kept_step: int | None):
+    self.trainer = trainer
+    self.limit = trainer.config.train.max_skipped_steps
+    self.total_at_last_save = int(state.skipped_total)
+    self.last_checkpoint, self.kept_step = last_checkpoint, kept_step
+
+  def check(self, state, step: int) -> None:
+    in_a_row = int(state.skipped_in_a_row)
+    if in_a_row > self.limit:
+      last = (f"its last checkpoint, step {self.last_checkpoint}, holds the state from "
+              "before them" if self.last_checkpoint is not None else "no checkpoint was saved")
+      raise trainer_lib.NonFiniteError(
+          f"steps {step - in_a_row + 1}-{step} ({in_a_row} in a row) had a non-finite loss "
+          "or gradient norm and were skipped, more than train.max_skipped_steps="
+          f"{self.limit}: training has diverged ({last}). Lower optimizer.learning_rate "
+          "(or look at the data of those steps) and resume.")
+
+  def before_save(self, state, step: int) -> int | None:
+    """Raises NonFiniteError rather than save a diverged or non-finite state; returns the
+    step the new checkpoint keeps out of rotation (None: none)."""
+    self.check(state, step)
+    if not self.trainer.state_is_finite(state):
+      raise trainer_lib.NonFiniteError(
+          f"the state after step {step} holds non-finite values and was not saved (the last "
+          f"checkpoint is step {self.last_checkpoint}). Lower optimizer.learning_rate and "
+          "resume.")
+    total = int(state.skipped_total)
+    if total > self.total_at_last_save and self.last_checkpoint is not None:
+      self.kept_step = self.last_checkpoint
+      logger.warning("%d step(s) since step %d were skipped for non-finite values; the "
+                     "checkpoint of step %d is kept out of rotation.",
+                     total - self.total_at_last_save, self.last_checkpoint,
+                     self.last_checkpoint)
+    self.total_at_last_save, self.last_checkpoint = total, step
+    return self.kept_step
+
+
 def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
         stop_at_step: int | None = None, show_progress: bool = True,
-        devices=None) -> dict:
+        devices=None, allow_config_change: bool = False,
+        allow_fresh_start: bool = False) -> dict:
   """Trains as `config` says (its method, data and schedule), in `workdir`.
 
   `stop_at_step` stops there as a preemption would (checkpoint saved, no evaluation),
-  to be continued with `resume=True`. `devices` (default: all) form the mesh.
+  to be continued with `resume=True`, which refuses a work directory without checkpoints
+  unless `allow_fresh_start`, and a checkpoint trained on another data or objective
+  config unless `allow_config_change`. `devices` (default: all) form the mesh.
   Returns {'history': [{'step', 'loss', ...}, ...] (one per log interval),
   'eval': {...held-out metrics...}, 'step': last step, 'stopped': bool,
   'params': the trained parameters, 'method_state': the method's state}.
   """
-  from clu import metric_writers  # pylint: disable=g-import-not-at-top
-
   config = initialize.resolve_config(config)
   trainer = trainer_lib.Trainer(config, devices=devices)
+  checkpoint_dir = os.path.join(os.path.abspath(workdir), "checkpoints")
+  if resume and not allow_fresh_start and not checkpoint_lib.has_checkpoints(checkpoint_dir):
+    raise checkpoint_lib.CheckpointError(
+        f"--resume: {os.path.abspath(workdir)} holds no checkpoint to resume. Check the "
+        "path; to start a new run where there is none (a launch script that always passes "
+        "--resume), add --allow_fresh_start.")
+  workdir = workdir_lib.prepare(workdir)
+  lock = workdir_lib.Lock(workdir) if jax.process_index() == 0 else contextlib.nullcontext()
+  with lock:
+    return _run_in(trainer, workdir, resume, stop_at_step, show_progress,
+                   allow_config_change)
+
+
+def _run_in(trainer: trainer_lib.Trainer, workdir: str, resume: bool,
+            stop_at_step: int | None, show_progress: bool, allow_config_change: bool) -> dict:
+  """run() in a work directory that this run has locked."""
+  from clu import metric_writers  # pylint: disable=g-import-not-at-top
+
+  config = trainer.config
   trainer.method.check_data()
   task = trainer.method.task()
   description = trainer.describe()
-
-  os.makedirs(workdir, exist_ok=True)
-  workdir = os.path.abspath(workdir)
   checkpoints = checkpoint_lib.Checkpoints(os.path.join(workdir, "checkpoints"),
                                            keep=config.checkpoint.keep,
                                            async_save=config.checkpoint.async_save)
@@ -172,22 +236,32 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
   if config.eval.best_metric:
     best = checkpoint_lib.BestCheckpoint(os.path.join(workdir, "best"),
                                          config.eval.best_metric, config.eval.best_mode)
+  if jax.process_index() == 0:
+    checkpoints.remove_unfinished()
   stop = _StopRequest()
   history, eval_metrics, position = [], {}, {}
   try:
-    start_step = checkpoints.check_can_start(description, resume)
-    if start_step is None:
+    start_step = kept_step = None
+    if checkpoints.latest_step() is None:
       state = initialize.initial_state(trainer)
-      logger.info("starting a new run in %s", workdir)
+      logger.info("starting a new run in %s%s", workdir,
+                  " (--resume: no checkpoint there; --allow_fresh_start)" if resume else "")
+    elif not resume:
+      checkpoints.refuse_new_run(description)
     else:
-      state, position = checkpoints.restore(start_step,
-                                            trainer.abstract_state_with_shardings())
+      start_step, state, position, kept_step = checkpoints.restore_latest(
+          trainer.abstract_state_with_shardings(), description, allow_config_change)
       logger.info("resuming %s from step %d", workdir, start_step)
+    skips = _SkipWatch(trainer, state, start_step, kept_step)
     if jax.process_index() == 0:
       _write_config(config, workdir)
     writer = metric_writers.create_default_writer(
         os.path.join(workdir, "tensorboard"), just_logging=jax.process_index() > 0,
         asynchronous=True)
+
+    def save(step, state, position):
+      checkpoints.save(step, state, position, description,
+                       kept_step=skips.before_save(state, step))
 
     def evaluate_and_log(state, phase, step) -> dict:
       metrics = evaluate(trainer, task, state, phase)
@@ -224,8 +298,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
               writer.write_scalars(step, means)
               history.append({"step": step, **means})
               bar.set_postfix(_postfix(means))
+              skips.check(state, step)
             if step % config.checkpoint.every_steps == 0 or step == config.train.steps:
-              checkpoints.save(step, state, position, description)
+              save(step, state, position)
             if step == stop_at_step:
               stop.requested = True
             if (config.eval.every_steps and step % config.eval.every_steps == 0
@@ -236,7 +311,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
         if stop.requested:
           break
       if stop.requested and checkpoints.latest_step() != step:
-        checkpoints.save(step, state, position, description)
+        save(step, state, position)
 
     if not stop.requested:
       eval_metrics = evaluate_and_log(state, trainer.phases[-1], step)
@@ -276,6 +351,16 @@ def _format_eval(metrics: dict) -> str:
   return "  ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()))
 
 
+class _OrbaxFailureLogs(logging.Filter):
+  """Drops the tracebacks that orbax (and asyncio, for orbax's tasks) log from background
+  threads when a checkpoint cannot be written or read: the same failure reaches the run
+  as an exception, which the command line reports in one line."""
+
+  def filter(self, record):
+    return not (record.levelno >= logging.ERROR
+                and "orbax" in f"{record.pathname} {record.getMessage()}")
+
+
 def main(argv) -> None:
   from absl import flags  # pylint: disable=g-import-not-at-top
   del argv
@@ -285,6 +370,8 @@ def main(argv) -> None:
   absl_logging.set_verbosity(absl_logging.WARNING)
   logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
   logger.setLevel(logging.INFO)
+  for name in ("absl", "asyncio"):
+    logging.getLogger(name).addFilter(_OrbaxFailureLogs())
   config = flags_.config
   if flags_.init_from:
     config.init_from = flags_.init_from
@@ -295,7 +382,9 @@ def main(argv) -> None:
       print(f"wrote {count} predictions to {output}")
       return
     result = run(config, flags_.workdir, resume=flags_.resume,
-                 stop_at_step=flags_.stop_at_step)
+                 stop_at_step=flags_.stop_at_step,
+                 allow_config_change=flags_.allow_config_change,
+                 allow_fresh_start=flags_.allow_fresh_start)
   except USER_ERRORS as error:
     print(f"encoderx: error: {error}", file=sys.stderr)
     sys.exit(2)
@@ -336,6 +425,11 @@ def cli() -> None:
                                   lock_config=True)
   flags.DEFINE_string("workdir", None, "Directory for checkpoints and metrics.")
   flags.DEFINE_bool("resume", False, "Continue the run whose checkpoints are in --workdir.")
+  flags.DEFINE_bool("allow_config_change", False, "With --resume: continue a checkpoint "
+                    "even though this config's data or objective fields differ from the "
+                    "ones it was trained with (the differences are logged).")
+  flags.DEFINE_bool("allow_fresh_start", False, "With --resume: start a new run when the "
+                    "work directory holds no checkpoint (instead of stopping).")
   flags.DEFINE_integer("stop_at_step", None, "Stop (with a checkpoint) after this step; "
                        "continue later with --resume.")
   flags.DEFINE_string("init_from", "", "Start from the parameters of another run (its work "

@@ -26,6 +26,7 @@ import numpy as np
 import optax
 from jax.sharding import PartitionSpec
 
+from encoderx import checkpoint as checkpoint_lib
 from encoderx import config as config_lib
 from encoderx import method as method_lib
 from encoderx import optim, sharding
@@ -38,6 +39,14 @@ class TrainState:
   opt_state: Any  # {update name: optimizer state}
   rng: jax.Array  # uint32 key data of the run's base key
   method_state: Any  # what the method keeps besides parameters ({} for most)
+  # int32 scalars: steps skipped for a non-finite loss or gradient norm, in a row up to
+  # now and in all (see Trainer._train_step).
+  skipped_in_a_row: jax.Array
+  skipped_total: jax.Array
+
+
+class NonFiniteError(RuntimeError):
+  """Training produced non-finite values for longer than the run allows."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,12 +119,42 @@ class Trainer:
                                            u.learning_rate)
                        for u in self.updates}
     self.mesh = sharding.make_mesh(config.mesh, devices)
+    self._check_batch_sizes()
     self.state_shardings = self._state_shardings()
+
+  def _check_batch_sizes(self) -> None:
+    """Every batch (train, micro-batch, evaluation) splits evenly over the hosts and the
+    data-parallel devices: checked before anything is compiled or trained."""
+    parallel = sharding.data_parallel_size(self.mesh)
+    train, hosts = self.config.train, jax.process_count()
+    devices = (f"the {parallel} data-parallel devices (mesh "
+               + " x ".join(f"{a}={self.mesh.shape[a]}" for a in sharding.BATCH_AXES) + ")")
+    for field, size in (("train.batch_size", train.batch_size),
+                        ("eval.batch_size", self.config.eval.batch_size)):
+      for count, what in ((hosts, f"the {hosts} hosts"), (parallel, devices)):
+        if size % count:
+          config_lib.fail(field, f"{size} is not divisible by {what}.",
+                          f"Use a multiple of {count}.")
+    micro = train.batch_size // train.grad_accum_steps
+    if micro % parallel:
+      config_lib.fail("train.grad_accum_steps", f"splits train.batch_size="
+                      f"{train.batch_size} into micro-batches of {micro}, which is not "
+                      f"divisible by {devices}.",
+                      f"Use fewer micro-batches, or a batch of {parallel} x "
+                      f"{train.grad_accum_steps} x n.")
 
   # --- state ----------------------------------------------------------------------------
   def describe(self) -> dict:
-    """What checkpoints must agree on to be resumed by this config."""
-    return {"method": self.config.method, **self.method.describe()}
+    """What checkpoints must agree on to be resumed by this config: the method and its
+    model (never changeable) and, under "training", what the run trains on and toward:
+    the method's config sections and the batch size and seed that the data position and
+    the per-step keys depend on (fields at their defaults left out)."""
+    training = {section: config_lib.changed_fields(self.config, section)
+                for section in self.method.config_sections}
+    training["train"] = {k: v for k, v in config_lib.changed_fields(self.config, "train")
+                         .items() if k in ("batch_size", "seed")}
+    return {"method": self.config.method, **self.method.describe(),
+            checkpoint_lib.TRAINING: training}
 
   def _init_key(self) -> jax.Array:
     return jax.random.fold_in(jax.random.key(self.config.train.seed), 0)
@@ -137,12 +176,15 @@ class Trainer:
             transform_non_params=lambda _: PartitionSpec(),
             is_leaf=lambda x: isinstance(x, PartitionSpec))
         for u in self.updates}
+    counter = jax.ShapeDtypeStruct((), jnp.int32)
     abstract = TrainState(
-        step=jax.ShapeDtypeStruct((), jnp.int32), params=params, opt_state=opt_state,
+        step=counter, params=params, opt_state=opt_state,
         rng=jax.ShapeDtypeStruct((2,), jnp.uint32),
-        method_state=nn.unbox(boxed.get("state", {})))
+        method_state=nn.unbox(boxed.get("state", {})), skipped_in_a_row=counter,
+        skipped_total=counter)
     specs = TrainState(step=PartitionSpec(), params=param_specs, opt_state=opt_specs,
-                       rng=PartitionSpec(), method_state=state_specs)
+                       rng=PartitionSpec(), method_state=state_specs,
+                       skipped_in_a_row=PartitionSpec(), skipped_total=PartitionSpec())
     self.abstract_state = abstract
     return sharding.logical_to_shardings(specs, abstract, self.mesh)
 
@@ -166,9 +208,10 @@ class Trainer:
       variables = self.method.init(self._init_key())
       if params is None:
         params = nn.unbox(variables["params"])
-      return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                        opt_state=self._opt_states(params), rng=run_rng(seed),
-                        method_state=nn.unbox(variables.get("state", {})))
+      zero = jnp.zeros((), jnp.int32)
+      return TrainState(step=zero, params=params, opt_state=self._opt_states(params),
+                        rng=run_rng(seed), method_state=nn.unbox(variables.get("state", {})),
+                        skipped_in_a_row=zero, skipped_total=zero)
 
     with self._context():
       if params is None:
@@ -235,11 +278,17 @@ class Trainer:
     return loss, method_lib.LossOutput(sums=sums, state=new_state, carry=carries), grads
 
   def _train_step(self, method, state: TrainState, batch: dict):
+    """One step: every update in order; if any update's loss or gradient norm is not
+    finite, the step is skipped: parameters, optimizer states (their update count, so
+    the learning rate schedule, included) and method state stay as they were, as with
+    optax.apply_if_finite, while the step counter advances, as the data does, and the
+    skip is counted. A bad batch or a spike never writes NaN into the state."""
     prepare_key, loss_key = step_keys(state.rng, state.step)
     batch = method.prepare(batch, prepare_key)
     denominators = method.denominators(batch)
     params, method_state, opt_state = state.params, state.method_state, dict(state.opt_state)
     metrics, sums, carry = {}, {}, None
+    finite = jnp.array(True)
     several = len(self.updates) > 1
     for index, update in enumerate(self.updates):
       key = jax.random.fold_in(loss_key, index) if index else loss_key
@@ -253,12 +302,35 @@ class Trainer:
       suffix = f"_{update.name}" if several else ""
       metrics[f"loss{suffix}"] = loss
       metrics[f"grad_norm{suffix}"] = optax.tree.norm(grads)
-      metrics[f"learning_rate{suffix}"] = self.schedules[update.name](state.step)
+      # The optimizers count the updates they applied (skipped steps are none).
+      metrics[f"learning_rate{suffix}"] = self.schedules[update.name](
+          state.step - state.skipped_total)
+      finite &= jnp.isfinite(loss) & jnp.isfinite(metrics[f"grad_norm{suffix}"])
     if several:
       metrics["loss"] = sum(metrics[f"loss_{u.name}"] for u in self.updates)
     metrics.update(method.summarize(sums))
+    metrics["skipped"] = (~finite).astype(jnp.float32)  # its mean: the fraction skipped
+    params, opt_state, method_state = jax.tree_util.tree_map(
+        lambda new, old: jnp.where(finite, new, old), (params, opt_state, method_state),
+        (state.params, state.opt_state, state.method_state))
+    skipped = (~finite).astype(jnp.int32)
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state,
-                         method_state=method_state), metrics
+                         method_state=method_state,
+                         skipped_in_a_row=(state.skipped_in_a_row + 1) * skipped,
+                         skipped_total=state.skipped_total + skipped), metrics
+
+  @functools.cached_property
+  def _all_finite(self):
+    def all_finite(state):
+      leaves = [x for x in jax.tree_util.tree_leaves(state)
+                if jnp.issubdtype(x.dtype, jnp.inexact)]
+      return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
+    return jax.jit(all_finite, out_shardings=sharding.replicated(self.mesh))
+
+  def state_is_finite(self, state: TrainState) -> bool:
+    """Whether every float of the state is finite (checked before each save)."""
+    with self._context():
+      return bool(self._all_finite(state))
 
   @functools.cache
   def train_step(self, phase_index: int = 0):

@@ -466,3 +466,36 @@ def test_bad_rtd_settings_name_the_field_and_the_fix(tiny_config, field, value, 
   config[section][name] = value
   with pytest.raises(config_lib.ConfigError, match=message):
     config_lib.validate(config)
+
+
+# --- DeBERTa-v3: this method on DeBERTa's encoder ---------------------------------------------
+def test_deberta_v3_is_gdes_replaced_token_detection_on_disentangled_attention(tiny_config):
+  """configs/deberta_v3_tiny.py: the generator half as deep and as wide as the DeBERTa
+  discriminator; under GDES the discriminator's loss reaches none of the generator but its
+  word and position deltas; decoupled steps run on the disentangled encoder (3 steps,
+  finite losses, two optimizer states) and what export takes is a DeBERTa encoder."""
+  config = tiny_config("deberta_v3_tiny")
+  assert (config.method, config.rtd.embedding_sharing, config.rtd.training,
+          config.rtd.rtd_lambda) == ("electra", "gdes", "decoupled", 10.0)
+  method, params, _, prepared = _method_and_batch(config)
+  assert method.generator_config.num_layers == method.model_config.num_layers // 2
+  assert method.generator_config.hidden_size == method.model_config.hidden_size
+  assert method.model_config.attention == "disentangled"
+
+  def discriminator_loss(generator, discriminator):
+    both = {"generator": generator, "discriminator": discriminator}
+    _, corrupted = method.generate(both, prepared, jax.random.key(2), jax.random.key(3))
+    return method.discriminate(both, prepared, corrupted, jax.random.key(4))["loss_sum"]
+
+  generator_grads, discriminator_grads = (_flat(g) for g in jax.grad(
+      discriminator_loss, argnums=(0, 1))(params["generator"], params["discriminator"]))
+  assert all(np.abs(g).max() == 0 for g in generator_grads.values())
+  assert np.abs(discriminator_grads["embedding_deltas/word_embeddings"]).max() > 0
+  exported = _flat(method.transferable_params(jax.device_get(params)))
+  assert "encoder_model/encoder/relative/relative_embeddings" in exported
+
+  trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  assert len(trainer.method.updates) == 2
+  batches = pipeline.take_batches(trainer.method.task(), "train", 64, 8, 3, seed=5)
+  history = _losses(trainer, batches)
+  assert all(np.isfinite(m["loss"]) and np.isfinite(m["rtd_loss"]) for m in history)

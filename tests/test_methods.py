@@ -62,6 +62,8 @@ def test_pretraining_metrics_are_those_of_the_trainer_before_methods(tiny_config
   history, _, _ = _step_metrics(config)
   reference = REFERENCE[f"{name}/accum{accumulate}"]
   for ours, theirs in zip(history, reference):
+    # 'skipped' (non-finite steps skipped, see test_faults.py) came later: none here.
+    assert ours.pop("skipped") == 0.0
     assert set(ours) == set(theirs)
     for metric, value in theirs.items():
       assert ours[metric] == pytest.approx(value, rel=1e-6, abs=1e-9), metric

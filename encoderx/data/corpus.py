@@ -6,7 +6,8 @@ or, with `sentence_per_line`, a line that is already one sentence (BERT's own fo
 
 Documents are separated by blank lines, or, when `document_marker` is set, by lines
 matching that regex (the marker line itself, e.g. "Chapter 3", is dropped); then blank
-lines separate paragraphs inside a document.
+lines separate paragraphs inside a document. With `document_per_line` each non-blank line
+is a whole document of one block (the format of many dumps, e.g. Wikipedia extractions).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ class CorpusFormat:
   document_marker: str = ""
   sentence_per_line: bool = False
   invalid_utf8: str = "error"  # or "replace"
+  document_per_line: bool = False
 
 
 def _decoded_lines(path: str, invalid_utf8: str) -> Iterator[str]:
@@ -48,6 +50,12 @@ def _decoded_lines(path: str, invalid_utf8: str) -> Iterator[str]:
 
 def documents_of_file(path: str, corpus_format: CorpusFormat) -> Iterator[list[str]]:
   """Yields every document of one file, in order, as a list of text blocks."""
+  if corpus_format.document_per_line:
+    for line in _decoded_lines(path, corpus_format.invalid_utf8):
+      line = " ".join(line.split())
+      if line:
+        yield [line]
+    return
   marker = re.compile(corpus_format.document_marker) if corpus_format.document_marker else None
   document, block = [], []
 

@@ -78,7 +78,7 @@ def corpus_files(data_config) -> list[str]:
 
 def _corpus_format(data_config) -> corpus.CorpusFormat:
   return corpus.CorpusFormat(data_config.document_marker, data_config.sentence_per_line,
-                             data_config.invalid_utf8)
+                             data_config.invalid_utf8, data_config.document_per_line)
 
 
 def check_text_corpus(config) -> dict[str, int]:
@@ -105,7 +105,7 @@ def check_text_corpus(config) -> dict[str, int]:
           f"'{data_config.builder}' examples{' for nsp' if needed == 2 else ''} need at "
           f"least {needed} (every {data_config.eval_every_nth_document}th document is "
           "held out). Add documents, or check how they are separated "
-          "(data.document_marker).")
+          "(data.document_marker, data.document_per_line).")
   return counts
 
 

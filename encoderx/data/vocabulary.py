@@ -18,8 +18,11 @@ Train one: `python -m encoderx.data.vocabulary --files 'corpus/*.txt' --size 305
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
+import logging
 import os
+import random
 import tempfile
 import unicodedata
 
@@ -31,6 +34,11 @@ from tensorflow_text.python.ops import bert_tokenizer
 from encoderx.data import alignment, resources
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# A trained vocabulary whose [UNK] rate on a sample of its corpus is above this is
+# reported as a warning.
+UNKNOWN_RATE_WARNING = 0.01
+
+logger = logging.getLogger("encoderx")
 
 
 class VocabularyError(ValueError):
@@ -231,10 +239,49 @@ def save_model_files(tokenizer, outputs: dict[str, str]) -> None:
       os.replace(os.path.join(scratch, name), path)
 
 
+def _alphabet_and_sample(files: list[str], normalize, sample_lines: int, seed: int = 0
+                         ) -> tuple[collections.Counter, list[str]]:
+  """Character counts of the corpus as the tokenizer normalizes it (whitespace left
+  out), and a uniform sample of its non-blank lines (reservoir sampling, seeded)."""
+  counts, sample, seen = collections.Counter(), [], 0
+  rng = random.Random(seed)
+  for path in files:
+    with open(path, encoding="utf-8", errors="replace") as f:
+      for line in f:
+        if not line.strip():
+          continue
+        counts.update(normalize(line))
+        seen += 1
+        if len(sample) < sample_lines:
+          sample.append(line)
+        elif (index := rng.randrange(seen)) < sample_lines:
+          sample[index] = line
+  for space in [c for c in counts if c.isspace()]:
+    del counts[space]
+  return counts, sample
+
+
+def unknown_rate(tokenizer, lines: list[str]) -> float:
+  """The fraction of the tokens of `lines` that are [UNK] (a `tokenizers` tokenizer)."""
+  unknown = tokenizer.token_to_id("[UNK]")
+  encodings = tokenizer.encode_batch(lines, add_special_tokens=False)
+  total = sum(len(e.ids) for e in encodings)
+  return sum(e.ids.count(unknown) for e in encodings) / max(total, 1)
+
+
 def train_wordpiece(files: list[str], output: str, vocab_size: int = 30522,
                     lower_case: bool = True, strip_accents: bool | None = None,
-                    min_frequency: int = 2) -> WordPieceVocabulary:
-  """Trains a WordPiece vocabulary with Hugging Face `tokenizers` and writes vocab.txt."""
+                    min_frequency: int = 2, sample_lines: int = 5000
+                    ) -> WordPieceVocabulary:
+  """Trains a WordPiece vocabulary with Hugging Face `tokenizers` and writes vocab.txt.
+
+  The alphabet (the single characters, which every word falls back to) is sized from
+  the corpus: every character seen at least `min_frequency` times, as many as the
+  vocabulary holds. The trainer's default keeps only the 1,000 most frequent, which on
+  Chinese text (each CJK character a word of its own) leaves most characters [UNK].
+  The [UNK] rate of the result on a sample of `sample_lines` corpus lines is logged, as
+  a warning above UNKNOWN_RATE_WARNING.
+  """
   from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
 
   check_training_files(files)
@@ -242,12 +289,25 @@ def train_wordpiece(files: list[str], output: str, vocab_size: int = 30522,
       lowercase=lower_case,
       strip_accents=lower_case if strip_accents is None else strip_accents,
       clean_text=True, handle_chinese_chars=True)
+  counts, sample = _alphabet_and_sample(files, tokenizer.normalizer.normalize_str,
+                                        sample_lines)
+  frequent = sum(1 for count in counts.values() if count >= min_frequency)
+  alphabet = max(1, min(frequent, vocab_size - len(SPECIAL_TOKENS)))
   tokenizer.train(files, vocab_size=vocab_size, min_frequency=min_frequency,
-                  special_tokens=list(SPECIAL_TOKENS), show_progress=False,
-                  wordpieces_prefix="##")
+                  limit_alphabet=alphabet, special_tokens=list(SPECIAL_TOKENS),
+                  show_progress=False, wordpieces_prefix="##")
   if tokenizer.get_vocab_size() <= len(SPECIAL_TOKENS):
     raise VocabularyError(f"no text to train a vocabulary from in {files}")
   save_model_files(tokenizer, {"vocab.txt": output})
+  rate = unknown_rate(tokenizer, sample)
+  report = (f"{output}: {tokenizer.get_vocab_size()} pieces, alphabet of {alphabet} "
+            f"characters ({len(counts)} distinct in the corpus); [UNK] is {rate:.2%} of the "
+            f"tokens of {len(sample)} sampled lines")
+  if rate > UNKNOWN_RATE_WARNING:
+    logger.warning("%s, above %.0f%%: the vocabulary misses characters or words of this "
+                   "corpus; use a larger --size.", report, 100 * UNKNOWN_RATE_WARNING)
+  else:
+    logger.info("%s.", report)
   return WordPieceVocabulary(output, lower_case=lower_case, strip_accents=strip_accents)
 
 
@@ -270,6 +330,7 @@ def training_cli(argv, description: str, output_help: str, default_size: int, tr
     parser.add_argument(flag, **keywords)
   args = parser.parse_args(argv)
   values = [getattr(args, flag.lstrip("-").replace("-", "_")) for flag in options or {}]
+  logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
   try:
     files = config_lib.resolve_file_patterns(args.files, "--files")
     vocabulary = train(files, args.output, args.size, not getattr(args, "cased", False),

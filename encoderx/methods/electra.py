@@ -99,6 +99,7 @@ def _with_embeddings(params: dict, embeddings: dict) -> dict:
 class ReplacedTokenDetection(method_lib.Method):
   """ELECTRA's generator + discriminator (see the module docstring)."""
   name = "electra"
+  config_sections = ("data", "objective", "rtd")
 
   def __init__(self, config, max_predictions: int | None = None):
     super().__init__(config)

@@ -43,6 +43,7 @@ class FineTuning(method_lib.Method):
   METRICS: ClassVar[tuple[str, ...]] = ()
   # True when config.data.tfds_name may replace finetune.train_file / dev_file.
   READS_TFDS: ClassVar[bool] = False
+  config_sections = ("data", "finetune")
 
   def __init__(self, config):
     super().__init__(config)

@@ -40,6 +40,10 @@ def validate_data(config) -> None:
   config_lib.check_choice("data.invalid_utf8", data.invalid_utf8, ("error", "replace"))
   if not 0.0 <= data.short_seq_prob <= 1.0:
     fail("data.short_seq_prob", f"must be in [0, 1], got {data.short_seq_prob}.")
+  if data.document_per_line and (data.document_marker or data.sentence_per_line):
+    fail("data.document_per_line", "makes each line a document; it cannot be combined "
+         "with data.document_marker or data.sentence_per_line.",
+         "Choose one way of separating documents.")
   if data.eval_every_nth_document < 2:
     fail("data.eval_every_nth_document", "must be >= 2 so that most documents train.")
   if data.tfds_name:
@@ -76,6 +80,7 @@ def validate_mlm(config) -> None:
 class Pretraining(method_lib.Method):
   """MLM (+ NSP / SOP / SBO) on a PretrainingModel."""
   name = "pretrain"
+  config_sections = ("data", "objective")
   # SpanBERT (no sentence head) exports as the masked-LM class, without its SBO head.
   export_heads = ("pretraining", "mlm")
 
