@@ -13,6 +13,7 @@ from encoderx import config as base
 
 def get_config():
   config = base.default_config()
+  config.model.family = "albert"
   config.model.vocab_size = 30000
   config.model.embedding_size = 128
   config.model.hidden_size = 768

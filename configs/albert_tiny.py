@@ -9,6 +9,7 @@ from encoderx.configs import bert_tiny
 
 def get_config():
   config = bert_tiny.get_config()
+  config.model.family = "albert"
   config.model.embedding_size = 64
   config.model.num_layers = 4
   config.model.layer_sharing = "all"

@@ -31,6 +31,7 @@ def get_config():
   config.model.num_heads = 12
   config.model.intermediate_size = 3072
   config.model.max_position_embeddings = 512
+  config.model.family = "deberta-v2"
   config.model.attention = "disentangled"
   config.model.relative_attention_terms = ("c2p", "p2c")
   config.model.position_buckets = 256

@@ -15,6 +15,7 @@ from encoderx.configs import bert_tiny
 
 def get_config():
   config = bert_tiny.get_config()
+  config.model.family = "deberta-v2"
   config.model.attention = "disentangled"
   config.model.position_embedding = "none"
   config.model.enhanced_mask_decoder = True

@@ -9,4 +9,6 @@ from encoderx.configs import bert_tiny, electra_small
 
 
 def get_config():
-  return electra_small.use_electra(bert_tiny.get_config(), generator_width=0.25)
+  config = electra_small.use_electra(bert_tiny.get_config(), generator_width=0.25)
+  config.model.family = "electra"
+  return config

@@ -24,6 +24,7 @@ from encoderx import config as base
 
 def get_config():
   config = base.default_config()
+  config.model.family = "roberta"
   config.model.vocab_size = 50265
   config.model.hidden_size = 768
   config.model.num_layers = 12

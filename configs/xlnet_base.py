@@ -19,6 +19,7 @@ from encoderx import config as base
 def use_xlnet(config):
   """The model fields and method every XLNet shares."""
   config.method = "xlnet"
+  config.model.family = "xlnet"  # Hugging Face's XLNetLMHeadModel on export
   config.model.attention = "two_stream_relative"
   config.model.position_embedding = "none"  # relative positions, in the attention
   config.model.type_vocab_size = 0  # segments enter the attention only

@@ -400,6 +400,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
           "must be >= 0 (0 means the default).")
   if model.position_offset < 0:
     fail("model.position_offset", f"must be >= 0, got {model.position_offset}.")
+  from encoderx.export import hf  # pylint: disable=g-import-not-at-top
+  check_choice("model.family", model.family, tuple(hf.FAMILIES))
   check_choice("model.hidden_act", model.hidden_act, tuple(common.ACTIVATIONS))
   check_choice("model.attention", model.attention, tuple(attention.VARIANTS))
   check_choice("model.position_embedding", model.position_embedding,

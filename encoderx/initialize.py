@@ -60,7 +60,7 @@ class Source:
   notes: tuple[str, ...] = ()
 
 
-def _config_from_json(path: str) -> ml_collections.ConfigDict:
+def run_config(path: str) -> ml_collections.ConfigDict:
   """A run's config.json on the current schema (fields it lacks keep their defaults;
   fields the schema no longer has, from older versions, are skipped)."""
   with open(path, encoding="utf-8") as f:
@@ -101,7 +101,7 @@ def _run_source(path: str) -> Source:
         f"--init_from: '{path}' is neither a run's work directory (with config.json) nor "
         "one of its checkpoints (WORKDIR/checkpoints/STEP); a Hugging Face model "
         f"directory is given as {HF_PREFIX}DIR.")
-  config = _config_from_json(os.path.join(workdir, "config.json"))
+  config = run_config(os.path.join(workdir, "config.json"))
   checkpoints = os.path.join(workdir, "checkpoints")
 
   def load_params():
@@ -147,7 +147,8 @@ def _hf_source(path: str) -> Source:
         {**dataclasses.asdict(common.ModelConfig()), **fields})
     try:
       params, unused = hf_directory.convert(hf_directory.read_state_dict(directory),
-                                            model_config, family)
+                                            model_config, family,
+                                            hf_directory.architecture(directory))
     except hf_directory.HfDirectoryError as error:
       raise InitError(f"--init_from: {error}") from None
     if unused:

@@ -84,11 +84,12 @@ def model_config(config: ml_collections.ConfigDict, vocabulary) -> common.ModelC
 
 def describe_model(model: common.ModelConfig) -> dict:
   """A model's fields for checkpoint descriptions: those at their default value are left
-  out (so that a checkpoint written before a field was added still matches), and so is
-  dropout (a run may change it)."""
+  out (so that a checkpoint written before a field was added still matches), and so are
+  dropout (a run may change it) and the family (it names the model for export, and runs
+  older than the field are resumed by configs that set it)."""
   return {field.name: getattr(model, field.name) for field in dataclasses.fields(model)
           if getattr(model, field.name) != field.default
-          and field.name not in ("hidden_dropout", "attention_dropout")}
+          and field.name not in ("hidden_dropout", "attention_dropout", "family")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +162,14 @@ class Method(abc.ABC):
     """{'params': ..., 'state': ...} created from `key`, leaves logically partitioned
     (nn.LogicallyPartitioned, e.g. from nn.with_logical_partitioning) so that the trainer
     can shard them; 'state' may be omitted."""
+
+  # encoderx/export: the Hugging Face classes (encoderx/export/hf.py Head names) that
+  # hold this method's parameters, by preference; empty: the family's most complete one.
+  export_heads: tuple[str, ...] = ()
+
+  def export_fields(self) -> dict:
+    """Fields the exported model's config.json carries for the method's head (labels)."""
+    return {}
 
   def transferable_params(self, params) -> dict:
     """The parameters another run can start from (`--init_from`), in the common layout:

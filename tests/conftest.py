@@ -97,4 +97,7 @@ def _tiny_config(name: str = "bert_tiny"):
   config.eval.batch_size = 8
   config.checkpoint.every_steps = 10
   config.checkpoint.async_save = False
+  if config.method == "xlnet":  # rows of 64: the first 32 reused, a memory of 48, orders
+    plm = config.objective.plm  # in blocks of 16, 16 prediction slots (1/6 is 10.7)
+    plm.num_predict, plm.reuse_len, plm.mem_len, plm.perm_size = 16, 32, 48, 16
   return config

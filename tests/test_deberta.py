@@ -18,7 +18,7 @@ from encoderx.configs import deberta_base, deberta_tiny
 from encoderx.data import sentencepiece_vocabulary as spm_lib
 from encoderx.data import resources
 from encoderx.data.vocabulary import VocabularyError
-from encoderx.export import hf
+from encoderx.export import hf, hf_directory
 from encoderx.models import common, disentangled, finetuning, pretraining
 
 from reference_models import (  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
@@ -293,6 +293,21 @@ def test_pretraining_starts_from_a_hugging_face_deberta_directory(tiny_config, t
   ours = trainer.method.model.apply({"params": jax.device_get(state.params)}, batch)
   assert _max_diff(ours["mlm_logits"], mlm_logits(torch_outputs(torch_model, batch)),
                    real) <= 1e-4
+
+
+def test_the_decoders_position_table_of_released_checkpoints_is_skipped():
+  """DeBERTa's v3 checkpoints keep the enhanced mask decoder's table as
+  embeddings.position_embeddings beside position_biased_input=False; Hugging Face does not
+  read it, nor does the import (a table of a model with absolute positions is read)."""
+  state_dict = {k: v.numpy() for k, v in _reference(MODEL).state_dict().items()}
+  table = np.ones((MODEL.max_position_embeddings, MODEL.hidden_size), np.float32)
+  params, unused = hf_directory.convert(
+      {**state_dict, "deberta.embeddings.position_embeddings.weight": table}, MODEL, FAMILY)
+  assert not unused and "position_embeddings" not in params["encoder_model"]["embeddings"]
+  absolute = dataclasses.replace(MODEL, position_embedding="absolute")
+  with pytest.raises(hf_directory.HfDirectoryError, match="lack what DebertaV2ForMaskedLM "
+                     "has: deberta.embeddings.position_embeddings.weight"):
+    hf_directory.convert(state_dict, absolute, FAMILY)
 
 
 @pytest.mark.parametrize("change, message", [

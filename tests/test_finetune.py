@@ -223,8 +223,9 @@ def test_bad_init_from_sources_are_clear_errors(tmp_path, pretrained_run):
       pretraining.PretrainingModel(model_config).init, jax.random.key(0),
       pretraining.init_batch(1, 8, 2))["params"])
   fresh = jax.tree_util.tree_map(lambda x: np.zeros(x.shape, x.dtype), shapes)
-  with pytest.raises(initialize.InitError,
-                     match=r"missing encoder_model/encoder/layer_2/attention"):
+  # The conversion itself names the weights the directory lacks (encoderx/export/hf.py).
+  with pytest.raises(initialize.InitError, match=r"the weights lack what BertForPreTraining "
+                     r"has: bert.encoder.layer.2.attention"):
     initialize.merge(fresh, source.load_params())
   # A checkpoint step that does not exist.
   workdir, _ = pretrained_run

@@ -28,12 +28,9 @@ SPECIAL = segment_pairs.SpecialIds(pad=0, cls=2, sep=3)
 
 
 def _config():
-  """xlnet_tiny shrunk like the other tests' configs: rows of 64 tokens, the first 32
-  reused, a memory of 48, orders in blocks of 16, 16 prediction slots (1/6 is 10.7);
-  document sets of 8 chapters (the first batch comes sooner)."""
+  """xlnet_tiny shrunk like the other tests' configs (conftest's _tiny_config); document
+  sets of 8 chapters (the first batch comes sooner)."""
   config = _tiny_config("xlnet_tiny")
-  fields = config.objective.plm
-  fields.num_predict, fields.reuse_len, fields.mem_len, fields.perm_size = 16, 32, 48, 16
   config.data.document_pool = 8
   return config
 
@@ -253,7 +250,7 @@ def test_predictions_are_whole_word_spans_covering_one_in_k(prepared):
 
 
 # --- parity with Hugging Face XLNetLMHeadModel ---------------------------------------------
-MODEL = small_model(attention="two_stream_relative", position_embedding="none",
+MODEL = small_model(family="xlnet", attention="two_stream_relative", position_embedding="none",
                     type_vocab_size=0, embedding_layer_norm=False, max_position_embeddings=0)
 
 
@@ -372,6 +369,14 @@ def test_conversion_round_trips_exactly_both_ways(torch_xlnet):
   assert family == "xlnet"
   for name, value in fields.items():
     assert getattr(MODEL, name) == value, name
+
+
+def test_hugging_face_xlnet_configs_encoderx_cannot_represent_are_refused():
+  """(tests/test_export.py runs the checks every family passes for XLNet too.)"""
+  for change, message in ((dict(attn_type="uni"), "attn_type 'uni'"),
+                          (dict(untie_r=False), "untie_r=False")):
+    with pytest.raises(hf.ConversionError, match=message):
+      hf.model_fields(hf.hf_config(MODEL, "xlnet", **change).to_dict())
 
 
 # --- the memory, training ------------------------------------------------------------------

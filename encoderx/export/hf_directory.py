@@ -6,7 +6,8 @@ pytorch_model.bin, and the tokenizer's files (vocab.txt for BERT and ELECTRA, vo
 merges.txt for RoBERTa, spiece.model for ALBERT, spm.model for DeBERTa v2/v3) with
 tokenizer_config.json. The weights may be of
 any class of the family (BertModel, BertForPreTraining, BertForSequenceClassification,
-...): the encoder is found by its embeddings, under whatever prefix the class puts it.
+...): the class is recognized by its weights (encoderx/export/hf.py import_state_dict).
+The conversion itself is hf.py's, the same as export's.
 """
 from __future__ import annotations
 
@@ -19,9 +20,6 @@ from encoderx.export import hf
 from encoderx.models import common
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-# Buffers some classes save beside their weights; they are not parameters.
-BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
-_WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
 
 
 class HfDirectoryError(ValueError):
@@ -44,7 +42,7 @@ def read_config(directory: str) -> tuple[str, dict]:
                            "directory (as save_pretrained writes one)?")
   try:
     return hf.model_fields(_read_json(path))
-  except ValueError as error:
+  except hf.ConversionError as error:
     raise HfDirectoryError(f"{path}: {error}") from None
 
 
@@ -53,21 +51,23 @@ def vocab_fields(directory: str, family: str) -> dict:
   tokenizer_config_path = os.path.join(directory, "tokenizer_config.json")
   tokenizer = (_read_json(tokenizer_config_path)
                if os.path.isfile(tokenizer_config_path) else {})
+  fam = hf.family_named(family)
+  kind = fam.vocab_kind
   # DebertaV2Tokenizer keeps case by default; the others lower-case.
-  lower_case = bool(tokenizer.get("do_lower_case", family != "deberta-v2"))
-  if family in ("bert", "electra"):
+  lower_case = bool(tokenizer.get("do_lower_case", fam.vocab_layout != "deberta"))
+  if kind == "wordpiece":
     path, fields = "vocab.txt", dict(kind="wordpiece", lower_case=lower_case)
     strip_accents = tokenizer.get("strip_accents")  # None: as lower_case (BertTokenizer)
     fields["strip_accents"] = lower_case if strip_accents is None else bool(strip_accents)
-  elif family == "roberta":
+  elif kind == "byte_bpe":
     path, fields = "", dict(kind="byte_bpe")
-  elif family == "deberta-v2":
+  elif fam.vocab_layout == "deberta":
     if tokenizer.get("split_by_punct"):
       raise HfDirectoryError(f"'{directory}': DebertaV2Tokenizer's split_by_punct is not "
                              "supported.")
     path, fields = "spm.model", dict(kind="sentencepiece", layout="deberta",
                                      lower_case=lower_case, strip_accents=False)
-  else:  # albert
+  else:  # sentencepiece, ALBERT's layout
     path, fields = "spiece.model", dict(
         kind="sentencepiece", lower_case=lower_case,
         strip_accents=not tokenizer.get("keep_accents", False))
@@ -95,36 +95,24 @@ def read_state_dict(directory: str) -> dict[str, np.ndarray]:
   return {k: np.asarray(v, np.float32) for k, v in tensors.items()}
 
 
-def encoder_prefix(state_dict) -> str:
-  """'bert.' for BertForPreTraining's names, '' for BertModel's, ..."""
-  for name in state_dict:
-    if name.endswith(_WORD_EMBEDDINGS):
-      return name[:-len(_WORD_EMBEDDINGS)]
-  raise HfDirectoryError(f"no {_WORD_EMBEDDINGS} among the weights: not an encoder of a "
-                         "known family.")
+def architecture(directory: str) -> str | None:
+  """The class config.json names first under `architectures` (None when absent)."""
+  classes = _read_json(os.path.join(directory, "config.json")).get("architectures") or []
+  return classes[0] if classes else None
 
 
-def convert(state_dict, config: common.ModelConfig, family: str) -> tuple[dict, list[str]]:
+def convert(state_dict, config: common.ModelConfig, family: str,
+            hf_class: str | None = None) -> tuple[dict, list[str]]:
   """(encoderx params, the names of head weights that have no encoderx equivalent).
 
-  Every weight of the encoder must convert: one left over is an error naming it.
+  The weights are read as the family's class they fit best (`hf_class`, from
+  config.json, breaks ties). Every weight of the encoder must convert: one left over
+  is an error naming it; head weights of a class with no rules here are returned.
   """
-  prefix = encoder_prefix(state_dict)
-  rules = hf.RULES[family](config, prefix=prefix.rstrip("."))
-  if config.position_embedding != "absolute" and not config.enhanced_mask_decoder:
-    # DeBERTa's checkpoints keep a position table their encoder does not read
-    # (position_biased_input=False; Hugging Face ignores it too).
-    rules = [r for r in rules if not r[0].endswith("embeddings.position_embeddings.weight")]
-  used = {hf_name for hf_name, _, _ in rules}
-  tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias",
-          "lm_head.decoder.weight", "lm_head.decoder.bias", "predictions.decoder.weight",
-          "predictions.decoder.bias", "generator_lm_head.weight"}
-  left = [name for name in state_dict
-          if name not in used | tied and name.removeprefix(prefix) not in BUFFERS]
-  encoder_left = [n for n in left if (n.startswith(prefix + "embeddings.")
-                                      or n.startswith(prefix + "encoder."))
-                  and n != prefix + "embeddings.position_embeddings.weight"]
-  if encoder_left:
-    raise HfDirectoryError(f"encoder weights with no {family} conversion rule: "
-                           f"{', '.join(sorted(encoder_left))}.")
-  return hf.from_hf(state_dict, config, rules=rules), sorted(left)
+  head = hf.head_of_class(family, hf_class) if hf_class else None
+  try:
+    params, _, unused = hf.import_state_dict(state_dict, config, family,
+                                             unused_heads=True, prefer=head)
+  except hf.ConversionError as error:
+    raise HfDirectoryError(str(error)) from None
+  return params, unused

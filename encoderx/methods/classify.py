@@ -53,6 +53,7 @@ class Classification(finetune.FineTuning):
   """A classifier over the encoder, trained by cross-entropy."""
   name = "classify"
   METRICS = METRICS
+  export_heads = ("sequence_classification",)
 
   def build_model(self):
     self.labels = training_labels(self.config.finetune)
@@ -136,6 +137,10 @@ class Classification(finetune.FineTuning):
 
   def describe_head(self) -> dict:
     return {"labels": list(self.labels), "pooling": self.config.finetune.pooling}
+
+  def export_fields(self) -> dict:
+    return {"id2label": dict(enumerate(self.labels)),
+            "label2id": {label: i for i, label in enumerate(self.labels)}}
 
   # --- predictions -----------------------------------------------------------------------
   def predict(self, params, state, batch):

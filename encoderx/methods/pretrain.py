@@ -88,6 +88,8 @@ class Pretraining(method_lib.Method):
   """MLM (+ NSP / SOP / SBO) on a PretrainingModel."""
   name = "pretrain"
   config_sections = ("data", "objective")
+  # SpanBERT (no sentence head) exports as the masked-LM class, without its SBO head.
+  export_heads = ("pretraining", "mlm")
 
   def __init__(self, config, max_predictions: int | None = None):
     super().__init__(config)

@@ -32,6 +32,11 @@ DTYPES = ("float32", "bfloat16", "float16")
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
   """The encoder's fields (BERT-base defaults); frozen, so hashable as a module field."""
+  # The model family ("bert", "roberta", "albert", ...: encoderx/export/hf.py FAMILIES):
+  # what Hugging Face class export writes and which rules convert its weights. Named, not
+  # guessed from the other fields, because families differ in more than those fields (a
+  # BERT and a RoBERTa of equal sizes differ only in tokenizer and position offset).
+  family: str = "bert"
   vocab_size: int = 0  # 0: the vocabulary's size.
   hidden_size: int = 768
   num_layers: int = 12

@@ -1,0 +1,184 @@
+"""A run's parameters as a Hugging Face model directory, or as a numpy .npz.
+
+    export_hf(workdir, output, step=None, head=None)
+      -> config.json (the family's class, with the labels of a fine-tuned run),
+         model.safetensors, and the tokenizer files of the run's vocabulary
+    export_npz(workdir, output, step=None)
+      -> one array per parameter, keyed by its path ('encoder_model/encoder/layer_0/...')
+
+The family is the run's `model.family`; the class is `head` (encoderx/export/hf.py: a
+Head of the family), by default the first of the method's `export_heads` that the
+parameters fill. Parts that no class of the family holds (SpanBERT's SBO head) are left
+out and named; with an explicit `head`, so is whatever that class has no place for (the
+heads, when exporting the bare encoder). Anything else left over stops the export.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+
+import flax
+import numpy as np
+
+from encoderx import initialize
+from encoderx import method as method_lib
+from encoderx.export import hf, tokenizer_files
+from encoderx.models import common
+
+
+class ExportError(ValueError):
+  """A run or an output that cannot be exported; the message says what to do."""
+
+
+@dataclasses.dataclass
+class Exported:
+  output: str
+  family: str
+  hf_class: str
+  step: int | None
+  files: list[str]
+  left_out: list[str]  # model parts with no place in the class
+
+  def summary(self) -> str:
+    left = (f"; not exported (no place in {self.hf_class}): {', '.join(self.left_out)}"
+            if self.left_out else "")
+    return (f"wrote {self.hf_class} ({self.family}) to {self.output}: "
+            f"{', '.join(self.files)}{left}")
+
+
+@dataclasses.dataclass
+class _Run:
+  config: object
+  method: method_lib.Method
+  model_config: common.ModelConfig
+  params: dict  # transferable, unscanned numpy arrays
+
+
+def _load_run(workdir: str, step: int | None) -> _Run:
+  workdir = os.path.abspath(os.path.expanduser(workdir))
+  if not os.path.isfile(os.path.join(workdir, "config.json")):
+    raise ExportError(f"--workdir: '{workdir}' is not a run's work directory (it has no "
+                      "config.json).")
+  source = os.path.join(workdir, "checkpoints", str(step)) if step is not None else workdir
+  try:
+    params = initialize.open_source(source).load_params()
+  except initialize.InitError as error:
+    raise ExportError(str(error).replace("--init_from", "export")) from None
+  config = initialize.run_config(os.path.join(workdir, "config.json"))
+  method = method_lib.build(config)
+  model_config = dataclasses.replace(method.model_config, scan_layers=False)
+  return _Run(config, method, model_config, params)
+
+
+def _output_directory(output: str) -> str:
+  output = os.path.abspath(os.path.expanduser(output))
+  if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
+    raise ExportError(f"--output: '{output}' exists and is not an empty directory; "
+                      "name a new one (nothing is overwritten).")
+  return output
+
+
+def _publish(staging: str, output: str) -> None:
+  """Moves the finished directory into place: a failed export leaves no half of one."""
+  if os.path.isdir(output):
+    os.rmdir(output)  # empty, checked before
+  os.replace(staging, output)
+
+
+def _choose_head(run: _Run, family: str, head: str | None) -> tuple[str, tuple | None]:
+  """(head, parts it may leave out: None for any but the encoder's)."""
+  fam = hf.family_named(family)
+  if head is not None:
+    if head not in fam.heads:
+      raise ExportError(f"--head: family '{family}' has no class for {head!r}; its heads: "
+                        f"{', '.join(fam.heads)}.")
+    return head, None
+  held = {hf.part(path) for name in fam.heads
+          for _, path, _ in hf.class_rules(run.model_config, family, name)}
+  have = {hf.part("/".join(k)) for k in flax.traverse_util.flatten_dict(run.params)}
+  unrepresentable = tuple(sorted(have - held))
+  fitting = hf.exportable_heads(run.params, run.model_config, family)
+  preferred = run.method.export_heads or tuple(fam.heads)
+  for name in preferred:
+    if name in fitting:
+      return name, unrepresentable
+  classes = ", ".join(fam.heads[h].hf_class for h in preferred if h in fam.heads)
+  raise ExportError(
+      f"the run's parameters ({', '.join(sorted(have))}) fill none of the {family} classes "
+      f"for the '{run.config.method}' method ({classes or 'none'}); --head=base exports "
+      "the encoder alone.")
+
+
+def export_hf(workdir: str, output: str, step: int | None = None,
+              head: str | None = None) -> Exported:
+  """Writes the run's (step's) parameters as a Hugging Face model directory."""
+  import torch  # pylint: disable=g-import-not-at-top
+  output = _output_directory(output)
+  run = _load_run(workdir, step)
+  family = run.model_config.family
+  fam = hf.family_named(family)
+  vocab = run.config.data.vocab.to_dict()
+  if vocab["kind"] != fam.vocab_kind:
+    raise ExportError(f"data.vocab.kind={vocab['kind']!r}: Hugging Face {family} "
+                      f"tokenizers ({fam.tokenizer_class}) are {fam.vocab_kind!r}.")
+  if fam.vocab_layout and vocab.get("layout", "albert") != fam.vocab_layout:
+    raise ExportError(f"data.vocab.layout={vocab.get('layout')!r}: Hugging Face {family} "
+                      f"tokenizers ({fam.tokenizer_class}) read SentencePiece models of "
+                      f"the {fam.vocab_layout!r} layout.")
+  if fam.vocab_layout == "deberta" and vocab.get("strip_accents"):
+    raise ExportError("data.vocab.strip_accents=True: DebertaV2Tokenizer keeps accents; "
+                      "export a run trained with strip_accents=False.")
+  try:
+    fam.check(run.model_config)
+    head, drop = _choose_head(run, family, head)
+    state_dict, head, left_out = hf.export_state_dict(run.params, run.model_config,
+                                                      family, head, drop)
+  except hf.ConversionError as error:
+    raise ExportError(f"cannot export (model.family={family!r}): {error}") from None
+  spec = fam.heads[head]
+  fields = run.method.export_fields() if spec.labels else {}
+  model = hf.hf_model(run.model_config, family, head, **fields)
+  missing, unexpected = model.load_state_dict(
+      {name: torch.from_numpy(np.array(value))
+       for name, value in state_dict.items()}, strict=False)
+  missing = [name for name in missing
+             if name not in spec.tied and not hf.is_buffer(name)]
+  if missing or unexpected:  # the rules and the class disagree: a bug in the rules
+    raise ExportError(f"{spec.hf_class} and the {family} rules disagree: weights not "
+                      f"filled {missing}, unknown {unexpected}.")
+  os.makedirs(os.path.dirname(output), exist_ok=True)
+  staging = tempfile.mkdtemp(prefix=".export-", dir=os.path.dirname(output))
+  try:
+    model.save_pretrained(staging, safe_serialization=True)
+    tokenizer_files.write(vocab, fam.tokenizer_class, staging,
+                          run.model_config.max_position_embeddings
+                          - run.model_config.position_offset)
+    files = sorted(os.listdir(staging))
+    _publish(staging, output)
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
+  return Exported(output, family, spec.hf_class, step, files, left_out)
+
+
+def export_npz(workdir: str, output: str, step: int | None = None) -> Exported:
+  """Writes every transferable parameter of the run (step) as numpy arrays keyed by
+  their paths ('encoder_model/embeddings/word_embeddings/embedding', ...), unscanned:
+  `numpy.load(output)`."""
+  output = os.path.abspath(os.path.expanduser(output))
+  if not output.endswith(".npz"):
+    raise ExportError(f"--output: '{output}' must end with .npz.")
+  if os.path.exists(output):
+    raise ExportError(f"--output: '{output}' exists; name a new file (nothing is "
+                      "overwritten).")
+  run = _load_run(workdir, step)
+  flat = {"/".join(k): np.asarray(v) for k, v in
+          flax.traverse_util.flatten_dict(run.params).items()}
+  os.makedirs(os.path.dirname(output), exist_ok=True)
+  with tempfile.NamedTemporaryFile(dir=os.path.dirname(output), suffix=".npz",
+                                   delete=False) as f:
+    np.savez(f, **flat)
+  os.replace(f.name, output)
+  return Exported(output, run.model_config.family, "npz", step,
+                  [os.path.basename(output)], [])

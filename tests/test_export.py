@@ -1,0 +1,193 @@
+"""Export (python -m encoderx.export) and import (--init_from=hf:) per family.
+
+For every family in export_checks.CASES: Hugging Face weights -> import -> export are
+byte-identical for each class of the family; a run exports to a directory that
+AutoModel, the family's class and AutoTokenizer load, with encoderx's outputs (fp32,
+1e-4, padded batches) and ids (bundled corpus); configurations the family cannot
+represent are refused. Then the fine-tuned classifier's export, the .npz export and the
+command line.
+"""
+import os
+import subprocess
+import sys
+
+import flax
+import numpy as np
+import pytest
+
+from encoderx.export import hf, writer
+
+from conftest import REPO, _tiny_config  # pylint: disable=g-bad-import-order
+from export_checks import (  # pylint: disable=g-bad-import-order
+    CASES, check_export_parity, check_hf_round_trip, check_tokenizer, make_run)
+from reference_models import small_model  # pylint: disable=g-bad-import-order
+
+transformers = pytest.importorskip("transformers")
+
+FAMILIES = [case for case in CASES if case.name == case.family]
+CLASSES = {"bert": "BertForPreTraining", "spanbert": "BertForMaskedLM",
+           "roberta": "RobertaForMaskedLM", "albert": "AlbertForPreTraining",
+           "deberta-v2": "DebertaV2ForMaskedLM", "electra": "ElectraForPreTraining",
+           "xlnet": "XLNetLMHeadModel"}
+
+
+def _config(name: str, **model):
+  config = _tiny_config(name)
+  config.model.initializer_range = 0.2  # logits of O(1-10): 1e-4 means something
+  for field, value in model.items():
+    config.model[field] = value
+  return config
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  """runs(case) -> (workdir, method, params) of the case's tiny run, made once."""
+  made = {}
+
+  def run(case):
+    if case.name not in made:
+      workdir = str(tmp_path_factory.mktemp(f"run_{case.name}"))
+      made[case.name] = (workdir, *make_run(_config(case.config, **case.run), workdir))
+    return made[case.name]
+  return run
+
+
+@pytest.mark.parametrize("case", FAMILIES, ids=lambda case: case.name)
+def test_hugging_face_weights_import_and_export_byte_identical(case, tmp_path):
+  check_hf_round_trip(case, str(tmp_path))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_exported_run_loads_in_transformers_with_the_same_outputs_and_ids(
+    case, runs, tmp_path, austen_lines):
+  workdir, method, params = runs(case)
+  params = method.transferable_params(params)  # what export takes (ELECTRA's discriminator)
+  exported = writer.export_hf(workdir, str(tmp_path / "hf"))
+  assert (exported.family, exported.hf_class) == (case.family, CLASSES[case.name])
+  assert exported.left_out == (["sbo_head"] if case.name == "spanbert" else [])
+  assert {"config.json", "model.safetensors", "tokenizer_config.json",
+          "special_tokens_map.json"} <= set(exported.files)
+  diffs = check_export_parity(method, params, exported, method.vocabulary.pad_id,
+                              case.flax_model)
+  print(f"{case.name} export parity: " + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
+  check_tokenizer(exported.output, method.vocabulary, austen_lines(300))
+  # The exported directory is read back by --init_from=hf: to the same parameters.
+  from encoderx import initialize  # pylint: disable=g-import-not-at-top
+  source = initialize.open_source(f"hf:{exported.output}")
+  assert source.model["family"] == case.family
+  back = flax.traverse_util.flatten_dict(source.load_params())
+  ours = flax.traverse_util.flatten_dict(params)
+  assert back.keys() == {k for k in ours if k[0] != "sbo_head"}
+  for key, value in back.items():
+    np.testing.assert_array_equal(value, ours[key], err_msg="/".join(key))
+
+
+@pytest.mark.parametrize("case", FAMILIES, ids=lambda case: case.name)
+def test_configurations_the_family_cannot_represent_are_refused(case):
+  model = small_model(**case.model)
+  params = hf.from_hf(hf.hf_model(model, case.family).state_dict(), model, case.family)
+  refused = small_model(**{**case.model, **case.refused})
+  with pytest.raises(hf.ConversionError, match=case.refused_match):
+    hf.to_hf(params, refused, case.family)
+  with pytest.raises(hf.ConversionError, match=case.refused_match):
+    hf.from_hf(hf.hf_model(model, case.family).state_dict(), refused, case.family)
+
+
+def test_a_run_the_family_cannot_represent_is_refused_and_nothing_written(tmp_path):
+  workdir = str(tmp_path / "run")
+  make_run(_config("bert_tiny", layer_sharing="all"), workdir)
+  with pytest.raises(writer.ExportError, match="layer_sharing='all' has no Hugging Face"):
+    writer.export_hf(workdir, str(tmp_path / "hf"))
+  assert sorted(os.listdir(tmp_path)) == ["run"]
+
+
+def test_a_deberta_run_with_the_enhanced_mask_decoder_is_refused(tmp_path):
+  workdir = str(tmp_path / "run")
+  make_run(_config("deberta_tiny"), workdir)
+  with pytest.raises(writer.ExportError, match="enhanced_mask_decoder=True: Hugging Face "
+                     "DeBERTa has no enhanced mask decoder"):
+    writer.export_hf(workdir, str(tmp_path / "hf"))
+  assert sorted(os.listdir(tmp_path)) == ["run"]
+
+
+def test_weights_and_parameters_left_over_are_named():
+  model = small_model()
+  state_dict = hf.hf_model(model, "bert").state_dict()
+  with pytest.raises(hf.ConversionError, match=r"rule \(BertForPreTraining\): "
+                     r"bert.encoder.layer.7.output.dense.weight"):
+    hf.from_hf({**state_dict, "bert.encoder.layer.7.output.dense.weight": np.zeros(2)},
+               model)
+  with pytest.raises(hf.ConversionError, match="lack what BertForPreTraining has: "
+                     "bert.encoder.layer.2.output.dense.weight"):
+    hf.from_hf({k: v for k, v in state_dict.items()
+                if k != "bert.encoder.layer.2.output.dense.weight"}, model,
+               head="pretraining")
+  params = hf.from_hf(state_dict, model)
+  with pytest.raises(hf.ConversionError, match="BertForPreTraining has no place for: "
+                     "extra_head/kernel"):
+    hf.to_hf({**params, "extra_head": {"kernel": np.zeros(2)}}, model)
+  layers = params["encoder_model"]["encoder"]
+  with pytest.raises(hf.ConversionError, match="no place for: encoder_model/encoder/"
+                     "layer_3/attention/layer_norm/bias, .*layer_3/ffn/output/bias"):
+    hf.to_hf({**params, "encoder_model": {**params["encoder_model"], "encoder": {
+        **layers, "layer_3": layers["layer_2"]}}}, model)
+
+
+def _classify_config(tmp_path, name: str, **model):
+  config = _config(name, **model)
+  rows = "text\tlabel\n" + "".join(f"line {i} of the story\t{'yes' if i % 3 else 'no'}\n"
+                                   for i in range(12))
+  for split in ("train", "dev"):
+    (tmp_path / f"{split}.tsv").write_text(rows)
+  config.method = "classify"
+  config.finetune.train_file = str(tmp_path / "train.tsv")
+  config.finetune.dev_file = str(tmp_path / "dev.tsv")
+  config.finetune.labels = ("no", "yes", "maybe")
+  return config
+
+
+@pytest.mark.parametrize("name", ["bert_tiny", "roberta_tiny", "deberta_tiny"])
+def test_a_fine_tuned_classifier_exports_with_its_head_and_labels(tmp_path, name):
+  workdir = str(tmp_path / "run")
+  model = {"enhanced_mask_decoder": False} if name == "deberta_tiny" else {}
+  method, params = make_run(_classify_config(tmp_path, name, **model), workdir)
+  exported = writer.export_hf(workdir, str(tmp_path / "hf"))
+  prefix = {"bert_tiny": "Bert", "roberta_tiny": "Roberta", "deberta_tiny": "DebertaV2"}[name]
+  assert exported.hf_class == f"{prefix}ForSequenceClassification"
+  loaded = transformers.AutoModelForSequenceClassification.from_pretrained(exported.output)
+  assert loaded.config.id2label == {0: "no", 1: "yes", 2: "maybe"}
+  assert loaded.config.label2id == {"no": 0, "yes": 1, "maybe": 2}
+  check_export_parity(method, params, exported, method.vocabulary.pad_id)
+  # The bare encoder on request: the classifier left out, and said so (and the pooler,
+  # which DeBERTa's classification class holds, not its encoder).
+  bare = writer.export_hf(workdir, str(tmp_path / "base"), head="base")
+  left_out = ["classifier"] + (["encoder_model/pooler"] if name == "deberta_tiny" else [])
+  assert (bare.hf_class, bare.left_out) == (f"{prefix}Model", left_out)
+
+
+def test_npz_and_the_command_line(runs, tmp_path):
+  workdir, _, params = runs(CASES[0])
+  output = tmp_path / "params.npz"
+  command = [sys.executable, "-m", "encoderx.export", f"--workdir={workdir}",
+             f"--output={output}", "--format=npz", "--step=3"]
+  env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+  result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env=env)
+  assert result.returncode == 0, result.stderr
+  assert "wrote npz (bert)" in result.stdout
+  with np.load(output) as arrays:
+    flat = flax.traverse_util.flatten_dict(params)
+    assert set(arrays.files) == {"/".join(k) for k in flat}
+    for key, value in flat.items():
+      np.testing.assert_array_equal(arrays["/".join(key)], value)
+  # Errors are one line naming the problem; nothing is overwritten.
+  result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env=env)
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1] == (
+      f"encoderx: error: --output: '{output}' exists; name a new file (nothing is "
+      "overwritten).")
+  with pytest.raises(writer.ExportError, match="checkpoints/7' does not exist"):
+    writer.export_npz(workdir, str(tmp_path / "other.npz"), step=7)
+  with pytest.raises(writer.ExportError, match="family 'bert' has no class for 'qa'"):
+    writer.export_hf(workdir, str(tmp_path / "hf"), head="qa")
