@@ -79,6 +79,17 @@ def tiny_config():
   return _tiny_config
 
 
+# One vocabulary of each kind and layout: the configs' own (config.data.vocab).
+VOCABULARY_CONFIGS = {"wordpiece": "bert_tiny", "byte_bpe": "roberta_tiny",
+                      "sentencepiece": "albert_tiny", "sentencepiece-deberta": "deberta_tiny"}
+
+
+def vocab_config(kind: str):
+  """config.data.vocab of the config of VOCABULARY_CONFIGS[kind]."""
+  return importlib.import_module(
+      f"encoderx.configs.{VOCABULARY_CONFIGS[kind]}").get_config().data.vocab
+
+
 def _tiny_config(name: str = "bert_tiny"):
   config = importlib.import_module(f"encoderx.configs.{name}").get_config()
   config.model.num_layers = 2

@@ -5,7 +5,6 @@ import json
 import re
 
 import jax
-import ml_collections
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
@@ -15,15 +14,9 @@ from encoderx.data import squad, tasks
 from encoderx.evaluation import squad as squad_eval
 from encoderx.methods import qa as qa_method
 
+from conftest import VOCABULARY_CONFIGS, vocab_config  # pylint: disable=g-bad-import-order
+
 ONE_DEVICE = jax.devices()[:1]
-VOCABULARIES = {
-    "wordpiece": dict(kind="wordpiece", path="bundled:austen-wordpiece", lower_case=True,
-                      strip_accents=True),
-    "byte_bpe": dict(kind="byte_bpe", path="bundled:austen-bpe", lower_case=False,
-                     strip_accents=False),
-    "sentencepiece": dict(kind="sentencepiece", path="bundled:austen-sentencepiece",
-                          lower_case=True, strip_accents=True),
-}
 # Accents, capitals, punctuation against words, LaTeX quotes, several spaces, a tab.
 CONTEXT = ("Mr. Darcy's estate, Pemberley,  lay in Derbyshire; the Café Élysée\twas "
            "``far'' from Longbourn (1813).")
@@ -33,7 +26,7 @@ ANSWERS = [("Pemberley", 20), ("Darcy's", 4), ("Café Élysée", 55), ("Derbyshi
 
 
 def _vocabulary(kind):
-  return tasks.build_vocabulary(ml_collections.ConfigDict(VOCABULARIES[kind]))
+  return tasks.build_vocabulary(vocab_config(kind))
 
 
 def test_hand_marked_answers_are_where_they_say():
@@ -41,7 +34,7 @@ def test_hand_marked_answers_are_where_they_say():
     assert CONTEXT[start:start + len(text)] == text
 
 
-@pytest.mark.parametrize("kind", sorted(VOCABULARIES))
+@pytest.mark.parametrize("kind", sorted(VOCABULARY_CONFIGS))
 def test_token_offsets_cover_the_original_text_exactly(kind):
   vocabulary = _vocabulary(kind)
   ((ids, spans),) = vocabulary.encode_with_offsets([CONTEXT])
@@ -60,7 +53,7 @@ def test_token_offsets_cover_the_original_text_exactly(kind):
     assert start in starts and start + len(text) in ends, text
 
 
-@pytest.mark.parametrize("kind", sorted(VOCABULARIES))
+@pytest.mark.parametrize("kind", sorted(VOCABULARY_CONFIGS))
 def test_an_answer_decoded_from_its_tokens_is_the_original_text(kind):
   vocabulary = _vocabulary(kind)
   examples = [squad.Example(f"q{i}", "Where did he live?", CONTEXT,

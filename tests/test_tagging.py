@@ -12,17 +12,11 @@ from encoderx.data import labelled, pipeline, tagging, tasks
 from encoderx.evaluation import tags as tags_lib
 from encoderx.methods import tag as tag_method
 
+from conftest import VOCABULARY_CONFIGS, vocab_config  # pylint: disable=g-bad-import-order
+
 ONE_DEVICE = jax.devices()[:1]
 REPO = pathlib.Path(__file__).resolve().parent.parent
 CONLL = REPO.parent / "shared" / "corpora" / "conll2003"
-VOCABULARIES = {
-    "wordpiece": dict(kind="wordpiece", path="bundled:austen-wordpiece", lower_case=True,
-                      strip_accents=True),
-    "byte_bpe": dict(kind="byte_bpe", path="bundled:austen-bpe", lower_case=True,
-                     strip_accents=True),
-    "sentencepiece": dict(kind="sentencepiece", path="bundled:austen-sentencepiece",
-                          lower_case=True, strip_accents=True),
-}
 LABELS = ("O", "B-LOC", "B-PER", "I-PER", "B-MISC")
 SENTENCE = tagging.Sentence(1, ["Elizabeth", "Bennet", "visited", "Pemberley",
                                 "unaccountably", "1996-08-22"],
@@ -30,20 +24,19 @@ SENTENCE = tagging.Sentence(1, ["Elizabeth", "Bennet", "visited", "Pemberley",
 
 
 def _vocabulary(kind):
-  import ml_collections  # pylint: disable=g-import-not-at-top
-  return tasks.build_vocabulary(ml_collections.ConfigDict(VOCABULARIES[kind]))
+  return tasks.build_vocabulary(vocab_config(kind))
 
 
 def _examples(kind, sentences, seq_length=32):
   vocabulary = _vocabulary(kind)
   task = tagging.register_task({"train": lambda: sentences}, LABELS,
                                {"train": f"test-{len(sentences)}"}, vocabulary,
-                               VOCABULARIES[kind], shuffle_buffer=10)
+                               vocab_config(kind), shuffle_buffer=10)
   (batch,) = pipeline.whole_split(task, "train", seq_length, len(sentences))
   return batch, vocabulary
 
 
-@pytest.mark.parametrize("kind", sorted(VOCABULARIES))
+@pytest.mark.parametrize("kind", sorted(VOCABULARY_CONFIGS))
 def test_the_first_piece_of_each_word_carries_its_tag(kind):
   batch, vocabulary = _examples(kind, [SENTENCE])
   # By hand: each word's pieces as the vocabulary splits it (byte-level BPE words after
