@@ -205,6 +205,12 @@ def check_export_parity(method, params, exported: writer.Exported, pad_id: int,
     sentence = getattr(theirs, "seq_relationship_logits", getattr(theirs, "sop_logits", None))
     if "sentence_logits" in ours:
       diffs["sentence"] = np.abs(sentence.numpy() - np.asarray(ours["sentence_logits"])).max()
+  elif isinstance(ours, tuple):  # extractive QA's start and end logits
+    diffs["span"] = max(np.abs(getattr(theirs, f"{end}_logits").numpy()[real]
+                               - np.asarray(mine)[real]).max()
+                        for end, mine in zip(("start", "end"), ours))
+  elif np.ndim(ours) == 3:  # a tagger's logits per token
+    diffs["tags"] = np.abs(theirs.logits.numpy()[real] - np.asarray(ours)[real]).max()
   else:  # a classifier's logits
     diffs["logits"] = np.abs(theirs.logits.numpy() - np.asarray(ours)).max()
   assert max(diffs.values()) <= ATOL, diffs

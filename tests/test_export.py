@@ -165,6 +165,27 @@ def test_a_fine_tuned_classifier_exports_with_its_head_and_labels(tmp_path, name
   assert (bare.hf_class, bare.left_out) == (f"{prefix}Model", left_out)
 
 
+def test_a_fine_tuned_tagger_and_qa_model_export_with_their_heads(tmp_path):
+  """The tag method's run -> BertForTokenClassification with its labels; the qa
+  method's -> BertForQuestionAnswering; both compute what encoderx computes."""
+  from test_qa import QUESTIONS, _qa_config, _squad_json  # pylint: disable=g-import-not-at-top
+  from test_tagging import LABELS, _tag_config  # pylint: disable=g-import-not-at-top
+  tags = tmp_path / "tags.txt"
+  tags.write_text("".join(f"w{i}\t{tag}\n" for i, tag in enumerate(LABELS)))
+  squad_file = _squad_json(tmp_path / "squad.json", QUESTIONS)
+  for name, config, hf_class in (
+      ("tag", _tag_config(tmp_path, str(tags), str(tags)), "BertForTokenClassification"),
+      ("qa", _qa_config(squad_file, squad_file), "BertForQuestionAnswering")):
+    config.model.initializer_range = 0.2
+    method, params = make_run(config, str(tmp_path / name))
+    exported = writer.export_hf(str(tmp_path / name), str(tmp_path / f"hf_{name}"))
+    assert (exported.hf_class, exported.left_out) == (hf_class, [])
+    if name == "tag":
+      loaded = transformers.AutoModelForTokenClassification.from_pretrained(exported.output)
+      assert loaded.config.id2label == dict(enumerate(method.labels))
+    check_export_parity(method, params, exported, method.vocabulary.pad_id)
+
+
 def test_npz_and_the_command_line(runs, tmp_path):
   workdir, _, params = runs(CASES[0])
   output = tmp_path / "params.npz"

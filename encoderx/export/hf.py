@@ -229,6 +229,17 @@ def classifier(hf: str = "classifier") -> Callable[[common.ModelConfig], list[Ru
   return lambda config: dense(hf, "classifier")
 
 
+def token_heads(class_prefix: str) -> dict[str, Head]:
+  """The family's token classification and extractive QA classes: a linear layer on the
+  encoder's last hidden states, no pooler (the tag method's `classifier`, the qa
+  method's `qa_outputs`; encoderx/models/finetuning.py)."""
+  return {"token_classification": Head(f"{class_prefix}ForTokenClassification",
+                                       classifier(), pooler=False, labels=True),
+          "question_answering": Head(f"{class_prefix}ForQuestionAnswering",
+                                     lambda config: dense("qa_outputs", "qa_outputs"),
+                                     pooler=False)}
+
+
 def refuse_unless_plain(config: common.ModelConfig, family: str, offset: int = 0) -> None:
   """What every BERT-like class needs: distinct layers, no embedding factorization,
   standard attention, absolute positions from `offset`."""
@@ -266,6 +277,7 @@ register(Family(
                     tied=BERT_TIED),
         "sequence_classification": Head("BertForSequenceClassification", classifier(),
                                         labels=True),
+        **token_heads("Bert"),
         "base": Head("BertModel", base_prefix=False),
     },
     check=lambda config: refuse_unless_plain(config, "BERT")))
@@ -294,6 +306,7 @@ register(Family(
             "RobertaForSequenceClassification", lambda config: dense(
                 "classifier.dense", "encoder_model/pooler/dense") + dense(
                     "classifier.out_proj", "classifier"), pooler=False, labels=True),
+        **token_heads("Roberta"),
         "base": Head("RobertaModel", base_prefix=False),
     },
     # Positions start after the padding id: pad_token_id is position_offset - 1.
@@ -358,6 +371,7 @@ register(Family(
                     tied=ALBERT_TIED),
         "sequence_classification": Head("AlbertForSequenceClassification", classifier(),
                                         labels=True),
+        **token_heads("Albert"),
         "base": Head("AlbertModel", base_prefix=False),
     },
     hf_fields=lambda config: dict(
@@ -507,6 +521,7 @@ register(Family(
             "DebertaV2ForSequenceClassification", lambda config: dense(
                 "pooler.dense", "encoder_model/pooler/dense") + dense(
                     "classifier", "classifier"), pooler=False, labels=True),
+        **token_heads("DebertaV2"),
         "base": Head("DebertaV2Model", base_prefix=False, pooler=False),
     },
     hf_fields=_deberta_hf_fields, model_fields=_deberta_model_fields, check=_deberta_check,
@@ -555,6 +570,7 @@ register(Family(
             "generator_lm_head.bias"), pooler=False, tied=("generator_lm_head.weight",)),
         # ElectraForSequenceClassification is left out: its head applies GELU to its
         # dense (ElectraClassificationHead), where our pooler applies tanh.
+        **token_heads("Electra"),
         "base": Head("ElectraModel", base_prefix=False, pooler=False),
     },
     hf_fields=lambda config: dict(embedding_size=config.embedding_size),

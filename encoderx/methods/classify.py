@@ -139,8 +139,7 @@ class Classification(finetune.FineTuning):
     return {"labels": list(self.labels), "pooling": self.config.finetune.pooling}
 
   def export_fields(self) -> dict:
-    return {"id2label": dict(enumerate(self.labels)),
-            "label2id": {label: i for i, label in enumerate(self.labels)}}
+    return finetune.label_fields(self.labels)
 
   # --- predictions -----------------------------------------------------------------------
   def predict(self, params, state, batch):

@@ -37,6 +37,12 @@ def real_rows(outputs: list[dict]) -> dict[str, np.ndarray]:
   return {k: v[real] for k, v in joined.items()}
 
 
+def label_fields(labels) -> dict:
+  """config.json's id2label / label2id of an exported classifier or tagger."""
+  return {"id2label": dict(enumerate(labels)),
+          "label2id": {label: i for i, label in enumerate(labels)}}
+
+
 class FineTuning(method_lib.Method):
   """A task head over the encoder, trained from labelled files (or a TFDS dataset)."""
   # What summarize_evaluation reports; eval.best_metric must be one of them.

@@ -40,6 +40,7 @@ class QuestionAnswering(finetune.FineTuning):
   METRICS = ("exact_match", "f1") + V2_METRICS
   READS_TFDS = True
   prediction_file = "predictions.json"
+  export_heads = ("question_answering",)
 
   def build_model(self):
     self._examples, self._windows = {}, {}

@@ -38,6 +38,7 @@ class Tagging(finetune.FineTuning):
   METRICS = ("f1", "precision", "recall", "accuracy", "loss")
   READS_TFDS = True
   prediction_file = "predictions.conll"
+  export_heads = ("token_classification",)
 
   def build_model(self):
     self._sentences = {}
@@ -52,6 +53,9 @@ class Tagging(finetune.FineTuning):
                                       and config.finetune.label_column):
       config_lib.fail("finetune.text_column", "and finetune.label_column name the TFDS "
                       "features of the tokens and the tags (conll2003: tokens, ner).")
+
+  def export_fields(self) -> dict:
+    return finetune.label_fields(self.labels)
 
   # --- data ------------------------------------------------------------------------------
   def sentences(self, split: str) -> list[tagging.Sentence]:
