@@ -101,13 +101,37 @@ def test_a_run_the_family_cannot_represent_is_refused_and_nothing_written(tmp_pa
   assert sorted(os.listdir(tmp_path)) == ["run"]
 
 
-def test_a_deberta_run_with_the_enhanced_mask_decoder_is_refused(tmp_path):
+DECODER_TABLE = "encoder_model/embeddings/position_embeddings/embedding"
+
+
+def test_a_deberta_run_with_the_enhanced_mask_decoder_exports_its_encoder_alone(tmp_path):
+  """Hugging Face's DeBERTa MLM classes have no enhanced mask decoder: refused; the
+  encoder (--head=base) exports, the decoder's position table and the MLM head named as
+  left out."""
   workdir = str(tmp_path / "run")
   make_run(_config("deberta_tiny"), workdir)
   with pytest.raises(writer.ExportError, match="enhanced_mask_decoder=True: Hugging Face "
                      "DeBERTa has no enhanced mask decoder"):
     writer.export_hf(workdir, str(tmp_path / "hf"))
   assert sorted(os.listdir(tmp_path)) == ["run"]
+  bare = writer.export_hf(workdir, str(tmp_path / "base"), head="base")
+  assert (bare.hf_class, bare.left_out) == ("DebertaV2Model", [DECODER_TABLE, "mlm_head"])
+
+
+def test_a_deberta_v3_run_exports_its_discriminator_as_deberta_v2_model(tmp_path,
+                                                                       austen_lines):
+  """DeBERTa-v3 as released: the discriminator's encoder as DebertaV2Model, its
+  replaced-token head and the position table it shares with the generator's decoder
+  (which its encoder does not read) left out and named; Hugging Face computes its
+  hidden states and its tokenizer gives its ids."""
+  workdir = str(tmp_path / "run")
+  method, params = make_run(_config("deberta_v3_tiny"), workdir)
+  exported = writer.export_hf(workdir, str(tmp_path / "hf"))
+  assert (exported.family, exported.hf_class) == ("deberta-v2", "DebertaV2Model")
+  assert exported.left_out == [DECODER_TABLE, "rtd_head"]
+  check_export_parity(method, method.transferable_params(params), exported,
+                      method.vocabulary.pad_id)
+  check_tokenizer(exported.output, method.vocabulary, austen_lines(300))
 
 
 def test_weights_and_parameters_left_over_are_named():

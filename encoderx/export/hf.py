@@ -115,10 +115,11 @@ class Family:
   `field_names`: encoderx model field -> config.json field (None: HF_FIELD_NAMES, the
   BERT-like names). `hf_fields(config)` / `model_fields(hf_config)`: the family's own
   config.json fields beyond those, both ways. `check(config)`: raises ConversionError for
-  configurations the family's classes cannot represent; `export_check(config)` those they
-  read but cannot write faithfully (DeBERTa's enhanced mask decoder). `unread(config)`:
-  weights (names after the prefix) that released checkpoints carry and the classes do
-  not read, skipped on import. `tokenizer_class`: written to tokenizer_config.json, for
+  configurations the family's classes cannot represent; `export_check(config, head)` those
+  the class `head` reads but cannot write faithfully (DeBERTa's MLM classes: no enhanced
+  mask decoder). `unread(config)`: weights (names after the prefix) that released
+  checkpoints carry and the classes do not read, skipped on import; `unread_params(config)`
+  the same parameters here (paths), left out on export and named. `tokenizer_class`: written to tokenizer_config.json, for
   a run whose vocabulary is of kind `vocab_kind` (config.data.vocab.kind) and, for
   SentencePiece, of layout `vocab_layout` (config.data.vocab.layout).
   """
@@ -134,8 +135,9 @@ class Family:
   hf_fields: Callable[[common.ModelConfig], dict] = lambda config: {}
   model_fields: Callable[[Mapping], dict] = lambda hf_config: {}
   check: Callable[[common.ModelConfig], None] = lambda config: None
-  export_check: Callable[[common.ModelConfig], None] = lambda config: None
+  export_check: Callable[[common.ModelConfig, str], None] = lambda config, head: None
   unread: Callable[[common.ModelConfig], tuple[str, ...]] = lambda config: ()
+  unread_params: Callable[[common.ModelConfig], tuple[str, ...]] = lambda config: ()
   vocab_layout: str = ""
 
 
@@ -433,12 +435,13 @@ def _deberta_check(config: common.ModelConfig) -> None:
                           "disentangled (or standard) attention with positions from 0.")
 
 
-def _deberta_export_check(config: common.ModelConfig) -> None:
-  if config.enhanced_mask_decoder:
+def _deberta_export_check(config: common.ModelConfig, head: str) -> None:
+  if config.enhanced_mask_decoder and head in ("mlm", "mlm_legacy"):
     raise ConversionError(
         "model.enhanced_mask_decoder=True: Hugging Face DeBERTa has no enhanced mask "
-        "decoder, so its MLM logits would differ; export a model trained with "
-        "model.enhanced_mask_decoder=False (its encoder alone is DeBERTa's).")
+        "decoder, so its MLM logits would differ; export the encoder (--head=base: "
+        "the decoder is the MLM head's alone) or a model trained with "
+        "model.enhanced_mask_decoder=False.")
 
 
 def _deberta_hf_fields(config: common.ModelConfig) -> dict:
@@ -529,7 +532,9 @@ register(Family(
     # Released v3 checkpoints keep the enhanced mask decoder's position table, which
     # their encoder does not read (position_biased_input=False; Hugging Face ignores it).
     unread=lambda config: () if config.position_embedding == "absolute" else (
-        "embeddings.position_embeddings.weight",)))
+        "embeddings.position_embeddings.weight",),
+    unread_params=lambda config: () if config.position_embedding == "absolute" else (
+        "encoder_model/embeddings/position_embeddings/embedding",)))
 
 
 # --- ELECTRA (google-research/electra; transformers models/electra/modeling_electra.py) -----
@@ -766,7 +771,6 @@ def export_state_dict(params, config: common.ModelConfig, family: str = "bert",
   """
   fam = family_named(family)
   fam.check(config)
-  fam.export_check(config)
   flat = _flat_params(params, config)
   if head is None:
     candidates = exportable_heads(params, config, family)
@@ -774,6 +778,7 @@ def export_state_dict(params, config: common.ModelConfig, family: str = "bert",
       raise ConversionError(f"no {family} class fits parameters with parts "
                             f"{', '.join(sorted({part(p) for p in flat}))}.")
     head = candidates[0]
+  fam.export_check(config, head)
   rules = class_rules(config, family, head)
   hf_class = fam.heads[head].hf_class
   missing = sorted(path for _, path, _ in rules if path not in flat)
@@ -781,13 +786,14 @@ def export_state_dict(params, config: common.ModelConfig, family: str = "bert",
     raise ConversionError(f"{hf_class} needs parameters these lack: {', '.join(missing)}.")
   used = {path for _, path, _ in rules}
   left = sorted(path for path in flat if path not in used)
-  refused = [p for p in left if part(p) in ENCODER_PARTS
-             or (drop is not None and part(p) not in drop)]
+  unread = set(fam.unread_params(config))
+  refused = [p for p in left if p not in unread and (
+      part(p) in ENCODER_PARTS or (drop is not None and part(p) not in drop))]
   if refused:
     raise ConversionError(f"{hf_class} has no place for: {', '.join(refused)}.")
   state_dict = {hf_name: transform.to_hf(np.asarray(flat[path], np.float32), config)
                 for hf_name, path, transform in rules}
-  return state_dict, head, sorted({part(p) for p in left})
+  return state_dict, head, sorted({p if p in unread else part(p) for p in left})
 
 
 def to_hf(params, config: common.ModelConfig, family: str = "bert",
