@@ -2,7 +2,7 @@
 
     python -m encoderx.bench [--batch_size=32] [--steps=10] \
         [--models=bert_tiny,bert_small,roberta_tiny,albert_tiny,spanbert_tiny,deberta_tiny,
-                  electra_tiny,xlnet_tiny] [--skip_torch]
+                  electra_tiny,electra_small,bert_electra_small,xlnet_tiny] [--skip_torch]
     python -m encoderx.bench --attention_cost [--models=bert_small] [--batch_size=8]
 
 For each model, at sequence length 128 (its tiny config's data settings):
@@ -99,6 +99,14 @@ MODELS = {
     "spanbert_tiny": (None, spanbert_tiny, {}),
     "deberta_tiny": ("deberta-v2", deberta_tiny, {}),
     "electra_tiny": ("electra", electra_tiny, {}),
+    # ELECTRA-Small's sizes (12 x 256, 4 heads, FFN 1024; embeddings 128 wide) on the
+    # bundled vocabulary, and a BERT of the same sizes (the paper's BERT-Small; Hugging
+    # Face's BERT has no narrower embeddings): what replaced-token detection costs.
+    "electra_small": ("electra", electra_tiny, dict(num_layers=12, hidden_size=256,
+                                                    num_heads=4, intermediate_size=1024,
+                                                    embedding_size=128)),
+    "bert_electra_small": ("bert", bert_tiny, dict(num_layers=12, hidden_size=256,
+                                                   num_heads=4, intermediate_size=1024)),
     "xlnet_tiny": ("xlnet", xlnet_tiny, {}),
 }
 ATTENTION_LENGTHS = (128, 512)
