@@ -40,6 +40,7 @@ def use_electra(config, generator_width: float):
 def get_config():
   config = use_electra(base.default_config(), generator_width=0.25)
   config.model.family = "electra"
+  config.model.pooler_act = "gelu"  # a classifier's head, as ELECTRA fine-tunes
   config.model.vocab_size = 30522
   config.model.embedding_size = 128
   config.model.hidden_size = 256

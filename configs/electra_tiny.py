@@ -11,4 +11,5 @@ from encoderx.configs import bert_tiny, electra_small
 def get_config():
   config = electra_small.use_electra(bert_tiny.get_config(), generator_width=0.25)
   config.model.family = "electra"
+  config.model.pooler_act = "gelu"  # a classifier's head, as ELECTRA fine-tunes
   return config

@@ -403,6 +403,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   from encoderx.export import hf  # pylint: disable=g-import-not-at-top
   check_choice("model.family", model.family, tuple(hf.FAMILIES))
   check_choice("model.hidden_act", model.hidden_act, tuple(common.ACTIVATIONS))
+  check_choice("model.pooler_act", model.pooler_act, tuple(common.ACTIVATIONS))
   check_choice("model.attention", model.attention, tuple(attention.VARIANTS))
   check_choice("model.position_embedding", model.position_embedding,
                 common.POSITION_EMBEDDINGS)

@@ -83,7 +83,7 @@ CASES = [
                r"DeBERTa", run=dict(enhanced_mask_decoder=False)),
     # ELECTRA's discriminator (the electra method's run), embeddings projected to the
     # hidden size; the generator's class (ElectraForMaskedLM) in the round trip.
-    FamilyCase("electra", "electra", "electra_tiny", dict(embedding_size=32),
+    FamilyCase("electra", "electra", "electra_tiny", dict(embedding_size=32, pooler_act="gelu"),
                {"layer_sharing": "all"}, r"layer_sharing='all' has no Hugging Face ELECTRA",
                flax_model="discriminator"),
     # XLNet: relative two-stream attention, segments in the attention only; the export

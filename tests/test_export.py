@@ -7,6 +7,7 @@ AutoModel, the family's class and AutoTokenizer load, with encoderx's outputs (f
 represent are refused. Then the fine-tuned classifier's export, the .npz export and the
 command line.
 """
+import dataclasses
 import os
 import subprocess
 import sys
@@ -134,6 +135,17 @@ def test_a_deberta_v3_run_exports_its_discriminator_as_deberta_v2_model(tmp_path
   check_tokenizer(exported.output, method.vocabulary, austen_lines(300))
 
 
+def test_a_pooler_of_another_activation_is_refused():
+  """ELECTRA's classifier applies GELU where BERT's pooler applies tanh
+  (model.pooler_act): neither family's class takes the other's."""
+  model = small_model()
+  params = hf.from_hf(hf.hf_model(model, "bert", "sequence_classification",
+                                  num_labels=2).state_dict(), model)
+  with pytest.raises(hf.ConversionError, match="pooler_act='gelu': "
+                     "BertForSequenceClassification's pooler applies tanh"):
+    hf.to_hf(params, dataclasses.replace(model, pooler_act="gelu"))
+
+
 def test_weights_and_parameters_left_over_are_named():
   model = small_model()
   state_dict = hf.hf_model(model, "bert").state_dict()
@@ -170,22 +182,24 @@ def _classify_config(tmp_path, name: str, **model):
   return config
 
 
-@pytest.mark.parametrize("name", ["bert_tiny", "roberta_tiny", "deberta_tiny"])
+@pytest.mark.parametrize("name", ["bert_tiny", "roberta_tiny", "deberta_tiny", "electra_tiny"])
 def test_a_fine_tuned_classifier_exports_with_its_head_and_labels(tmp_path, name):
   workdir = str(tmp_path / "run")
   model = {"enhanced_mask_decoder": False} if name == "deberta_tiny" else {}
   method, params = make_run(_classify_config(tmp_path, name, **model), workdir)
   exported = writer.export_hf(workdir, str(tmp_path / "hf"))
-  prefix = {"bert_tiny": "Bert", "roberta_tiny": "Roberta", "deberta_tiny": "DebertaV2"}[name]
+  prefix = {"bert_tiny": "Bert", "roberta_tiny": "Roberta", "deberta_tiny": "DebertaV2",
+            "electra_tiny": "Electra"}[name]
   assert exported.hf_class == f"{prefix}ForSequenceClassification"
   loaded = transformers.AutoModelForSequenceClassification.from_pretrained(exported.output)
   assert loaded.config.id2label == {0: "no", 1: "yes", 2: "maybe"}
   assert loaded.config.label2id == {"no": 0, "yes": 1, "maybe": 2}
   check_export_parity(method, params, exported, method.vocabulary.pad_id)
   # The bare encoder on request: the classifier left out, and said so (and the pooler,
-  # which DeBERTa's classification class holds, not its encoder).
+  # which DeBERTa's and ELECTRA's classification classes hold, not their encoders).
   bare = writer.export_hf(workdir, str(tmp_path / "base"), head="base")
-  left_out = ["classifier"] + (["encoder_model/pooler"] if name == "deberta_tiny" else [])
+  left_out = ["classifier"] + (["encoder_model/pooler"] if name in ("deberta_tiny",
+                                                                     "electra_tiny") else [])
   assert (bare.hf_class, bare.left_out) == (f"{prefix}Model", left_out)
 
 

@@ -119,7 +119,9 @@ class Family:
   the class `head` reads but cannot write faithfully (DeBERTa's MLM classes: no enhanced
   mask decoder). `unread(config)`: weights (names after the prefix) that released
   checkpoints carry and the classes do not read, skipped on import; `unread_params(config)`
-  the same parameters here (paths), left out on export and named. `tokenizer_class`: written to tokenizer_config.json, for
+  the same parameters here (paths), left out on export and named. `pooler_act`: the
+  activation of the family's pooler (`model.pooler_act`; classes with a pooler refuse
+  another). `tokenizer_class`: written to tokenizer_config.json, for
   a run whose vocabulary is of kind `vocab_kind` (config.data.vocab.kind) and, for
   SentencePiece, of layout `vocab_layout` (config.data.vocab.layout).
   """
@@ -138,6 +140,7 @@ class Family:
   export_check: Callable[[common.ModelConfig, str], None] = lambda config, head: None
   unread: Callable[[common.ModelConfig], tuple[str, ...]] = lambda config: ()
   unread_params: Callable[[common.ModelConfig], tuple[str, ...]] = lambda config: ()
+  pooler_act: str = "tanh"
   vocab_layout: str = ""
 
 
@@ -573,15 +576,20 @@ register(Family(
         "mlm": Head("ElectraForMaskedLM", lambda config: mlm_head(
             "generator_predictions.dense", "generator_predictions.LayerNorm",
             "generator_lm_head.bias"), pooler=False, tied=("generator_lm_head.weight",)),
-        # ElectraForSequenceClassification is left out: its head applies GELU to its
-        # dense (ElectraClassificationHead), where our pooler applies tanh.
+        # ElectraClassificationHead: dense + GELU on the first token (our pooler with
+        # model.pooler_act='gelu'), then a linear classifier.
+        "sequence_classification": Head(
+            "ElectraForSequenceClassification", lambda config: dense(
+                "classifier.dense", "encoder_model/pooler/dense") + dense(
+                    "classifier.out_proj", "classifier"), pooler=False, labels=True),
         **token_heads("Electra"),
         "base": Head("ElectraModel", base_prefix=False, pooler=False),
     },
     hf_fields=lambda config: dict(embedding_size=config.embedding_size),
     model_fields=lambda hf_config: dict(
-        embedding_size=hf_config.get("embedding_size", hf_config["hidden_size"])),
-    check=_electra_check))
+        embedding_size=hf_config.get("embedding_size", hf_config["hidden_size"]),
+        pooler_act="gelu"),
+    check=_electra_check, pooler_act="gelu"))
 
 
 # --- XLNet (zihangdai/xlnet; transformers models/xlnet/modeling_xlnet.py) -------------------
@@ -781,6 +789,10 @@ def export_state_dict(params, config: common.ModelConfig, family: str = "bert",
   fam.export_check(config, head)
   rules = class_rules(config, family, head)
   hf_class = fam.heads[head].hf_class
+  if (config.pooler_act != fam.pooler_act
+      and any(path.startswith("encoder_model/pooler/") for _, path, _ in rules)):
+    raise ConversionError(f"model.pooler_act={config.pooler_act!r}: {hf_class}'s pooler "
+                          f"applies {fam.pooler_act}.")
   missing = sorted(path for _, path, _ in rules if path not in flat)
   if missing:
     raise ConversionError(f"{hf_class} needs parameters these lack: {', '.join(missing)}.")

@@ -23,6 +23,7 @@ ACTIVATIONS = {
     "gelu_new": functools.partial(jax.nn.gelu, approximate=True),  # tanh (ALBERT, GPT-2)
     "relu": jax.nn.relu,
     "silu": jax.nn.silu,
+    "tanh": jnp.tanh,
 }
 LAYER_SHARING = ("none", "all", "ffn", "attention")
 POSITION_EMBEDDINGS = ("absolute", "none")
@@ -44,6 +45,9 @@ class ModelConfig:
   intermediate_size: int = 3072
   embedding_size: int = 0  # 0: hidden_size; smaller factorizes the embedding (ALBERT).
   hidden_act: str = "gelu"
+  # The pooler's activation on its dense ([CLS]): BERT's tanh; ELECTRA's classification
+  # head applies GELU (google-research/electra, Hugging Face ElectraClassificationHead).
+  pooler_act: str = "tanh"
   # The attention variant, by name (encoderx/models/attention.py: VARIANTS).
   attention: str = "standard"
   # Disentangled attention (DeBERTa, encoderx/models/disentangled.py): the relative

@@ -83,13 +83,14 @@ class SboHead(nn.Module):
 
 
 class Pooler(nn.Module):
-  """tanh(Dense(hidden at [CLS])): [batch, length, hidden] -> [batch, hidden]."""
+  """act(Dense(hidden at [CLS])), act model.pooler_act (BERT's tanh):
+  [batch, length, hidden] -> [batch, hidden]."""
   config: common.ModelConfig
 
   @nn.compact
   def __call__(self, hidden: jax.Array) -> jax.Array:
     dense = common.dense(self.config, self.config.hidden_size, ("embed", "mlp"), "dense")
-    return jnp.tanh(dense(hidden[:, 0]))
+    return common.ACTIVATIONS[self.config.pooler_act](dense(hidden[:, 0]))
 
 
 class SentenceHead(nn.Module):
