@@ -266,8 +266,6 @@ def _run_in(trainer: trainer_lib.Trainer, workdir: str, resume: bool,
     def evaluate_and_log(state, phase, step) -> dict:
       metrics = evaluate(trainer, task, state, phase)
       writer.write_scalars(step, {f"eval/{k}": v for k, v in metrics.items()})
-      if step < config.train.steps:  # the final one is printed by main()
-        logger.info("evaluation at step %d: %s", step, _format_eval(metrics))
       if best is not None:
         best.save(step, state, metrics)
       return metrics
@@ -305,7 +303,8 @@ def _run_in(trainer: trainer_lib.Trainer, workdir: str, resume: bool,
               stop.requested = True
             if (config.eval.every_steps and step % config.eval.every_steps == 0
                 and step < config.train.steps):
-              evaluate_and_log(state, phase, step)
+              evaluation = evaluate_and_log(state, phase, step)  # main() prints the last
+              logger.info("evaluation at step %d: %s", step, _format_eval(evaluation))
         finally:
           batches.close()
         if stop.requested:
