@@ -3,7 +3,8 @@
 # Austen corpus. Extra arguments go to encoderx.train, e.g. --config.train.steps=300.
 # WORKDIR (default runs/bert_tiny-<date>-<time>) receives checkpoints and TensorBoard logs.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+# An explicit (empty) extras argument: sourced without one, setup.sh would take ours.
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" ""
 workdir="${WORKDIR:-runs/bert_tiny-$(date +%Y%m%d-%H%M%S)}"
 echo "encoderx: pretraining configs/bert_tiny.py into $workdir"
 exec python -m encoderx.train --config=configs/bert_tiny.py --workdir="$workdir" "$@"
