@@ -117,9 +117,9 @@ class Family:
   config.json fields beyond those, both ways. `check(config)`: raises ConversionError for
   configurations the family's classes cannot represent; `export_check(config, head)` those
   the class `head` reads but cannot write faithfully (DeBERTa's MLM classes: no enhanced
-  mask decoder). `unread(config)`: weights (names after the prefix) that released
-  checkpoints carry and the classes do not read, skipped on import; `unread_params(config)`
-  the same parameters here (paths), left out on export and named. `pooler_act`: the
+  mask decoder). `unread(config)`: rules of the weights (names after the prefix) that
+  released checkpoints carry and the classes do not read: skipped on import, and their
+  encoderx parameters left out on export and named. `pooler_act`: the
   activation of the family's pooler (`model.pooler_act`; classes with a pooler refuse
   another). `tokenizer_class`: written to tokenizer_config.json, for
   a run whose vocabulary is of kind `vocab_kind` (config.data.vocab.kind) and, for
@@ -138,8 +138,7 @@ class Family:
   model_fields: Callable[[Mapping], dict] = lambda hf_config: {}
   check: Callable[[common.ModelConfig], None] = lambda config: None
   export_check: Callable[[common.ModelConfig, str], None] = lambda config, head: None
-  unread: Callable[[common.ModelConfig], tuple[str, ...]] = lambda config: ()
-  unread_params: Callable[[common.ModelConfig], tuple[str, ...]] = lambda config: ()
+  unread: Callable[[common.ModelConfig], list[Rule]] = lambda config: []
   pooler_act: str = "tanh"
   vocab_layout: str = ""
 
@@ -534,10 +533,9 @@ register(Family(
     export_check=_deberta_export_check,
     # Released v3 checkpoints keep the enhanced mask decoder's position table, which
     # their encoder does not read (position_biased_input=False; Hugging Face ignores it).
-    unread=lambda config: () if config.position_embedding == "absolute" else (
-        "embeddings.position_embeddings.weight",),
-    unread_params=lambda config: () if config.position_embedding == "absolute" else (
-        "encoder_model/embeddings/position_embeddings/embedding",)))
+    unread=lambda config: [] if config.position_embedding == "absolute" else [
+        ("embeddings.position_embeddings.weight",
+         "encoder_model/embeddings/position_embeddings/embedding", COPY)]))
 
 
 # --- ELECTRA (google-research/electra; transformers models/electra/modeling_electra.py) -----
@@ -798,7 +796,7 @@ def export_state_dict(params, config: common.ModelConfig, family: str = "bert",
     raise ConversionError(f"{hf_class} needs parameters these lack: {', '.join(missing)}.")
   used = {path for _, path, _ in rules}
   left = sorted(path for path in flat if path not in used)
-  unread = set(fam.unread_params(config))
+  unread = {path for _, path, _ in fam.unread(config)}
   refused = [p for p in left if p not in unread and (
       part(p) in ENCODER_PARTS or (drop is not None and part(p) not in drop))]
   if refused:
@@ -830,7 +828,7 @@ def import_state_dict(state_dict: Mapping[str, object], config: common.ModelConf
   """
   fam = family_named(family)
   fam.check(config)
-  unread = fam.unread(config)
+  unread = {hf_name for hf_name, _, _ in fam.unread(config)}
   names = {name for name in state_dict if not is_buffer(name)
            and name.removeprefix(f"{fam.prefix}.") not in unread}
   candidates = [(name, class_rules(config, family, name), set(fam.heads[name].tied))
