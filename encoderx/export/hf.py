@@ -101,6 +101,16 @@ class Head:
   hf_fields: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
 
+# encoderx model field -> the name of the same field in Hugging Face configs.
+HF_FIELD_NAMES = dict(
+    vocab_size="vocab_size", hidden_size="hidden_size", num_layers="num_hidden_layers",
+    num_heads="num_attention_heads", intermediate_size="intermediate_size",
+    hidden_act="hidden_act", max_position_embeddings="max_position_embeddings",
+    type_vocab_size="type_vocab_size", hidden_dropout="hidden_dropout_prob",
+    attention_dropout="attention_probs_dropout_prob", layer_norm_eps="layer_norm_eps",
+    initializer_range="initializer_range")
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
   """A transformers `model_type` with its rules.
@@ -112,9 +122,10 @@ class Family:
   `heads`: the classes by head name, most complete first ('pretraining', 'mlm',
   'sequence_classification', 'base'; the 'downstream' heads add 'token_classification'
   and 'question_answering').
-  `field_names`: encoderx model field -> config.json field (None: HF_FIELD_NAMES, the
-  BERT-like names). `hf_fields(config)` / `model_fields(hf_config)`: the family's own
-  config.json fields beyond those, both ways. `check(config)`: raises ConversionError for
+  `field_names`: encoderx model field -> config.json field (HF_FIELD_NAMES, the
+  BERT-like names, unless the family names them its own way). `hf_fields(config)` /
+  `model_fields(hf_config)`: the family's own config.json fields beyond those, both ways.
+  `check(config)`: raises ConversionError for
   configurations the family's classes cannot represent; `export_check(config, head)` those
   the class `head` reads but cannot write faithfully (DeBERTa's MLM classes: no enhanced
   mask decoder). `unread(config)`: rules of the weights (names after the prefix) that
@@ -133,7 +144,7 @@ class Family:
   heads: dict[str, Head]
   tokenizer_class: str
   vocab_kind: str
-  field_names: Mapping[str, str] | None = None
+  field_names: Mapping[str, str] = dataclasses.field(default_factory=lambda: HF_FIELD_NAMES)
   hf_fields: Callable[[common.ModelConfig], dict] = lambda config: {}
   model_fields: Callable[[Mapping], dict] = lambda hf_config: {}
   check: Callable[[common.ModelConfig], None] = lambda config: None
@@ -670,22 +681,13 @@ register(Family(
 
 
 # --- configs --------------------------------------------------------------------------------
-# encoderx model field -> the name of the same field in Hugging Face configs.
-HF_FIELD_NAMES = dict(
-    vocab_size="vocab_size", hidden_size="hidden_size", num_layers="num_hidden_layers",
-    num_heads="num_attention_heads", intermediate_size="intermediate_size",
-    hidden_act="hidden_act", max_position_embeddings="max_position_embeddings",
-    type_vocab_size="type_vocab_size", hidden_dropout="hidden_dropout_prob",
-    attention_dropout="attention_probs_dropout_prob", layer_norm_eps="layer_norm_eps",
-    initializer_range="initializer_range")
 
 
 def hf_config(config: common.ModelConfig, family: str = "bert", **overrides):
   """The family's `transformers` config with the sizes of an encoderx ModelConfig."""
   import transformers  # pylint: disable=g-import-not-at-top
   fam = family_named(family)
-  fields = {hf_name: getattr(config, name)
-            for name, hf_name in (fam.field_names or HF_FIELD_NAMES).items()}
+  fields = {hf_name: getattr(config, name) for name, hf_name in fam.field_names.items()}
   fields.update(fam.hf_fields(config))
   fields.update(overrides)
   return getattr(transformers, fam.config_class)(**fields)
@@ -698,8 +700,8 @@ def model_fields(hf_config_dict: Mapping[str, object]) -> tuple[str, dict]:
   if family not in FAMILIES:
     raise ConversionError(f"model_type {family!r} has no conversion rules here; known: "
                           f"{', '.join(FAMILIES)}.")
-  names = FAMILIES[family].field_names or HF_FIELD_NAMES
-  fields = {name: hf_config_dict[hf_name] for name, hf_name in names.items()
+  fields = {name: hf_config_dict[hf_name]
+            for name, hf_name in FAMILIES[family].field_names.items()
             if hf_name in hf_config_dict}
   position_type = hf_config_dict.get("position_embedding_type", "absolute")
   if position_type != "absolute":
