@@ -49,7 +49,7 @@ def classification_metrics(labels: np.ndarray, predictions: np.ndarray,
           "f1": float(f1), "mcc": float(metrics.matthews_corrcoef(labels, predictions))}
 
 
-class Classification(finetune.FineTuning):
+class Classification(finetune.ReadsLabelledFiles, finetune.FineTuning):
   """A classifier over the encoder, trained by cross-entropy."""
   name = "classify"
   METRICS = METRICS
@@ -61,13 +61,6 @@ class Classification(finetune.FineTuning):
         self.model_config, num_labels=len(self.labels),
         pooling=self.config.finetune.pooling,
         dropout=self.config.finetune.classifier_dropout)
-
-  @classmethod
-  def check_file(cls, config, field, path) -> None:
-    try:
-      labelled.file_format(path, config.finetune.format)
-    except labelled.LabelledDataError as error:
-      config_lib.fail(field, str(error))
 
   @classmethod
   def validate(cls, config) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from encoderx import config as config_lib
 from encoderx import method as method_lib
-from encoderx.data import tasks
+from encoderx.data import labelled, tasks
 from encoderx.models import pretraining
 
 
@@ -41,6 +41,18 @@ def label_fields(labels) -> dict:
   """config.json's id2label / label2id of an exported classifier or tagger."""
   return {"id2label": dict(enumerate(labels)),
           "label2id": {label: i for i, label in enumerate(labels)}}
+
+
+class ReadsLabelledFiles:
+  """Mixed into the methods that read classification's labelled files (TSV, CSV, JSON
+  lines): their names must give a format (or finetune.format must)."""
+
+  @classmethod
+  def check_file(cls, config, field: str, path: str) -> None:
+    try:
+      labelled.file_format(path, config.finetune.format)
+    except labelled.LabelledDataError as error:
+      config_lib.fail(field, str(error))
 
 
 class FineTuning(method_lib.Method):

@@ -26,7 +26,6 @@ import logging
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from encoderx import config as config_lib
@@ -63,20 +62,13 @@ def contrastive_losses(anchors: jax.Array, candidates: jax.Array,
   return losses, (jnp.argmax(scores, -1) == targets).astype(jnp.float32)
 
 
-class SimCSE(finetune.FineTuning):
+class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
   """Contrastive training of the encoder's pooled output (see the module docstring)."""
   name = "simcse"
   METRICS = ("spearman", "pearson")
 
   def build_model(self):
     return finetuning.SentenceEncoder(self.model_config, pooling=self.config.finetune.pooling)
-
-  @classmethod
-  def check_file(cls, config, field, path) -> None:
-    try:
-      labelled.file_format(path, config.finetune.format)
-    except labelled.LabelledDataError as error:
-      config_lib.fail(field, str(error))
 
   @classmethod
   def validate(cls, config) -> None:
