@@ -28,9 +28,11 @@ LOSS_RTOL, GRAD_NORM_RTOL, PARAM_ATOL = 1e-5, 5e-4, 1e-4
 
 # (config, HF class head): BertForPreTraining (MLM + NSP, AdamW), RobertaForMaskedLM
 # (MLM, positions from 2, one token type), AlbertForPreTraining (shared layers, factorized
-# embedding, MLM + SOP, LAMB against parity.Lamb).
+# embedding, MLM + SOP, LAMB against parity.Lamb), DebertaV2ForMaskedLM (disentangled
+# attention in log buckets, whole-word n-gram masking; without the enhanced mask
+# decoder, which HF's class does not have).
 CASES = [("bert_tiny", "pretraining"), ("roberta_tiny", "mlm"),
-         ("albert_tiny", "pretraining")]
+         ("albert_tiny", "pretraining"), ("deberta_tiny", "mlm")]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -50,6 +52,7 @@ def parity_config(tiny_config, name: str):
   config.optimizer.warmup_steps = 4  # then linear decay to 0 at step 20
   config.optimizer.clip_norm = 1.2  # below the first steps' gradient norms (~1.4-2.7)
   config.optimizer.weight_decay = 0.1  # large enough to show a wrong decay mask
+  config.model.enhanced_mask_decoder = False
   if config.data.builder == "full_sentences":  # RoBERTa's rows may span two documents,
     config.data.builder = "doc_sentences"      # which HF's attention mask cannot separate
   return config
