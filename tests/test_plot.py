@@ -1,52 +1,51 @@
-"""python -m encoderx.plot draws a real run's training and held-out curves."""
-import jax
+"""python -m encoderx.plot: curves from TensorBoard logs as training writes them (clu's
+default writer, as encoderx/train.py; tests/test_training.py also reads a real run's)."""
+import matplotlib.image
 import numpy as np
 import pytest
+from clu import metric_writers
 
-from encoderx import plot, train
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-  """A 4-step tiny BERT run evaluated at steps 2 and 4 (its TensorBoard logs)."""
-  import conftest  # pylint: disable=g-import-not-at-top  (tests/ is on sys.path)
-  config = conftest._tiny_config()  # pylint: disable=protected-access
-  config.model.num_layers = 1
-  config.train.steps = 4
-  config.eval.every_steps = 2
-  config.eval.batches = 1
-  config.checkpoint.every_steps = 100
-  workdir = tmp_path_factory.mktemp("run")
-  result = train.run(config, str(workdir), show_progress=False, devices=jax.devices()[:1])
-  return workdir, result
+from encoderx import plot
 
 
-def test_curves_are_the_logged_metrics(run_dir):
-  workdir, result = run_dir
-  found = plot.curves(str(workdir), "mlm_loss")
-  steps, values = found["train"]
-  np.testing.assert_array_equal(steps, [h["step"] for h in result["history"]])
-  np.testing.assert_allclose(values, [h["mlm_loss"] for h in result["history"]], rtol=1e-6)
-  held_out_steps, held_out = found["held-out"]
-  np.testing.assert_array_equal(held_out_steps, [2, 4])
-  assert held_out[-1] == pytest.approx(result["eval"]["mlm_loss"], rel=1e-6)
+def write_run(directory, train_losses, eval_losses):
+  """A run directory whose tensorboard/ holds mlm_loss every step and eval/mlm_loss
+  every 2 steps, written by the writer train.py uses."""
+  writer = metric_writers.create_default_writer(str(directory / "tensorboard"))
+  for step, loss in enumerate(train_losses, start=1):
+    writer.write_scalars(step, {"mlm_loss": loss, "loss": loss + 0.7})
+    if step % 2 == 0:
+      writer.write_scalars(step, {"eval/mlm_loss": eval_losses[step // 2 - 1]})
+  writer.close()
+  return directory
 
 
-def test_cli_overlays_runs_into_a_png(run_dir, tmp_path):
-  workdir, _ = run_dir
-  output = tmp_path / "curves" / "bert.png"
-  assert plot.main([str(workdir), str(workdir), f"--output={output}",
-                    "--labels=first,second"]) == 0
+@pytest.fixture
+def runs(tmp_path):
+  return [write_run(tmp_path / "a", [9.0, 8.5, 8.1, 7.9], [8.6, 8.0]),
+          write_run(tmp_path / "b", [9.1, 8.7, 8.4, 8.2], [8.8, 8.3])]
+
+
+def test_curves_are_the_logged_values(runs):
+  found = plot.curves(str(runs[0]), "mlm_loss")
+  np.testing.assert_array_equal(found["train"][0], [1, 2, 3, 4])
+  np.testing.assert_allclose(found["train"][1], [9.0, 8.5, 8.1, 7.9], rtol=1e-6)
+  np.testing.assert_array_equal(found["held-out"][0], [2, 4])
+  np.testing.assert_allclose(found["held-out"][1], [8.6, 8.0], rtol=1e-6)
+  assert set(plot.curves(str(runs[0]), "loss")) == {"train"}  # evaluation has no 'loss'
+
+
+def test_cli_overlays_runs_into_a_png(runs, tmp_path):
+  output = tmp_path / "curves" / "tiny.png"
+  assert plot.main([*map(str, runs), f"--output={output}", "--labels=first,second"]) == 0
   assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-  import matplotlib.image  # pylint: disable=g-import-not-at-top
   assert matplotlib.image.imread(str(output)).shape[:2] == (600, 960)
 
 
-def test_a_missing_metric_or_log_is_named(run_dir, tmp_path, capsys):
-  workdir, _ = run_dir
-  assert plot.main([str(workdir), f"--output={tmp_path / 'x.png'}",
-                    "--metric=no_such"]) == 2
+def test_a_missing_metric_or_log_is_named_and_nothing_written(runs, tmp_path, capsys):
+  output = tmp_path / "x.png"
+  assert plot.main([str(runs[0]), f"--output={output}", "--metric=no_such"]) == 2
   assert "no metric 'no_such'" in capsys.readouterr().err
-  assert plot.main([str(tmp_path), f"--output={tmp_path / 'x.png'}"]) == 2
+  assert plot.main([str(runs[0]), str(tmp_path), f"--output={output}"]) == 2
   assert "no tensorboard/ directory" in capsys.readouterr().err
-  assert not (tmp_path / "x.png").exists()
+  assert not output.exists()
