@@ -19,9 +19,12 @@ transformers' Trainer (no decay for biases and LayerNorm modules), or for LAMB a
 PyTorch reimplementation (`Lamb`: torch has none). The comparison script
 (encoderx/compare.py) trains Hugging Face with the same pieces.
 
-A family adds itself by its HF class's sentence-label argument (`SENTENCE_LABELS`);
-a method with other inputs (ELECTRA's two models, XLNet's permutations) passes its own
-`hf_loss(torch_model, prepared_batch) -> torch loss`.
+A family of the pretrain method needs nothing more (a sentence head adds its HF class's
+label argument to `SENTENCE_LABELS`); another method passes its own loss, conversion and
+export: ELECTRA's (`electra_pair`, `electra_loss_fn`, `electra_params`,
+`electra_state_dicts`) train HF's generator and discriminator with shared embeddings on
+tokens sampled with the train step's own key. XLNet's would feed XLNetLMHeadModel
+encoderx's permutation masks and memory (not written).
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ import jax
 import numpy as np
 import torch
 
+from encoderx import trainer as trainer_lib
 from encoderx.export import hf
 
 # The HF pretraining class's argument for the sentence objective's labels.
@@ -70,9 +74,11 @@ def hf_inputs(batch: dict) -> dict:
                                          dtype=torch.long)}
 
 
-def pretraining_loss(torch_model, batch: dict):
+def pretraining_loss(torch_model, batch: dict, key=None):
   """The HF class's own loss on a prepared batch: MLM (+ NSP / SOP when the class has a
-  sentence head), each a mean over its predictions, as encoderx's."""
+  sentence head), each a mean over its predictions, as encoderx's. (`key`: the train
+  step's loss key, which this loss does not need.)"""
+  del key
   kwargs = hf_inputs(batch)
   kwargs["labels"] = torch.from_numpy(mlm_labels(batch))
   sentence = SENTENCE_LABELS.get(type(torch_model).__name__)
@@ -159,10 +165,10 @@ def torch_optimizer(optimizer_config, torch_model, total_steps: int):
 
 
 def torch_step(torch_model, optimizer, schedule, clip_norm: float, loss_fn: Callable,
-               batch: dict) -> tuple[float, float]:
+               batch: dict, key=None) -> tuple[float, float]:
   """One HF training step on a prepared batch: (loss, gradient norm before clipping)."""
   optimizer.zero_grad()
-  loss = loss_fn(torch_model, batch)
+  loss = loss_fn(torch_model, batch, key)
   loss.backward()
   parameters = [p for p in torch_model.parameters() if p.grad is not None]
   if clip_norm > 0:
@@ -198,20 +204,33 @@ def converted_params(trainer, torch_model) -> dict:
   return params
 
 
+def exported_state_dicts(trainer, params, torch_model) -> tuple[dict, dict]:
+  """(the trainer's parameters as the HF class's state dict, the HF model's), numpy."""
+  config = trainer.method.model_config
+  head = hf.head_of_class(config.family, type(torch_model).__name__)
+  return (hf.to_hf(params, config, config.family, head),
+          {k: v.detach().numpy() for k, v in torch_model.state_dict().items()})
+
+
 def step_parity(trainer, torch_model, batches: list[dict],
-                hf_loss: Callable = pretraining_loss) -> Parity:
+                hf_loss: Callable = pretraining_loss, convert: Callable = converted_params,
+                export: Callable = exported_state_dicts) -> Parity:
   """Trains encoderx (`trainer`'s train step) and `torch_model` (a HF class of the
   config's family, holding the initial weights of both) on `batches`, one step each,
   and records loss and gradient norm of both at every step and the weights at the end.
 
   The trainer's config must turn dropout off (the two draw different dropout masks).
-  Masks are drawn by encoderx for each step (Trainer.prepared_batch) and given to HF.
+  Masks are drawn by encoderx for each step (Trainer.prepared_batch) and given to HF;
+  `hf_loss(torch_model, prepared_batch, loss_key)` gets the step's loss key too (the
+  key the method's loss draws from, e.g. ELECTRA's samples). `convert(trainer,
+  torch_model)` gives the initial parameters, `export(trainer, params, torch_model)` the
+  two state dicts compared at the end.
   """
   config = trainer.config
   model_config = trainer.method.model_config
   if model_config.hidden_dropout or model_config.attention_dropout:
     raise ValueError("set model.hidden_dropout and model.attention_dropout to 0.")
-  state = trainer.init_state(converted_params(trainer, torch_model))
+  state = trainer.init_state(convert(trainer, torch_model))
   optimizer, schedule = torch_optimizer(config.optimizer, torch_model, config.train.steps)
   # Eval mode: no dropout anywhere, also where the config has no say (AlbertSOPHead's
   # classifier_dropout_prob; encoderx's sentence head has no dropout).
@@ -220,14 +239,83 @@ def step_parity(trainer, torch_model, batches: list[dict],
   losses, norms = [], []
   for step, batch in enumerate(batches):
     prepared = trainer.prepared_batch(batch, step)
+    _, loss_key = trainer_lib.step_keys(trainer_lib.run_rng(config.train.seed), step)
     hf_loss_value, hf_norm = torch_step(torch_model, optimizer, schedule,
-                                        config.optimizer.clip_norm, hf_loss, prepared)
+                                        config.optimizer.clip_norm, hf_loss, prepared,
+                                        loss_key)
     state, metrics = step_fn(state, trainer.device_batch(batch))
     metrics = jax.device_get(metrics)
     losses.append((float(metrics["loss"]), hf_loss_value))
     norms.append((float(metrics["grad_norm"]), hf_norm))
-  head = hf.head_of_class(model_config.family, type(torch_model).__name__)
-  ours = hf.to_hf(jax.device_get(state.params), model_config, model_config.family, head)
-  theirs = {k: v.detach().numpy() for k, v in torch_model.state_dict().items()}
+  ours, theirs = export(trainer, jax.device_get(state.params), torch_model)
   diffs = {name: float(np.abs(value - theirs[name]).max()) for name, value in ours.items()}
   return Parity(np.array(losses), np.array(norms), diffs)
+
+
+# --- ELECTRA: generator and discriminator ---------------------------------------------
+class ElectraPair(torch.nn.Module):
+  """ElectraForMaskedLM (generator) and ElectraForPreTraining (discriminator) sharing
+  one embeddings module (tokens, positions, types, LayerNorm), as ELECTRA's models and
+  encoderx's rtd.embedding_sharing='shared'; each keeps its own projection."""
+
+  def __init__(self, generator, discriminator):
+    super().__init__()
+    self.generator, self.discriminator = generator, discriminator
+    discriminator.electra.embeddings = generator.electra.embeddings
+
+
+def electra_pair(trainer) -> ElectraPair:
+  """Freshly initialized HF generator and discriminator of the electra method's sizes."""
+  method = trainer.method
+  return ElectraPair(hf.hf_model(method.generator_config, "electra", "mlm"),
+                     hf.hf_model(method.model_config, "electra", "pretraining"))
+
+
+def electra_params(trainer, pair: ElectraPair) -> dict:
+  method = trainer.method
+  generator, _, _ = hf.import_state_dict(pair.generator.state_dict(),
+                                         method.generator_config, "electra", "mlm")
+  discriminator, _, _ = hf.import_state_dict(pair.discriminator.state_dict(),
+                                             method.model_config, "electra", "pretraining")
+  params = method.with_transferable_params({"generator": generator}, discriminator)
+  params = jax.tree_util.tree_map(np.asarray, params)
+  hf.check_tree(params, trainer.abstract_state.params)
+  return params
+
+
+def electra_state_dicts(trainer, params, pair: ElectraPair) -> tuple[dict, dict]:
+  method = trainer.method
+  ours = {f"generator.{k}": v for k, v in hf.to_hf(
+      params["generator"], method.generator_config, "electra", "mlm").items()}
+  ours.update({f"discriminator.{k}": v for k, v in hf.to_hf(
+      method.transferable_params(params), method.model_config, "electra",
+      "pretraining").items()})
+  return ours, {k: v.detach().numpy() for k, v in pair.state_dict().items()}
+
+
+def electra_loss_fn(trainer) -> Callable:
+  """hf_loss of the electra method (joint training): the generator's MLM loss, then the
+  discriminator's binary cross-entropy on the batch with tokens sampled from the
+  generator's logits, drawn with the step's sample key as encoderx's train step draws
+  them (methods/electra.py `loss`, objectives/rtd.py `sample`), weighted as the config."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from encoderx.objectives import rtd  # pylint: disable=g-import-not-at-top
+  method = trainer.method
+  if trainer.config.rtd.training != "joint":
+    raise ValueError("electra_loss_fn follows rtd.training='joint' (one update).")
+
+  def loss(pair: ElectraPair, batch: dict, key):
+    _, sample_key, _ = jax.random.split(key, 3)
+    inputs = hf_inputs(batch)
+    generated = pair.generator(**inputs, labels=torch.from_numpy(mlm_labels(batch)))
+    logits = np.take_along_axis(generated.logits.detach().numpy(),
+                                np.asarray(batch["masked_positions"])[..., None], 1)
+    sampled = rtd.sample(jnp.asarray(logits), sample_key)
+    corrupted = jax.device_get(rtd.replace_with_samples(
+        {k: jnp.asarray(v) for k, v in batch.items()}, sampled))
+    discriminated = pair.discriminator(
+        **{**inputs, "input_ids": torch.tensor(corrupted["input_ids"], dtype=torch.long)},
+        labels=torch.tensor(corrupted["rtd_labels"], dtype=torch.long))
+    return method.mlm_weight * generated.loss + method.rtd_lambda * discriminated.loss
+
+  return loss
