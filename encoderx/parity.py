@@ -108,8 +108,9 @@ class Lamb(torch.optim.Optimizer):
   when either is 0), decay and ratio only in groups with `adapt`, times the learning rate.
 
   As google-research/albert lamb_optimizer.py LAMBOptimizer._apply_dense (and You et
-  al. 2019, Algorithm 2), except that ALBERT's code leaves out Adam's bias correction;
-  with the trust ratio that changes only the weight of the decay term in early steps.
+  al. 2019, Algorithm 2), except that ALBERT's code leaves out Adam's bias correction
+  (which, under the trust ratio, weighs the decay term; outside it, for biases and
+  LayerNorms, scales the first steps by sqrt(1 - b2^t) / (1 - b1^t)).
   """
 
   def __init__(self, groups: list[dict], lr: float, betas: tuple[float, float],
