@@ -107,7 +107,7 @@ class Lamb(torch.optim.Optimizer):
   bias-corrected update, + weight_decay x w, times the trust ratio ||w|| / ||update|| (1
   when either is 0), decay and ratio only in groups with `adapt`, times the learning rate.
 
-  As google-research/albert lamb_optimizer.py LAMBOptimizer._apply_dense (and You et
+  As google-research/albert lamb_optimizer.py LAMBOptimizer.apply_gradients (and You et
   al. 2019, Algorithm 2), except that ALBERT's code leaves out Adam's bias correction
   (which, under the trust ratio, weighs the decay term; outside it, for biases and
   LayerNorms, scales the first steps by sqrt(1 - b2^t) / (1 - b1^t)).

@@ -119,3 +119,21 @@ def test_mlm_labels_put_each_target_at_its_position():
   np.testing.assert_array_equal(parity.mlm_labels(batch),
                                 [[-100, 7, -100, -100, 9, -100],
                                  [-100, -100, -100, -100, -100, 3]])
+
+
+def test_compare_scores_as_the_objective_does():
+  """encoderx.compare scores both frameworks' logits with one numpy function; it gives
+  the MLM objective's own sums."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from encoderx import compare  # pylint: disable=g-import-not-at-top
+  from encoderx.objectives import base  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(3, 4, 50)).astype(np.float32) * 3
+  batch = {"masked_ids": rng.integers(0, 50, (3, 4)).astype(np.int32),
+           "masked_weights": np.array([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], np.float32)}
+  batch["masked_ids"][1, :2] = logits[1, :2].argmax(-1)  # some right
+  terms = base.classification_terms(jnp.asarray(logits), jnp.asarray(batch["masked_ids"]),
+                                    jnp.asarray(batch["masked_weights"]))
+  np.testing.assert_allclose(compare.score(logits, batch),
+                             [terms["loss_sum"], terms["correct"], terms["count"]], rtol=1e-5)
+  assert compare.score(logits, batch)[1] >= 2
