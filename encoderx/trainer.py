@@ -347,9 +347,14 @@ class Trainer:
     For looking at what the model is trained on; uses the run key of the config's seed.
     """
     prepare_key, _ = step_keys(run_rng(self.config.train.seed), step)
-    prepared = jax.jit(self.methods[phase_index].prepare)(
+    prepared = self._prepare(phase_index)(
         {k: jnp.asarray(v) for k, v in batch.items()}, prepare_key)
     return jax.device_get(prepared)
+
+  @functools.cache
+  def _prepare(self, phase_index: int):
+    """The phase's method.prepare, jitted once (prepared_batch is called step by step)."""
+    return jax.jit(self.methods[phase_index].prepare)
 
   @functools.cache
   def evaluate_step(self, phase_index: int = 0):

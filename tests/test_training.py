@@ -9,7 +9,7 @@ import pytest
 from jax.sharding import PartitionSpec
 
 from encoderx import checkpoint as checkpoint_lib
-from encoderx import train, trainer as trainer_lib
+from encoderx import plot, train, trainer as trainer_lib
 from encoderx.data import pipeline, tasks
 
 ONE_DEVICE = jax.devices()[:1]
@@ -118,6 +118,12 @@ def test_tiny_bert_learns_on_the_bundled_corpus(tiny_config, tmp_path):
                                  "mlm_perplexity"}
   assert all("tokens_per_second" in h for h in history[1:])
   assert (tmp_path / "config.json").exists() and any((tmp_path / "tensorboard").iterdir())
+  # python -m encoderx.plot reads the run's logs back: every logged step, and the
+  # held-out evaluation at the end.
+  curves = plot.curves(str(tmp_path), "mlm_loss")
+  np.testing.assert_array_equal(curves["train"][0], [h["step"] for h in history])
+  np.testing.assert_allclose(curves["train"][1], [h["mlm_loss"] for h in history], rtol=1e-6)
+  assert curves["held-out"][1][-1] == pytest.approx(result["eval"]["mlm_loss"], rel=1e-6)
 
 
 def _fingerprint(directory: pathlib.Path) -> dict:
