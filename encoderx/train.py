@@ -3,6 +3,8 @@
     python -m encoderx.train --config=configs/bert_tiny.py --workdir=runs/tiny \
         [--config.train.steps=200] [--resume] [--init_from=RUN_DIR | hf:HF_DIR] \
         [--predict=FILE [--predict_output=FILE]]
+    python -m encoderx.train --gin_file=configs/gin/bert_tiny.gin --workdir=runs/tiny \
+        [--gin_bindings='train.steps = 200']   (the same schema in gin: gin_config.py)
 
 Writes to the work directory: config.json, TensorBoard metrics (train/ and eval/ under
 tensorboard/), orbax checkpoints (checkpoints/) and, when config.eval.best_metric is set,
@@ -346,6 +348,21 @@ def predict(config: ml_collections.ConfigDict, workdir: str, input_path: str,
   return trainer.method.write_predictions(rows, predictions, output_path), output_path
 
 
+def _config_from_flags(flags_) -> ml_collections.ConfigDict:
+  """--config (with its --config.<field> overrides; default: the schema's defaults), then
+  the gin files and bindings on top, then --init_from."""
+  if flags_.config is None and not flags_.gin_file:
+    raise config_lib.ConfigError("no config: give --config=configs/NAME.py or "
+                                 "--gin_file=configs/gin/NAME.gin.")
+  config = flags_.config if flags_.config is not None else config_lib.default_config()
+  if flags_.gin_file or flags_.gin_bindings:
+    from encoderx import gin_config  # pylint: disable=g-import-not-at-top
+    config = gin_config.apply(config, flags_.gin_file or (), flags_.gin_bindings or ())
+  if flags_.init_from:
+    config.init_from = flags_.init_from
+  return config
+
+
 def _format_eval(metrics: dict) -> str:
   return "  ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()))
 
@@ -371,10 +388,8 @@ def main(argv) -> None:
   logger.setLevel(logging.INFO)
   for name in ("absl", "asyncio"):
     logging.getLogger(name).addFilter(_OrbaxFailureLogs())
-  config = flags_.config
-  if flags_.init_from:
-    config.init_from = flags_.init_from
   try:
+    config = _config_from_flags(flags_)
     if flags_.predict:
       count, output = predict(config, flags_.workdir, flags_.predict,
                               flags_.predict_output)
@@ -438,7 +453,11 @@ def cli() -> None:
                       "run in --workdir for the examples of this file.")
   flags.DEFINE_string("predict_output", "", "Where --predict writes (default: the "
                       "method's predictions file in --workdir, e.g. predictions.tsv).")
-  flags.mark_flags_as_required(["config", "workdir"])
+  flags.DEFINE_multi_string("gin_file", None, "A gin file of config bindings (configs/gin/; "
+                            "encoderx/gin_config.py), applied after --config; repeatable.")
+  flags.DEFINE_multi_string("gin_bindings", None, "A gin binding, e.g. "
+                            "'train.steps = 100', applied after the gin files; repeatable.")
+  flags.mark_flags_as_required(["workdir"])
   app.run(main, flags_parser=_parse_flags)
 
 
