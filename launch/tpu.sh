@@ -30,7 +30,7 @@ set -euo pipefail
 name="" zone="" type="" project="" runtime="" queued=0 spot=0 reuse=0 keep=0 dry_run=0
 python="python3.11"
 usage() {  # the header above; on stderr for a mistake
-  if [ "${1:-2}" = 0 ]; then sed -n '2,28p' "$0"; else sed -n '2,28p' "$0" >&2; fi
+  if [ "${1:-2}" = 0 ]; then sed -n '2,27p' "$0"; else sed -n '2,27p' "$0" >&2; fi
   exit "${1:-2}"
 }
 while [ $# -gt 0 ]; do
