@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import config as config_lib
+from encoderx import distributed
 from encoderx import files as files_lib
 from encoderx import initialize
 from encoderx import trainer as trainer_lib
@@ -274,7 +275,8 @@ def _run_in(trainer: trainer_lib.Trainer, workdir: str, resume: bool,
 
     step = int(state.step)
     with stop.installed(), tqdm(total=config.train.steps, initial=step, unit="step",
-                                disable=not show_progress, desc=config.method,
+                                disable=not show_progress or jax.process_index() > 0,
+                                desc=config.method,
                                 dynamic_ncols=True) as bar:
       for phase in trainer.phases:
         if step >= phase.end:
@@ -389,6 +391,9 @@ def main(argv) -> None:
   for name in ("absl", "asyncio"):
     logging.getLogger(name).addFilter(_OrbaxFailureLogs())
   try:
+    if distributed.initialize(flags_.coordinator_address, flags_.num_processes,
+                              flags_.process_id) and jax.process_index() > 0:
+      logger.setLevel(logging.WARNING)  # process 0 reports the run
     config = _config_from_flags(flags_)
     if flags_.predict:
       count, output = predict(config, flags_.workdir, flags_.predict,
@@ -402,6 +407,8 @@ def main(argv) -> None:
   except USER_ERRORS as error:
     print(f"encoderx: error: {error}", file=sys.stderr)
     sys.exit(2)
+  if jax.process_index() > 0:
+    return  # process 0 reports
   if result["stopped"]:
     print(f"stopped at step {result['step']}; checkpoint saved in {flags_.workdir}. "
           "Continue with the same command and --resume.")
@@ -457,6 +464,13 @@ def cli() -> None:
                             "encoderx/gin_config.py), applied after --config; repeatable.")
   flags.DEFINE_multi_string("gin_bindings", None, "A gin binding, e.g. "
                             "'train.steps = 100', applied after the gin files; repeatable.")
+  flags.DEFINE_string("coordinator_address", "", "A run of several processes (GPU / CPU "
+                      "clusters; a TPU VM needs none of these): process 0's HOST:PORT; "
+                      "default $JAX_COORDINATOR_ADDRESS. encoderx/distributed.py.")
+  flags.DEFINE_integer("num_processes", None, "A run of several processes: how many; "
+                       "default $JAX_NUM_PROCESSES.")
+  flags.DEFINE_integer("process_id", None, "A run of several processes: this one's index, "
+                       "0 to num_processes - 1; default $JAX_PROCESS_ID.")
   flags.mark_flags_as_required(["workdir"])
   app.run(main, flags_parser=_parse_flags)
 
