@@ -8,8 +8,8 @@
 #   bash launch/tpu.sh --name=NAME --zone=ZONE --type=ACCELERATOR_TYPE [options] -- TRAIN_ARGS
 # e.g.
 #   bash launch/tpu.sh --name=bert-base --zone=us-central2-b --type=v4-32 -- \
-#     --config=configs/bert_base.py --workdir=gs://BUCKET/runs/bert_base \
-#     --config.data.files='gs://BUCKET/corpus/*.txt' --config.mesh.fsdp=4
+#     --config=configs/bert_base.py --workdir=/mnt/shared/runs/bert_base \
+#     --config.data.files='/mnt/shared/corpus/*.txt' --config.data.streaming=True
 #
 # Options:
 #   --project=P       gcloud project (default: gcloud's configured one)
