@@ -12,7 +12,8 @@ the parameters of the best evaluation (best/). Progress is a bar with step, loss
 method's accuracies and tokens/s; the run ends with a held-out evaluation.
 
 SIGINT (Ctrl-C) or SIGTERM (preemption) stops the run at the next step boundary after
-saving a checkpoint; `--resume` continues it exactly where it stopped.
+saving a checkpoint (a run of several processes: all of them, at the next log step, after
+a signal to any one); `--resume` continues it exactly where it stopped.
 """
 from __future__ import annotations
 
@@ -50,10 +51,27 @@ USER_ERRORS = (config_lib.ConfigError, corpus.CorpusError, vocabulary.Vocabulary
 
 
 class _StopRequest:
-  """Set by SIGINT/SIGTERM; the loop saves a checkpoint and returns at the next step."""
+  """Set by SIGINT/SIGTERM; the loop saves a checkpoint and returns at the next step.
+
+  With several processes a signal may reach only one of them (SIGTERM to one worker):
+  they agree at the steps where the host waits for the device anyway (the log steps,
+  the same steps on every process), and all stop after the first of those at or after
+  the request, with one checkpoint saved together.
+  """
 
   def __init__(self):
-    self.requested = False
+    self.requested = False  # this process was asked to stop
+    self.stopping = False  # the run stops after this step (the same on every process)
+
+  def update(self, agree: bool) -> bool:
+    """Whether the run stops after this step; `agree`: every process checks now."""
+    if jax.process_count() == 1:
+      self.stopping = self.stopping or self.requested
+    elif agree and not self.stopping:
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      asked = multihost_utils.process_allgather(np.int32(self.requested))
+      self.stopping = bool(np.any(asked))
+    return self.stopping
 
   @contextlib.contextmanager
   def installed(self):
@@ -66,7 +84,9 @@ class _StopRequest:
       if self.requested:  # a second Ctrl-C stops at once
         previous[signal.SIGINT](signum, frame)
       self.requested = True
-      logger.warning("stop requested: saving a checkpoint at the end of this step")
+      logger.warning("stop requested: saving a checkpoint at the end of this step%s",
+                     " (the next log step, with the other processes)"
+                     if jax.process_count() > 1 else "")
 
     for sig in previous:
       signal.signal(sig, handle)
@@ -289,34 +309,36 @@ def _run_in(trainer: trainer_lib.Trainer, workdir: str, resume: bool,
         train_step = trainer.train_step(phase.index)
         meter = _Meter(config.train.batch_size * phase.seq_length)
         try:
-          while step < phase.end and not stop.requested:
+          while step < phase.end and not stop.stopping:
             state, metrics = train_step(state, trainer.device_batch(next(batches)))
             step += 1
             bar.update(1)
             position = {"phase": phase.index, **batches.position.to_dict()}
             meter.add(metrics)
-            if meter.first or step % config.train.log_every == 0 or step == phase.end:
+            log_step = meter.first or step % config.train.log_every == 0 or step == phase.end
+            if log_step:
               means = meter.flush()
               writer.write_scalars(step, means)
               history.append({"step": step, **means})
               bar.set_postfix(_postfix(means))
               skips.check(state, step)
+            if step == stop_at_step:
+              stop.stopping = True
+            stop.update(agree=log_step)
             if step % config.checkpoint.every_steps == 0 or step == config.train.steps:
               save(step, state, position)
-            if step == stop_at_step:
-              stop.requested = True
             if (config.eval.every_steps and step % config.eval.every_steps == 0
                 and step < config.train.steps):
               evaluation = evaluate_and_log(state, phase, step)  # main() prints the last
               logger.info("evaluation at step %d: %s", step, _format_eval(evaluation))
         finally:
           batches.close()
-        if stop.requested:
+        if stop.stopping:
           break
-      if stop.requested and checkpoints.latest_step() != step:
+      if stop.stopping and checkpoints.latest_step() != step:
         save(step, state, position)
 
-    if not stop.requested:
+    if not stop.stopping:
       eval_metrics = evaluate_and_log(state, trainer.phases[-1], step)
     writer.flush()
   finally:
@@ -324,7 +346,7 @@ def _run_in(trainer: trainer_lib.Trainer, workdir: str, resume: bool,
     if best is not None:
       best.close()
   return {"history": history, "eval": eval_metrics, "step": step,
-          "stopped": stop.requested, "params": state.params,
+          "stopped": stop.stopping, "params": state.params,
           "method_state": state.method_state}
 
 

@@ -1,11 +1,13 @@
 """Runs of several processes (encoderx/distributed.py): the settings, and two processes of
 4 CPU devices each training together on one machine (a localhost coordinator)."""
-import json
 import os
+import pathlib
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -57,37 +59,77 @@ def _free_port() -> int:
     return probe.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_two_processes_of_four_devices_train_checkpoint_and_evaluate_together(tmp_path):
-  """Two processes, one localhost coordinator, a (data 4, fsdp 2) mesh over their 8 CPU
-  devices: both finish; each saved its own data position; only process 0 reports."""
-  workdir = tmp_path / "run"
-  shrink = ["--config.model.num_layers=1", "--config.model.hidden_size=32", "--config.model.num_heads=2",
-            "--config.model.intermediate_size=64", "--config.data.seq_length=64",
-            "--config.data.shuffle_buffer=200", "--config.data.document_pool=50",
-            "--config.objective.mlm.max_predictions=10", "--config.train.batch_size=8",
-            "--config.train.steps=2", "--config.train.log_every=1",
-            "--config.optimizer.warmup_steps=1", "--config.eval.batches=1",
-            "--config.eval.batch_size=8", "--config.checkpoint.every_steps=1",
-            "--config.checkpoint.async_save=False", "--config.mesh.fsdp=2"]
-  port = _free_port()
+def _start(workdir, port, index, *extra):
+  """Process `index` of a run of two, 4 CPU devices each, a (data 4, fsdp 2) mesh."""
+  shrink = ["--config.model.num_layers=1", "--config.model.hidden_size=32",
+            "--config.model.num_heads=2", "--config.model.intermediate_size=64",
+            "--config.data.seq_length=64", "--config.data.shuffle_buffer=200",
+            "--config.data.document_pool=50", "--config.objective.mlm.max_predictions=10",
+            "--config.train.batch_size=8", "--config.train.steps=30",
+            "--config.train.log_every=2", "--config.optimizer.warmup_steps=1",
+            "--config.eval.batches=1", "--config.eval.batch_size=8",
+            "--config.checkpoint.every_steps=2", "--config.checkpoint.async_save=False",
+            "--config.mesh.fsdp=2"]
   environment = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3",
                  "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-  processes = [subprocess.Popen(
+  logs = workdir.parent / f"process_{index}{'-'.join(('',) + extra)}"
+  # Output to files, not pipes: nobody reads a pipe while the test waits for a checkpoint.
+  process = subprocess.Popen(
       [sys.executable, "-m", "encoderx.train", "--config=configs/bert_tiny.py", *shrink,
        f"--workdir={workdir}", f"--coordinator_address=localhost:{port}",
-       "--num_processes=2", f"--process_id={index}"],
-      cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-      for index in range(2)]
-  outputs = [process.communicate(timeout=900) for process in processes]
-  for process, (_, stderr) in zip(processes, outputs):
-    assert process.returncode == 0, stderr[-3000:]
-  (first_out, first_err), (second_out, second_err) = outputs
-  assert "held-out evaluation after 2 steps: mlm_accuracy=" in first_out
+       "--num_processes=2", f"--process_id={index}", *extra],
+      cwd=REPO, env=environment, stdout=open(f"{logs}.out", "w"),
+      stderr=open(f"{logs}.err", "w"))
+  process.logs = logs
+  return process
+
+
+def _finish(processes):
+  """[(stdout, stderr)] of each process once it ended, which must be with status 0."""
+  outputs = []
+  for process in processes:
+    process.wait(timeout=900)
+    outputs.append((pathlib.Path(f"{process.logs}.out").read_text(),
+                    pathlib.Path(f"{process.logs}.err").read_text()))
+    assert process.returncode == 0, outputs[-1][1][-3000:]
+  return outputs
+
+
+def _positions(workdir, step):
+  return sorted(p.name for p in (workdir / "checkpoints" / str(step) / "data_per_process")
+                .glob("process_*"))
+
+
+@pytest.mark.slow
+def test_two_processes_stop_together_on_one_sigterm_and_resume(tmp_path):
+  """Two processes of 4 CPU devices, a localhost coordinator. SIGTERM to process 1 alone
+  stops both at the same step with one checkpoint holding both data positions; --resume
+  finishes the run; only process 0 reports."""
+  workdir = tmp_path / "run"
+  port = _free_port()
+  processes = [_start(workdir, port, index) for index in range(2)]
+  first_checkpoint = workdir / "checkpoints" / "2" / "commit_success.txt"
+  deadline = time.time() + 600
+  while not first_checkpoint.exists() and time.time() < deadline:
+    if any(p.poll() is not None for p in processes):
+      for p in processes:
+        p.kill()
+      pytest.fail("a process ended before the first checkpoint: "
+                  + pathlib.Path(f"{processes[0].logs}.err").read_text()[-3000:])
+    time.sleep(0.2)
+  processes[1].send_signal(signal.SIGTERM)
+  (stopped_out, _), (second_out, second_err) = _finish(processes)
+  step = int(re.search(r"stopped at step (\d+); checkpoint saved", stopped_out).group(1))
+  assert 2 <= step < 30 and step % 2 == 0  # at a log step, the same on both
+  saved = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+  assert saved[-1] == step  # nothing after the shared stop
+  assert _positions(workdir, step) == ["process_0-of-2.json", "process_1-of-2.json"]
+  assert "stopped at step" not in second_out and "pretrain:" not in second_err  # quiet
+
+  port = _free_port()
+  (first_out, first_err), (second_out, _) = _finish(
+      [_start(workdir, port, index, "--resume") for index in range(2)])
+  assert "held-out evaluation after 30 steps: mlm_accuracy=" in first_out
   assert "pretrain: 100%" in first_err  # the progress bar
-  assert "held-out evaluation" not in second_out and "pretrain:" not in second_err
-  for step in (1, 2):
-    positions = workdir / "checkpoints" / str(step) / "data_per_process"
-    assert sorted(p.name for p in positions.glob("process_*")) == [
-        "process_0-of-2.json", "process_1-of-2.json"]
-  assert json.loads((workdir / "config.json").read_text())["mesh"]["fsdp"] == 2
+  assert "held-out evaluation" not in second_out
+  assert _positions(workdir, 30) == ["process_0-of-2.json", "process_1-of-2.json"]
