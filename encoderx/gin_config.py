@@ -135,7 +135,9 @@ def apply(config: ml_collections.ConfigDict, files=(), bindings=()) -> ml_collec
       try:
         group[name] = value
       except (TypeError, ValueError):
-        config_lib.fail(field, f"gin binds {value!r}, which is not a {type(group[name]).__name__}.")
+        config_lib.fail(field, f"gin binds {value!r}, not of type "
+                        f"{type(group[name]).__name__}.")
+  config.lock()  # as the ml_collections configs are: a misspelt field fails
   return config
 
 
