@@ -3,6 +3,8 @@
     python -m encoderx.train --config=configs/bert_tiny.py --workdir=runs/tiny \
         [--config.train.steps=200] [--resume] [--init_from=RUN_DIR | hf:HF_DIR] \
         [--predict=FILE [--predict_output=FILE]]
+    python -m encoderx.train --gin_file=configs/gin/bert_tiny.gin --workdir=runs/tiny \
+        [--gin_bindings='train.steps = 200']   (the same schema in gin: gin_config.py)
 
 Writes to the work directory: config.json, TensorBoard metrics (train/ and eval/ under
 tensorboard/), orbax checkpoints (checkpoints/) and, when config.eval.best_metric is set,
@@ -10,7 +12,8 @@ the parameters of the best evaluation (best/). Progress is a bar with step, loss
 method's accuracies and tokens/s; the run ends with a held-out evaluation.
 
 SIGINT (Ctrl-C) or SIGTERM (preemption) stops the run at the next step boundary after
-saving a checkpoint; `--resume` continues it exactly where it stopped.
+saving a checkpoint (a run of several processes: all of them, at the next log step, after
+a signal to any one); `--resume` continues it exactly where it stopped.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from tqdm.auto import tqdm
 
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import config as config_lib
+from encoderx import distributed
 from encoderx import files as files_lib
 from encoderx import initialize
 from encoderx import trainer as trainer_lib
@@ -47,10 +51,27 @@ USER_ERRORS = (config_lib.ConfigError, corpus.CorpusError, vocabulary.Vocabulary
 
 
 class _StopRequest:
-  """Set by SIGINT/SIGTERM; the loop saves a checkpoint and returns at the next step."""
+  """Set by SIGINT/SIGTERM; the loop saves a checkpoint and returns at the next step.
+
+  With several processes a signal may reach only one of them (SIGTERM to one worker):
+  they agree at the steps where the host waits for the device anyway (the log steps,
+  the same steps on every process), and all stop after the first of those at or after
+  the request, with one checkpoint saved together.
+  """
 
   def __init__(self):
-    self.requested = False
+    self.requested = False  # this process was asked to stop
+    self.stopping = False  # the run stops after this step (the same on every process)
+
+  def update(self, agree: bool) -> bool:
+    """Whether the run stops after this step; `agree`: every process checks now."""
+    if jax.process_count() == 1:
+      self.stopping = self.stopping or self.requested
+    elif agree and not self.stopping:
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      asked = multihost_utils.process_allgather(np.int32(self.requested))
+      self.stopping = bool(np.any(asked))
+    return self.stopping
 
   @contextlib.contextmanager
   def installed(self):
@@ -63,7 +84,9 @@ class _StopRequest:
       if self.requested:  # a second Ctrl-C stops at once
         previous[signal.SIGINT](signum, frame)
       self.requested = True
-      logger.warning("stop requested: saving a checkpoint at the end of this step")
+      logger.warning("stop requested: saving a checkpoint at the end of this step%s",
+                     " (the next log step, with the other processes)"
+                     if jax.process_count() > 1 else "")
 
     for sig in previous:
       signal.signal(sig, handle)
@@ -272,7 +295,8 @@ def _run_in(trainer: trainer_lib.Trainer, workdir: str, resume: bool,
 
     step = int(state.step)
     with stop.installed(), tqdm(total=config.train.steps, initial=step, unit="step",
-                                disable=not show_progress, desc=config.method,
+                                disable=not show_progress or jax.process_index() > 0,
+                                desc=config.method,
                                 dynamic_ncols=True) as bar:
       for phase in trainer.phases:
         if step >= phase.end:
@@ -285,34 +309,36 @@ def _run_in(trainer: trainer_lib.Trainer, workdir: str, resume: bool,
         train_step = trainer.train_step(phase.index)
         meter = _Meter(config.train.batch_size * phase.seq_length)
         try:
-          while step < phase.end and not stop.requested:
+          while step < phase.end and not stop.stopping:
             state, metrics = train_step(state, trainer.device_batch(next(batches)))
             step += 1
             bar.update(1)
             position = {"phase": phase.index, **batches.position.to_dict()}
             meter.add(metrics)
-            if meter.first or step % config.train.log_every == 0 or step == phase.end:
+            log_step = meter.first or step % config.train.log_every == 0 or step == phase.end
+            if log_step:
               means = meter.flush()
               writer.write_scalars(step, means)
               history.append({"step": step, **means})
               bar.set_postfix(_postfix(means))
               skips.check(state, step)
+            if step == stop_at_step:
+              stop.stopping = True
+            stop.update(agree=log_step)
             if step % config.checkpoint.every_steps == 0 or step == config.train.steps:
               save(step, state, position)
-            if step == stop_at_step:
-              stop.requested = True
             if (config.eval.every_steps and step % config.eval.every_steps == 0
                 and step < config.train.steps):
               evaluation = evaluate_and_log(state, phase, step)  # main() prints the last
               logger.info("evaluation at step %d: %s", step, _format_eval(evaluation))
         finally:
           batches.close()
-        if stop.requested:
+        if stop.stopping:
           break
-      if stop.requested and checkpoints.latest_step() != step:
+      if stop.stopping and checkpoints.latest_step() != step:
         save(step, state, position)
 
-    if not stop.requested:
+    if not stop.stopping:
       eval_metrics = evaluate_and_log(state, trainer.phases[-1], step)
     writer.flush()
   finally:
@@ -320,7 +346,7 @@ def _run_in(trainer: trainer_lib.Trainer, workdir: str, resume: bool,
     if best is not None:
       best.close()
   return {"history": history, "eval": eval_metrics, "step": step,
-          "stopped": stop.requested, "params": state.params,
+          "stopped": stop.stopping, "params": state.params,
           "method_state": state.method_state}
 
 
@@ -344,6 +370,21 @@ def predict(config: ml_collections.ConfigDict, workdir: str, input_path: str,
                  for name in outputs[0]} if outputs else {}
   output_path = output_path or os.path.join(workdir, trainer.method.prediction_file)
   return trainer.method.write_predictions(rows, predictions, output_path), output_path
+
+
+def _config_from_flags(flags_) -> ml_collections.ConfigDict:
+  """--config (with its --config.<field> overrides; default: the schema's defaults), then
+  the gin files and bindings on top, then --init_from."""
+  if flags_.config is None and not flags_.gin_file:
+    raise config_lib.ConfigError("no config: give --config=configs/NAME.py or "
+                                 "--gin_file=configs/gin/NAME.gin.")
+  config = flags_.config if flags_.config is not None else config_lib.default_config()
+  if flags_.gin_file or flags_.gin_bindings:
+    from encoderx import gin_config  # pylint: disable=g-import-not-at-top
+    config = gin_config.apply(config, flags_.gin_file or (), flags_.gin_bindings or ())
+  if flags_.init_from:
+    config.init_from = flags_.init_from
+  return config
 
 
 def _format_eval(metrics: dict) -> str:
@@ -371,10 +412,11 @@ def main(argv) -> None:
   logger.setLevel(logging.INFO)
   for name in ("absl", "asyncio"):
     logging.getLogger(name).addFilter(_OrbaxFailureLogs())
-  config = flags_.config
-  if flags_.init_from:
-    config.init_from = flags_.init_from
   try:
+    if distributed.initialize(flags_.coordinator_address, flags_.num_processes,
+                              flags_.process_id) and jax.process_index() > 0:
+      logger.setLevel(logging.WARNING)  # process 0 reports the run
+    config = _config_from_flags(flags_)
     if flags_.predict:
       count, output = predict(config, flags_.workdir, flags_.predict,
                               flags_.predict_output)
@@ -387,6 +429,8 @@ def main(argv) -> None:
   except USER_ERRORS as error:
     print(f"encoderx: error: {error}", file=sys.stderr)
     sys.exit(2)
+  if jax.process_index() > 0:
+    return  # process 0 reports
   if result["stopped"]:
     print(f"stopped at step {result['step']}; checkpoint saved in {flags_.workdir}. "
           "Continue with the same command and --resume.")
@@ -438,7 +482,18 @@ def cli() -> None:
                       "run in --workdir for the examples of this file.")
   flags.DEFINE_string("predict_output", "", "Where --predict writes (default: the "
                       "method's predictions file in --workdir, e.g. predictions.tsv).")
-  flags.mark_flags_as_required(["config", "workdir"])
+  flags.DEFINE_multi_string("gin_file", None, "A gin file of config bindings (configs/gin/; "
+                            "encoderx/gin_config.py), applied after --config; repeatable.")
+  flags.DEFINE_multi_string("gin_bindings", None, "A gin binding, e.g. "
+                            "'train.steps = 100', applied after the gin files; repeatable.")
+  flags.DEFINE_string("coordinator_address", "", "A run of several processes (GPU / CPU "
+                      "clusters; a TPU VM needs none of these): process 0's HOST:PORT; "
+                      "default $JAX_COORDINATOR_ADDRESS. encoderx/distributed.py.")
+  flags.DEFINE_integer("num_processes", None, "A run of several processes: how many; "
+                       "default $JAX_NUM_PROCESSES.")
+  flags.DEFINE_integer("process_id", None, "A run of several processes: this one's index, "
+                       "0 to num_processes - 1; default $JAX_PROCESS_ID.")
+  flags.mark_flags_as_required(["workdir"])
   app.run(main, flags_parser=_parse_flags)
 
 

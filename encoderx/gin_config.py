@@ -1,0 +1,182 @@
+"""gin: the second syntax of the one config schema (encoderx/config.py: default_config).
+
+Every group of config fields is a gin configurable named by its path, and its fields are
+the configurable's parameters; the fields at the top (method, init_from) belong to
+`config`:
+
+    config.method = 'pretrain'
+    model.hidden_size = 768
+    data.vocab.path = '/data/vocab.txt'
+    objective.names = ('mlm', 'sop')
+    train.steps = %STEPS          # gin's macros, includes and comments work as usual
+    STEPS = 100000
+
+`encoderx.config.model.hidden_size` (the full name) and `vocab.kind` (a unique suffix)
+name the same fields. A name that is no field fails with the message a misspelt
+`--config.<field>` gives. Bindings are applied on top of a config (the defaults, or an
+ml_collections config file), in order: gin files, then `--gin_bindings`.
+
+    python -m encoderx.gin_config configs/bert_base.py   # prints it as gin bindings
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import re
+import sys
+import tokenize
+
+import gin
+import ml_collections
+
+from encoderx import config as config_lib
+
+ROOT = "config"  # the configurable of the fields at the top of the schema
+_MODULE = "encoderx"
+_UNSET = object()  # a parameter no binding set
+_CONFIGURABLES: dict[str, object] = {}  # group path ("" for the top) -> its configurable
+
+
+def _groups(node: ml_collections.ConfigDict, prefix: str = ""):
+  """(path, leaf field names) of every group of fields, the top first ("")."""
+  yield prefix, [k for k in node.keys() if not isinstance(node[k], ml_collections.ConfigDict)]
+  for key in node.keys():
+    if isinstance(node[key], ml_collections.ConfigDict):
+      yield from _groups(node[key], f"{prefix}{key}.")
+
+
+def _register() -> None:
+  """One gin configurable per group of fields, returning the fields bound in gin."""
+  if _CONFIGURABLES:
+    return
+  for prefix, fields in _groups(config_lib.default_config()):
+    path = prefix.rstrip(".")
+
+    def bound(**values):
+      return {name: value for name, value in values.items() if value is not _UNSET}
+
+    bound.__signature__ = inspect.Signature(
+        [inspect.Parameter(f, inspect.Parameter.KEYWORD_ONLY, default=_UNSET) for f in fields])
+    bound.__name__ = path or ROOT
+    # Full names encoderx.config[.<path>]: "model" and "config.model" both select a group.
+    name = f"{ROOT}.{path}" if path else ROOT
+    _CONFIGURABLES[path] = gin.external_configurable(bound, name=name, module=_MODULE)
+
+
+def _group_of(selector: str) -> str | None:
+  """A gin selector ("vocab", "data.vocab", "encoderx.config.data.vocab") -> its group's
+  path ("data.vocab"; "" for the top), None if it selects no group."""
+  for path in _CONFIGURABLES:
+    full = f"{_MODULE}.{ROOT}" + (f".{path}" if path else "")
+    if full == selector or full.endswith(f".{selector}"):
+      return path
+  return None
+
+
+def _field(binding_key: str) -> str:
+  """'scope/data.vocab.kid' -> 'data.vocab.kid': the config field a binding names."""
+  key = binding_key.split("/")[-1]
+  selector, _, parameter = key.rpartition(".")
+  group = _group_of(selector)
+  if group is None:  # no such group: the name as written, less the root's prefixes
+    for prefix in (f"{_MODULE}.", f"{ROOT}."):
+      key = key.removeprefix(prefix)
+    return key
+  return f"{group}.{parameter}" if group else parameter
+
+
+def _user_error(error: Exception, files, bindings) -> config_lib.ConfigError:
+  """gin's error (several lines: the problem, then where) -> one line, the same as a
+  misspelt --config.<field> for a name that is no field."""
+  text = str(error)
+  # gin ends its message with the offending statement: "  In file ..., line N\n    <line>".
+  statement = re.search(r"^\s*([\w./]+)\s*=", text.strip().splitlines()[-1])
+  if re.match(r"(No configurable matching|Configurable '.*' doesn't have a parameter)", text):
+    if statement:
+      message = config_lib.unknown_field(_field(statement.group(1)))
+      if message:
+        return config_lib.ConfigError(message)
+  where = f" (gin files {', '.join(files)}; bindings {list(bindings)})"
+  return config_lib.ConfigError("gin: " + " ".join(text.split()) + where)
+
+
+def apply(config: ml_collections.ConfigDict, files=(), bindings=()) -> ml_collections.ConfigDict:
+  """A copy of `config` with the fields bound by the gin `files`, then `bindings`
+  (statements such as "train.steps = 10"); raises ConfigError (one line) for a name that
+  is no field, a value of the wrong type, or a file that gin cannot read or parse."""
+  _register()
+  for path in files:
+    if not os.path.isfile(path):
+      config_lib.fail("--gin_file", f"no gin file '{path}' (looked from {os.getcwd()}).")
+  gin.clear_config()
+  try:
+    gin.parse_config_files_and_bindings(list(files), list(bindings), finalize_config=False)
+    values = {path: configurable() for path, configurable in _CONFIGURABLES.items()}
+    # A scoped binding ("eval/train.steps = 1") would be parsed and never read.
+    scoped = re.findall(r"^(\S+/)(\S+) = ", gin.config_str(), flags=re.MULTILINE)
+  except (ValueError, TypeError, SyntaxError, OSError, tokenize.TokenError) as error:
+    raise _user_error(error, files, bindings) from None
+  finally:
+    gin.clear_config()
+  if scoped:
+    scope, binding = scoped[0]
+    raise config_lib.ConfigError(f"gin scopes are not part of the config schema: bind "
+                                 f"'{binding}' without the scope '{scope}'.")
+  config = config.copy_and_resolve_references()
+  for path, fields in values.items():
+    group = config
+    for part in path.split(".") if path else ():
+      group = group[part]
+    for name, value in fields.items():
+      field = f"{path}.{name}" if path else name
+      if isinstance(group[name], tuple) and isinstance(value, list):
+        value = tuple(value)  # gin writes [a, b] or (a, b); the schema's sequences are tuples
+      try:
+        group[name] = value
+      except (TypeError, ValueError):
+        config_lib.fail(field, f"gin binds {value!r}, not of type "
+                        f"{type(group[name]).__name__}.")
+  config.lock()  # as the ml_collections configs are: a misspelt field fails
+  return config
+
+
+def _leaves(node: ml_collections.ConfigDict, prefix: str = ""):
+  for key in node.keys():
+    if isinstance(node[key], ml_collections.ConfigDict):
+      yield from _leaves(node[key], f"{prefix}{key}.")
+    else:
+      yield f"{prefix}{key}", node[key]
+
+
+def to_gin(config: ml_collections.ConfigDict) -> str:
+  """The gin bindings of every field of `config` that differs from the defaults, one a
+  line in the schema's order (`apply(default_config(), bindings=...)` gives `config`)."""
+  defaults = dict(_leaves(config_lib.default_config()))
+  lines = []
+  for field, value in _leaves(config):
+    if value != defaults[field]:
+      selector, _, name = field.rpartition(".")
+      lines.append(f"{selector or ROOT}.{name} = {value!r}")
+  lines.sort(key=lambda line: not line.startswith(f"{ROOT}."))  # the method first
+  return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> None:
+  """python -m encoderx.gin_config CONFIG.py: prints the config as gin bindings."""
+  if len(argv) != 2:
+    sys.exit("usage: python -m encoderx.gin_config CONFIG.py  (prints it as gin bindings)")
+  spec = importlib.util.spec_from_file_location("config_module", argv[1])
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  summary = (module.__doc__ or "").strip().split("\n\n")[0].splitlines()  # its first paragraph
+  name = os.path.basename(argv[1])
+  sys.stdout.write("".join(f"# {line}\n" for line in summary) + (
+      f"# The gin form of configs/{name}: the fields it sets that differ from the defaults\n"
+      "# (encoderx/config.py, BERT-base's). tests/test_gin.py checks that both resolve to\n"
+      f"# the same config. Regenerate: python -m encoderx.gin_config configs/{name}\n\n")
+      + to_gin(module.get_config()))
+
+
+if __name__ == "__main__":
+  main(sys.argv)

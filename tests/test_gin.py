@@ -1,0 +1,115 @@
+"""gin as the second syntax of the config schema (encoderx/gin_config.py, configs/gin/)."""
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from encoderx import config as config_lib
+from encoderx import gin_config
+from encoderx import train
+from conftest import REPO
+
+CONFIGS = sorted(p.stem for p in (REPO / "configs").glob("*.py") if p.stem != "__init__")
+
+
+def _python_config(name):
+  return importlib.import_module(f"encoderx.configs.{name}").get_config()
+
+
+def _gin_config(name, bindings=()):
+  return gin_config.apply(config_lib.default_config(),
+                          files=[str(REPO / "configs" / "gin" / f"{name}.gin")],
+                          bindings=bindings)
+
+
+def test_every_config_has_a_gin_form():
+  assert sorted(p.stem for p in (REPO / "configs" / "gin").glob("*.gin")) == CONFIGS
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_gin_and_ml_collections_configs_are_the_same_config(name):
+  assert (_gin_config(name).to_json_best_effort(indent=2)
+          == _python_config(name).to_json_best_effort(indent=2))
+
+
+def test_gin_and_ml_collections_bert_base_write_the_same_config_json(tmp_path):
+  """What a run records (train._write_config: config.json), from either front end."""
+  for front, config in (("gin", _gin_config("bert_base")),
+                        ("ml_collections", _python_config("bert_base"))):
+    train._write_config(config_lib.validate(config), str(tmp_path / front))
+  written = (tmp_path / "gin" / "config.json").read_bytes()
+  assert written == (tmp_path / "ml_collections" / "config.json").read_bytes()
+  assert b'"vocab_size": 30522' in written and b'"long_fraction": 0.1' in written
+
+
+def test_bindings_apply_after_files_and_the_base_config(tmp_path):
+  base = _python_config("bert_tiny")
+  own = tmp_path / "own.gin"
+  # An include, a macro, a full and a short name, a list for a tuple field.
+  own.write_text(f"include '{REPO / 'configs' / 'gin' / 'bert_tiny.gin'}'\n"
+                 "STEPS = 7\ntrain.steps = %STEPS\n"
+                 "encoderx.config.data.vocab.lower_case = False\n"
+                 "mlm.rate = 0.2\nobjective.names = ['mlm']\n")
+  config = gin_config.apply(base, files=[str(own)],
+                            bindings=["train.steps = 9", "config.method = 'pretrain'"])
+  assert config.train.steps == 9  # the binding after the file's macro
+  assert not config.data.vocab.lower_case and config.objective.mlm.rate == 0.2
+  assert config.objective.names == ("mlm",)
+  assert config.model.hidden_size == base.model.hidden_size == 128
+  assert base.train.steps == 1000  # the base config is not changed
+
+
+@pytest.mark.parametrize("binding,field", [
+    ("model.hiden_size = 3", "model.hiden_size"),  # a misspelt parameter
+    ("modle.hidden_size = 3", "modle.hidden_size"),  # a misspelt group
+    ("vocab.kid = 'x'", "data.vocab.kid"),  # under a short name
+    ("config.methd = 'x'", "methd"),  # a top-level field
+])
+def test_unknown_names_fail_as_a_misspelt_config_flag_does(binding, field, tmp_path):
+  expected = config_lib.unknown_field(field)
+  assert expected and "did you mean" in expected
+  with pytest.raises(config_lib.ConfigError) as raised:
+    gin_config.apply(config_lib.default_config(), bindings=[binding])
+  assert str(raised.value) == expected
+  in_a_file = tmp_path / "typo.gin"
+  in_a_file.write_text(f"# a comment\ntrain.steps = 5\n{binding}\n")
+  with pytest.raises(config_lib.ConfigError) as raised:
+    gin_config.apply(config_lib.default_config(), files=[str(in_a_file)])
+  assert str(raised.value) == expected
+
+
+@pytest.mark.parametrize("binding,message", [
+    ("model.hidden_size = 'wide'", "config field 'model.hidden_size': gin binds 'wide'"),
+    ("eval/train.steps = 1", "gin scopes are not part of the config schema"),
+    ("train.steps = (3", "gin: "),
+])
+def test_bad_bindings_fail_in_one_line(binding, message):
+  with pytest.raises(config_lib.ConfigError) as raised:
+    gin_config.apply(config_lib.default_config(), bindings=[binding])
+  assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
+
+
+def test_to_gin_round_trips_a_changed_config():
+  config = _python_config("electra_small")
+  config.finetune.labels = ("no", "yes")
+  config.data.document_marker = r"^\s*Chapter"
+  text = gin_config.to_gin(config)
+  assert text.startswith("config.method = 'electra'\n")
+  again = gin_config.apply(config_lib.default_config(), bindings=[text])
+  assert again.to_json_best_effort() == config.to_json_best_effort()
+
+
+def test_command_line_reports_a_misspelt_gin_binding_in_one_line(tmp_path):
+  workdir = tmp_path / "run"
+  cli = subprocess.run(
+      [sys.executable, "-m", "encoderx.train", "--gin_file=configs/gin/bert_tiny.gin",
+       "--gin_bindings=model.hiden_size = 3", f"--workdir={workdir}"],
+      cwd=REPO, capture_output=True, text=True, timeout=300,
+      env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert cli.returncode == 2, cli.stderr
+  assert cli.stderr.strip().splitlines()[-1] == (
+      "encoderx: error: unknown config field 'model.hiden_size' "
+      "(did you mean 'model.hidden_size'?)")
+  assert not workdir.exists()

@@ -1,0 +1,89 @@
+"""launch/tpu.sh in dry-run mode: the gcloud commands it would run, and the training
+command it starts on every worker (run here by bash as a worker's shell would)."""
+import os
+import shlex
+import subprocess
+import time
+
+from conftest import REPO
+
+SCRIPT = REPO / "launch" / "tpu.sh"
+TRAIN_ARGS = ["--config=configs/bert_base.py", "--workdir=gs://bucket/runs/bert_base",
+              "--config.data.files=gs://bucket/corpus/*.txt", "--config.mesh.fsdp=4",
+              "--gin_bindings=train.steps = 5", "--config.data.document_marker=^it's $HOME"]
+
+
+def _dry_run(tmp_path, *options, train_args=TRAIN_ARGS):
+  """(exit status, stdout lines as argv lists, stderr); gcloud and git on PATH are stubs
+  that record any call, so that a dry run that ran something fails."""
+  stubs = tmp_path / "bin"
+  stubs.mkdir(exist_ok=True)
+  for tool in ("gcloud", "git"):
+    (stubs / tool).write_text(f"#!/bin/sh\necho {tool} >> {tmp_path}/ran\nexit 1\n")
+    (stubs / tool).chmod(0o755)
+  result = subprocess.run(
+      ["bash", str(SCRIPT), "--dry_run", *options, "--", *train_args], capture_output=True,
+      text=True, env={**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}"}, timeout=60)
+  assert not (tmp_path / "ran").exists(), "a dry run ran a command"
+  return result.returncode, [shlex.split(line) for line in result.stdout.splitlines()], \
+      result.stderr
+
+
+def test_a_tpu_vm_is_created_installed_run_on_every_worker_and_deleted(tmp_path):
+  code, commands, _ = _dry_run(tmp_path, "--name=bert-base", "--zone=us-central2-b",
+                               "--type=v4-32", "--project=my-project")
+  assert code == 0
+  where = ["--zone=us-central2-b", "--project=my-project"]
+  tpu_vm = ["gcloud", "compute", "tpus", "tpu-vm"]
+  create, archive, copy, install, start, follow, status, delete = commands
+  assert create == [*tpu_vm, "create", "bert-base", *where, "--accelerator-type=v4-32",
+                    "--version=tpu-ubuntu2204-base"]
+  assert archive[:2] == ["git", "archive"] and archive[-1] == "HEAD"
+  tarball = archive[-2].removeprefix("--output=")
+  assert copy == [*tpu_vm, "scp", tarball, "bert-base:encoderx.tar.gz", *where, "--worker=all"]
+  for command, worker in ((install, "all"), (start, "all"), (follow, "0"), (status, "all")):
+    assert command[:-1] == [*tpu_vm, "ssh", "bert-base", *where, f"--worker={worker}",
+                            "--command"]
+  assert "bash launch/setup.sh" in install[-1] and '"jax[tpu]==0.10.2"' in install[-1]
+  assert "encoderx-train.log" in follow[-1] and "tail" in follow[-1]
+  assert delete == [*tpu_vm, "delete", "bert-base", *where, "--quiet"]
+
+
+def test_a_queued_spot_v5e_slice_is_waited_for_and_kept(tmp_path):
+  code, commands, _ = _dry_run(tmp_path, "--name=n", "--zone=z", "--type=v5e-16",
+                               "--queued", "--spot", "--keep")
+  assert code == 0
+  assert commands[0] == ["gcloud", "compute", "tpus", "queued-resources", "create", "n",
+                         "--node-id=n", "--zone=z", "--accelerator-type=v5litepod-16",
+                         "--runtime-version=v2-alpha-tpuv5-lite", "--spot"]
+  assert commands[1][:6] == ["gcloud", "compute", "tpus", "queued-resources", "describe", "n"]
+  assert not any("delete" in command for command in commands)  # --keep
+
+
+def test_the_workers_run_exactly_the_training_flags_given(tmp_path):
+  """The start command, run by bash in a home with a stand-in for the worker's Python,
+  passes every flag through untouched (globs, spaces, quotes, $)."""
+  _, commands, _ = _dry_run(tmp_path, "--name=n", "--zone=z", "--type=v4-8", "--keep")
+  start = next(c[-1] for c in commands if "encoderx.train" in c[-1])
+  home = tmp_path / "home"
+  python = home / "encoderx" / ".venv" / "bin" / "python"
+  python.parent.mkdir(parents=True)
+  python.write_text(f"#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > {home}/argv\n")
+  python.chmod(0o755)
+  subprocess.run(["bash", "-c", start], cwd=home, env={**os.environ, "HOME": str(home)},
+                 check=True, timeout=30)
+  rc = home / "encoderx-train.rc"
+  deadline = time.time() + 30
+  while not rc.exists() and time.time() < deadline:
+    time.sleep(0.1)
+  assert rc.read_text().strip() == "0"
+  assert (home / "argv").read_text().splitlines() == ["-m", "encoderx.train", *TRAIN_ARGS]
+
+
+def test_missing_arguments_are_named(tmp_path):
+  code, _, stderr = _dry_run(tmp_path, "--name=n", "--type=v4-8")
+  assert code == 2 and "--zone is required" in stderr
+  code, _, stderr = _dry_run(tmp_path, "--name=n", "--zone=z", "--type=v4-8", train_args=[])
+  assert code == 2 and "give the training flags after --" in stderr
+  code, _, stderr = _dry_run(tmp_path, "--name=n", "--zone=z", "--type=v9-8")
+  assert code == 2 and "no default runtime for --type=v9-8" in stderr
