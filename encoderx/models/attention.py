@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from encoderx.models import common
+from encoderx.models import dropout as dropout_lib
 
 # Logical shape of per-head activations: [batch, length, heads, head_dim].
 HEADS_AXES = ("activation_batch", "activation_length", "activation_heads", "activation_kv")
@@ -111,11 +112,41 @@ def output_projection(config: common.ModelConfig, name: str = "out",
                     ("heads", "kv", "embed"), (hidden,), ("embed",), use_bias, name=name)
 
 
-class SelfAttention(nn.Module):
-  """BERT's multi-head self-attention: [batch, length, hidden] -> same.
+def attention_probabilities(query: jax.Array, key: jax.Array, mask: jax.Array,
+                            bias: jax.Array | None = None) -> jax.Array:
+  """softmax(query . key / sqrt(head_dim) + bias) over the keys a query may attend to:
+  [batch, heads, query, key], in float32 (the softmax of bfloat16 logits loses the small
+  probabilities), as `jax.nn.dot_product_attention` computes it."""
+  logits = jnp.einsum("bqnd,bknd->bnqk", query, key, preferred_element_type=jnp.float32)
+  logits = logits * jnp.float32(query.shape[-1] ** -0.5)
+  if bias is not None:
+    logits = logits + bias.astype(jnp.float32)
+  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  return jax.nn.softmax(logits, axis=-1)
 
-  The attention itself is Flax's `dot_product_attention` (fp32 softmax, dropout).
+
+def attend(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array,
+           bias: jax.Array | None = None, dropout_rate: float = 0.0,
+           dropout_key: jax.Array | None = None) -> jax.Array:
+  """Scaled dot-product attention, [batch, length, heads, head_dim] in and out.
+
+  Without dropout on the probabilities, this is `jax.nn.dot_product_attention`, which
+  picks the fastest implementation the platform has (cuDNN's fused flash attention on
+  GPU where the shapes allow, XLA elsewhere). It has no dropout, so with attention
+  dropout the probabilities are computed here, dropped (8 bits per element,
+  encoderx/models/dropout.py) and applied to the values: the same arithmetic, checked
+  against it in tests/test_dropout.py.
   """
+  if dropout_key is None or dropout_lib.effective_rate(dropout_rate) == 0:
+    return jax.nn.dot_product_attention(query, key, value, bias=bias, mask=mask,
+                                        implementation=None)
+  probabilities = dropout_lib.dropout(attention_probabilities(query, key, mask, bias),
+                                      dropout_rate, dropout_key)
+  return jnp.einsum("bnqk,bknd->bqnd", probabilities.astype(value.dtype), value)
+
+
+class SelfAttention(nn.Module):
+  """BERT's multi-head self-attention: [batch, length, hidden] -> same (`attend`)."""
   config: common.ModelConfig
 
   @nn.compact
@@ -128,15 +159,19 @@ class SelfAttention(nn.Module):
                                                     HEADS_AXES)
                          for n, y in (("query", x if query is None else query),
                                       ("key", x), ("value", x)))
-    dropout_rng = None
-    if not deterministic and config.attention_dropout > 0:
-      dropout_rng = self.make_rng("dropout")
-    attended = nn.dot_product_attention(
-        query, key, value, mask=context.mask, dropout_rng=dropout_rng,
-        dropout_rate=config.attention_dropout, broadcast_dropout=False,
-        deterministic=deterministic, dtype=config.compute_dtype,
-        force_fp32_for_softmax=True)
+    attended = attend(query, key, value, context.mask,
+                      **attention_dropout(self, config, deterministic))
     return output_projection(config)(attended)
+
+
+def attention_dropout(module: nn.Module, config: common.ModelConfig,
+                      deterministic: bool) -> dict:
+  """`attend`'s dropout arguments for a layer: a key from `module`'s 'dropout' rngs
+  when training with attention dropout, else none."""
+  if deterministic or dropout_lib.effective_rate(config.attention_dropout) == 0:
+    return {}
+  return {"dropout_rate": config.attention_dropout,
+          "dropout_key": module.make_rng("dropout")}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoderx.models import attention, common
+from encoderx.models import dropout as dropout_lib
 
 TERMS = ("c2p", "p2c")
 # Logical shape of scores: [batch, heads, query, key].
@@ -137,7 +138,7 @@ class DisentangledSelfAttention(nn.Module):
     terms = config.relative_attention_terms
     factor = 1 + len(terms)
 
-    embeddings = nn.Dropout(config.hidden_dropout)(relative.embeddings[None],
+    embeddings = dropout_lib.Dropout(config.hidden_dropout)(relative.embeddings[None],
                                                    deterministic=deterministic)
     bias = 0.0
     if "c2p" in terms:  # the query's content against the key's distance
@@ -162,16 +163,10 @@ class DisentangledSelfAttention(nn.Module):
     else:
       bias = None
 
-    dropout_rng = None
-    if not deterministic and config.attention_dropout > 0:
-      dropout_rng = self.make_rng("dropout")
-    # dot_product_attention divides by sqrt(head_dim); the content term wants
-    # sqrt(factor * head_dim) too.
-    attended = nn.dot_product_attention(
-        query_layer / np.sqrt(factor).astype(np.float32), key, value, bias=bias,
-        mask=context.mask, dropout_rng=dropout_rng, dropout_rate=config.attention_dropout,
-        broadcast_dropout=False, deterministic=deterministic, dtype=config.compute_dtype,
-        force_fp32_for_softmax=True)
+    # attend divides by sqrt(head_dim); the content term wants sqrt(factor * head_dim).
+    attended = attention.attend(
+        query_layer / np.sqrt(factor).astype(query_layer.dtype), key, value, context.mask,
+        bias=bias, **attention.attention_dropout(self, config, deterministic))
     return attention.output_projection(config)(attended)
 
 

@@ -5,6 +5,7 @@ import flax.linen as nn
 import jax
 
 from encoderx.models import common
+from encoderx.models import dropout as dropout_lib
 
 
 class Embeddings(nn.Module):
@@ -37,7 +38,7 @@ class Embeddings(nn.Module):
                                          "token_type_embeddings")
     if config.embedding_layer_norm:
       self.layer_norm = common.layer_norm(config, "layer_norm")
-    self.dropout = nn.Dropout(config.hidden_dropout)
+    self.dropout = dropout_lib.Dropout(config.hidden_dropout)
     if config.embedding_size != config.hidden_size:
       self.projection = common.dense(config, config.hidden_size, ("embed", "mlp"),
                                      "projection")

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from encoderx.models import attention, common
+from encoderx.models import dropout as dropout_lib
 
 
 def _each_stream(function, *trees):
@@ -47,7 +48,7 @@ class AttentionBlock(nn.Module):
     variant = attention.VARIANTS[config.attention]
     y = variant.attention(config, name="self_attention")(
         x, context, deterministic, **({} if query is None else {"query": query}))
-    dropout = nn.Dropout(config.hidden_dropout)
+    dropout = dropout_lib.Dropout(config.hidden_dropout)
     norm = common.layer_norm(config, "layer_norm")
     residual = x if query is None else query
     return _each_stream(lambda x, y: norm(x + dropout(y, deterministic=deterministic)),
@@ -64,7 +65,7 @@ class FeedForwardBlock(nn.Module):
     intermediate = common.dense(config, config.intermediate_size, ("embed", "mlp"),
                                 "intermediate")
     output = common.dense(config, config.hidden_size, ("mlp", "embed"), "output")
-    dropout = nn.Dropout(config.hidden_dropout)
+    dropout = dropout_lib.Dropout(config.hidden_dropout)
     norm = common.layer_norm(config, "layer_norm")
 
     def feed_forward(x):

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from encoderx.models import common, pretraining
+from encoderx.models import dropout as dropout_lib
 
 SENTENCE_POOLINGS = ("first_token", "mean")
 
@@ -46,7 +47,7 @@ class SequenceClassifier(nn.Module):
   def setup(self):
     self.encoder_model = pretraining.EncoderModel(self.config,
                                                   with_pooler=self.pooling == "pooler")
-    self.dropout_layer = nn.Dropout(self.dropout)
+    self.dropout_layer = dropout_lib.Dropout(self.dropout)
     self.classifier = common.dense(self.config, self.num_labels, ("embed", None),
                                    "classifier")
 
@@ -63,7 +64,7 @@ class TokenClassifier(nn.Module):
 
   def setup(self):
     self.encoder_model = pretraining.EncoderModel(self.config, with_pooler=False)
-    self.dropout_layer = nn.Dropout(self.dropout)
+    self.dropout_layer = dropout_lib.Dropout(self.dropout)
     self.classifier = common.dense(self.config, self.num_labels, ("embed", None),
                                    "classifier")
 

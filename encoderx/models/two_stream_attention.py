@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from encoderx.models import attention, common
+from encoderx.models import dropout as dropout_lib
 
 NAME = "two_stream_relative"
 CONTENT, QUERY = "h", "g"
@@ -140,7 +141,7 @@ class RelativeContext(nn.Module):
     reversed_rows = None if inputs is None else inputs.reversed
     positional = relative_encodings(config, length, memory_length + length,
                                     both_directions=reversed_rows is not None)
-    positional = nn.Dropout(config.hidden_dropout)(
+    positional = dropout_lib.Dropout(config.hidden_dropout)(
         positional.astype(config.compute_dtype), deterministic=deterministic)
     direction = (jnp.zeros([batch], jnp.int32) if reversed_rows is None
                  else reversed_rows.astype(jnp.int32))
@@ -202,7 +203,7 @@ class TwoStreamRelativeAttention(nn.Module):
     segment_bias = bias("r_s_bias", (heads, head_dim), ("heads", "kv"))
     segment_embeddings = bias("seg_embed", (2, heads, head_dim), (None, "heads", "kv"))
     project_query = attention.heads_projection(config, "query", use_bias=False)
-    probabilities_dropout = nn.Dropout(config.attention_dropout)
+    probabilities_dropout = dropout_lib.Dropout(config.attention_dropout)
 
     content = streams[CONTENT]
     keys_in = content

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from encoderx.models import attention, common, pretraining, two_stream_attention
+from encoderx.models import dropout as dropout_lib
 
 
 class PlmHead(nn.Module):
@@ -59,7 +60,7 @@ class PermutationLanguageModel(nn.Module):
   def setup(self):
     self.encoder_model = pretraining.EncoderModel(self.config, with_pooler=False)
     self.plm_head = PlmHead(self.config)
-    self.dropout = nn.Dropout(self.config.hidden_dropout)
+    self.dropout = dropout_lib.Dropout(self.config.hidden_dropout)
 
   def __call__(self, batch: dict, memory: dict | None = None,
                deterministic: bool = True) -> dict:

@@ -1,0 +1,104 @@
+"""8-bit dropout (encoderx/models/dropout.py) and the attention it feeds
+(encoderx/models/attention.py: attend)."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from encoderx.models import attention
+from encoderx.models import dropout as dropout_lib
+
+
+@pytest.mark.parametrize("shape", [(64, 128, 64), (7, 9, 33), (1001,)])
+def test_random_bytes_are_uniform(shape):
+  """Every byte value equally likely (chi-square), on shapes whose last axis divides by
+  4 and on the flat fallback."""
+  values = np.asarray(dropout_lib.random_bytes(jax.random.key(0), shape))
+  assert values.shape == shape and values.dtype == np.uint8
+  counts = np.bincount(values.ravel(), minlength=256)
+  if values.size >= 256 * 50:
+    assert stats.chisquare(counts).pvalue > 1e-4
+  assert len(np.unique(values)) > min(values.size, 256) * 0.9
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.25, 0.5])
+def test_dropout_zeroes_the_effective_rate_and_keeps_the_mean(rate):
+  x = jnp.ones((256, 128, 64))
+  y = np.asarray(dropout_lib.dropout(x, rate, jax.random.key(1)))
+  effective = dropout_lib.effective_rate(rate)
+  assert abs(effective - rate) <= 1 / 512
+  dropped = float(np.mean(y == 0))
+  standard_error = np.sqrt(effective * (1 - effective) / y.size)
+  assert abs(dropped - effective) < 5 * standard_error
+  assert abs(float(y.mean()) - 1.0) < 5 * standard_error / (1 - effective)
+  assert np.allclose(y[y != 0], 1 / (1 - effective))
+
+
+def test_dropout_edge_rates_and_keys():
+  x = jnp.arange(1.0, 9.0)
+  key = jax.random.key(2)
+  assert np.array_equal(dropout_lib.dropout(x, 0.0, key), x)
+  assert np.array_equal(dropout_lib.dropout(x, 1.0, key), np.zeros(8))
+  assert dropout_lib.effective_rate(1e-4) == 1 / 256  # a positive rate never vanishes
+  big = jnp.ones((64, 64))
+  first, again, other = (np.asarray(dropout_lib.dropout(big, 0.5, k)) for k in
+                         (key, key, jax.random.key(3)))
+  assert np.array_equal(first, again) and not np.array_equal(first, other)
+
+
+def test_dropout_module_is_the_identity_when_deterministic():
+  module = dropout_lib.Dropout(0.5)
+  x = jnp.ones((4, 16))
+  assert np.array_equal(module.apply({}, x, deterministic=True), x)
+  y = module.apply({}, x, deterministic=False, rngs={"dropout": jax.random.key(0)})
+  assert set(np.unique(np.asarray(y))) <= {0.0, 2.0} and 0 < float(y.mean()) < 2
+
+
+def _qkv_and_mask(dtype=jnp.float32):
+  keys = jax.random.split(jax.random.key(0), 4)
+  query, key, value = (jax.random.normal(k, (2, 12, 4, 8), dtype) for k in keys[:3])
+  segment_ids = jnp.array([[1] * 9 + [0] * 3, [1] * 5 + [2] * 7])
+  bias = jax.random.normal(keys[3], (2, 4, 12, 12))
+  return query, key, value, attention.padding_and_packing_mask(segment_ids), bias
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_attend_matches_flax_attention(with_bias):
+  """The fused path (jax.nn.dot_product_attention) and the path with dropout (rate 0
+  here) against Flax's reference attention."""
+  query, key, value, mask, bias = _qkv_and_mask()
+  bias = bias if with_bias else None
+  reference = nn.dot_product_attention(query, key, value, bias=bias, mask=mask)
+  fused = attention.attend(query, key, value, mask, bias=bias)
+  probabilities = attention.attention_probabilities(query, key, mask, bias)
+  unfused = jnp.einsum("bnqk,bknd->bqnd", probabilities, value)
+  np.testing.assert_allclose(fused, reference, atol=1e-5)
+  np.testing.assert_allclose(unfused, reference, atol=1e-5)
+
+
+def test_attend_with_dropout_drops_probabilities():
+  query, key, value, mask, _ = _qkv_and_mask()
+  dropout_key = jax.random.key(5)
+  attended = attention.attend(query, key, value, mask, dropout_rate=0.5,
+                              dropout_key=dropout_key)
+  kept = dropout_lib.dropout(attention.attention_probabilities(query, key, mask), 0.5,
+                             dropout_key)
+  np.testing.assert_allclose(attended, jnp.einsum("bnqk,bknd->bqnd", kept, value),
+                             atol=1e-6)
+  assert not np.allclose(attended, attention.attend(query, key, value, mask), atol=1e-3)
+  # Masked keys stay out: a key of another packed sequence changes nothing.
+  changed = key.at[1, 9].add(10.0)
+  again = attention.attend(query, changed, value, mask, dropout_rate=0.5,
+                           dropout_key=dropout_key)
+  np.testing.assert_allclose(again[1, :5], attended[1, :5], atol=1e-6)
+
+
+def test_attend_in_bfloat16_follows_float32():
+  query, key, value, mask, _ = _qkv_and_mask()
+  as_bf16 = [x.astype(jnp.bfloat16) for x in (query, key, value)]
+  full = attention.attend(query, key, value, mask)
+  half = attention.attend(*as_bf16, mask)
+  assert half.dtype == jnp.bfloat16
+  np.testing.assert_allclose(half.astype(jnp.float32), full, atol=5e-2)
