@@ -4,6 +4,8 @@
         [--models=bert_tiny,bert_small,roberta_tiny,albert_tiny,spanbert_tiny,deberta_tiny,
                   electra_tiny,electra_small,bert_electra_small,xlnet_tiny] [--skip_torch]
     python -m encoderx.bench --attention_cost [--models=bert_small] [--batch_size=8]
+    python -m encoderx.bench --models=bert_mini --train_loop_steps=60
+    python -m encoderx.bench --device=gpu   # or tpu: BERT-base/large at 128 and 512, bf16
 
 For each model, at sequence length 128 (its tiny config's data settings):
 
@@ -22,6 +24,20 @@ For each model, at sequence length 128 (its tiny config's data settings):
   has no LAMB), `zero_grad()`. Same warm-up and timed steps.
 - tokens/s = batch * 128 / mean step time; the ratio is encoderx / PyTorch, both
   measured in this process one after the other (never concurrently).
+- MFU: model FLOPs per token (encoderx/flops.py, from the config: 6 x the layers'
+  matmul parameters + attention scores + the MLM head on what each framework scores)
+  x tokens/s, over the machine's peak: the best of a few large float32 matmuls
+  (PEAK_MATMUL_SIZE square) timed in the same run. "XLA MFLOP/tok" is XLA's own count of
+  the compiled step (cost analysis: every op, elementwise included), a cross-check.
+- --train_loop_steps=N: also runs `encoderx.train` itself (the training loop: input
+  pipeline, progress bar, metrics, TensorBoard, a checkpoint at the end) for N steps of
+  each model and prints the loop's own tokens/s (its logged intervals after the first,
+  which includes compilation) beside the bench step's; their ratio shows what the loop
+  costs.
+- --device=gpu|tpu: BERT-base and BERT-large (BERT_ACCELERATOR_SIZES) at lengths 128
+  and 512 in bfloat16 (float32 parameters), the same train step, MFU against the
+  device's published dense bf16 peak (PUBLISHED_PEAKS), and on GPU Hugging Face PyTorch
+  (SDPA attention, bf16 autocast) beside it.
 - electra_tiny (method 'electra': the generator's MLM, sampling, the discriminator's
   replaced-token detection): PyTorch runs `ElectraForMaskedLM` (the generator) and
   `ElectraForPreTraining` (the discriminator) sharing one embeddings module: the
@@ -76,6 +92,7 @@ import numpy as np
 from absl import logging as absl_logging
 
 from encoderx import config as config_lib
+from encoderx import flops as flops_lib
 from encoderx import method as method_lib
 from encoderx import trainer as trainer_lib
 from encoderx.export import hf
@@ -85,6 +102,7 @@ from encoderx.data import packing, pipeline, tasks
 from encoderx.models import common, pretraining
 
 SEQ_LENGTH = 128
+PEAK_MATMUL_SIZE = 2048  # the square f32 matmul whose speed is the machine's peak
 WARMUP_STEPS = 2  # untimed steps after compilation (allocator, caches, thread pools)
 PIPELINE_MIN_BATCHES = 40  # timed pipeline batches; more if the train steps need more
 MLM_RATE = 0.15
@@ -94,6 +112,9 @@ MODELS = {
     "bert_tiny": ("bert", bert_tiny, {}),
     "bert_small": ("bert", bert_tiny, dict(num_layers=4, hidden_size=512, num_heads=8,
                                            intermediate_size=2048)),
+    # BERT-Mini's sizes (4 x 256): the model of the issue's 600-step real-run comparison.
+    "bert_mini": ("bert", bert_tiny, dict(num_layers=4, hidden_size=256, num_heads=4,
+                                          intermediate_size=1024)),
     "roberta_tiny": ("roberta", roberta_tiny, {}),
     "albert_tiny": ("albert", albert_tiny, {}),
     "spanbert_tiny": (None, spanbert_tiny, {}),
@@ -110,6 +131,16 @@ MODELS = {
     "xlnet_tiny": ("xlnet", xlnet_tiny, {}),
 }
 ATTENTION_LENGTHS = (128, 512)
+# --device=gpu|tpu: the paper's BERT-base and BERT-large, on the bundled vocabulary.
+BERT_ACCELERATOR_SIZES = {
+    "bert_base": dict(num_layers=12, hidden_size=768, num_heads=12, intermediate_size=3072),
+    "bert_large": dict(num_layers=24, hidden_size=1024, num_heads=16,
+                       intermediate_size=4096)}
+ACCELERATOR_LENGTHS = (128, 512)
+# Dense bf16 peak FLOP/s per device, as published, by a substring of jax's device_kind.
+PUBLISHED_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12,
+                   "TPU v4": 275e12, "TPU v5 lite": 197e12, "TPU v5e": 197e12,
+                   "TPU v5p": 459e12, "TPU v5": 459e12, "TPU v6": 918e12}
 
 
 @dataclasses.dataclass
@@ -131,14 +162,46 @@ class StepTiming:
     return per_step / self.mean
 
 
-def build_config(model_name: str, batch_size: int):
+def build_config(model_name: str, batch_size: int, seq_length: int = SEQ_LENGTH):
   _, config_module, model_fields = MODELS[model_name]
   config = config_module.get_config()
   for field, value in model_fields.items():
     config.model[field] = value
-  config.data.seq_length = SEQ_LENGTH
+  config.data.seq_length = seq_length
+  config.model.max_position_embeddings = max(config.model.max_position_embeddings,
+                                             seq_length)
   config.train.batch_size = batch_size
   return config
+
+
+def measure_matmul_peak(dtype=np.float32, size: int = PEAK_MATMUL_SIZE,
+                        repeats: int = 5) -> float:
+  """FLOP/s of the best of `repeats` [size, size] @ [size, size] matmuls on device 0."""
+  matmul = jax.jit(lambda a, b: a @ b)
+  a = jax.numpy.ones((size, size), dtype)
+  jax.block_until_ready(matmul(a, a))
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(matmul(a, a))
+    best = min(best, time.perf_counter() - start)
+  return 2 * size**3 / best
+
+
+def model_flops_per_token(config, method, scores_every_position: bool = False) -> float:
+  """The step's model FLOPs per token (encoderx/flops.py) for the method's sizes: the
+  MLM head on the config's predictions per row, or on every position (Hugging Face's
+  MLM heads); XLNet's on its predictions either way (its target mapping)."""
+  seq_length = config.data.seq_length
+  if config.method == "xlnet":
+    predictions = config.objective.plm.num_predict
+  else:
+    predictions = seq_length if scores_every_position else (
+        config.objective.mlm.max_predictions)
+  return flops_lib.training_flops_per_token(
+      method.model_config, seq_length, predictions,
+      getattr(method, "generator_config", None),
+      span_boundary="sbo" in config.objective.names)
 
 
 def time_steps(step: Callable[[int], None], warmup: int, steps: int) -> list[float]:
@@ -203,22 +266,20 @@ def measure_padding(lengths=(128, 512), num_batches: int = 8) -> list[dict]:
 
 # --- encoderx ---------------------------------------------------------------------------
 def bench_encoderx(config, batches: list[dict], steps: int):
-  """(timing, the trainer's method: its model configs are the sizes PyTorch must match)."""
+  """(timing, the trainer's method: its model configs are the sizes PyTorch must match,
+  the compiled step's StepCost)."""
   trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
   state = trainer.init_state()
-  train_step = trainer.train_step(0)
+  train_step, cost = trainer.compile_train_step(state, trainer.device_batch(batches[0]))
 
   def run_step(index):
     nonlocal state
     state, metrics = train_step(state, trainer.device_batch(batches[index % len(batches)]))
     jax.block_until_ready(metrics)
 
-  start = time.perf_counter()
-  run_step(0)  # traces and compiles
-  compile_seconds = time.perf_counter() - start
   num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
-  times = time_steps(lambda i: run_step(i + 1), WARMUP_STEPS, steps)
-  return StepTiming(times, compile_seconds, num_params), trainer.method
+  times = time_steps(run_step, WARMUP_STEPS, steps)
+  return StepTiming(times, cost.compile_seconds, num_params), trainer.method, cost
 
 
 # --- PyTorch / Hugging Face -------------------------------------------------------------
@@ -280,7 +341,9 @@ def torch_adamw(config, parameters):
 
 
 def bench_torch(family: str, config, method, batches: list[dict],
-                steps: int) -> StepTiming:
+                steps: int, device: str = "cpu") -> StepTiming:
+  """On `device` "cuda": the model and inputs there, bf16 autocast, SDPA attention
+  (transformers' default), each step synchronized."""
   import torch  # pylint: disable=g-import-not-at-top
   if family == "electra":
     return bench_torch_electra(config, method, batches, steps)
@@ -290,24 +353,30 @@ def bench_torch(family: str, config, method, batches: list[dict],
     plm = config.objective.plm
     overrides = dict(mem_len=plm.mem_len, reuse_len=plm.reuse_len, bi_data=plm.bi_data)
   model = hf.hf_pretraining_model(method.model_config, family, **overrides).train()
+  model.to(device)
   optimizer = torch_adamw(config, model.parameters())
   rng = np.random.default_rng(0)
   if family == "xlnet":
     inputs = xlnet_torch_inputs(method, batches)
   else:
     inputs = [torch_inputs(family, batch, rng) for batch in batches]
+  inputs = [{k: v.to(device) for k, v in batch.items()} for batch in inputs]
+  autocast = torch.autocast("cuda", torch.bfloat16, enabled=device == "cuda")
   memory = None
 
   def run_step(index):
     nonlocal memory
     extra = {"mems": memory, "use_mems": True} if family == "xlnet" else {}
-    outputs = model(**inputs[index % len(inputs)], **extra)
+    with autocast:
+      outputs = model(**inputs[index % len(inputs)], **extra)
     loss = outputs.loss
     if family == "xlnet":
       memory = outputs.mems  # detached by XLNetModel.cache_mem
     loss.backward()
     optimizer.step()
     optimizer.zero_grad()
+    if device == "cuda":
+      torch.cuda.synchronize()
 
   times = time_steps(run_step, WARMUP_STEPS, steps)
   num_params = sum(p.numel() for p in model.parameters())
@@ -432,8 +501,9 @@ def bench_torch_electra(config, method, batches: list[dict], steps: int) -> Step
 def header(args) -> str:
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  lengths = (" and ".join(map(str, ATTENTION_LENGTHS)) if args.attention_cost
-             else SEQ_LENGTH)
+  lengths = (" and ".join(map(str, ATTENTION_LENGTHS)) if args.attention_cost else
+             " and ".join(map(str, ACCELERATOR_LENGTHS)) if args.device != "cpu" else
+             SEQ_LENGTH)
   return (f"encoderx bench: batch {args.batch_size} x length {lengths}, "
           f"{WARMUP_STEPS} warm-up + {args.steps} timed steps\n"
           f"  jax {jax.__version__}: platform {jax.default_backend()}, "
@@ -464,25 +534,130 @@ def format_table(rows: list[dict]) -> str:
   return "\n".join(lines)
 
 
-def table_row(model_name, batch_size, jax_timing, torch_timing, pipeline_rate) -> dict:
-  tokens_per_step = batch_size * SEQ_LENGTH
-  jax_tokens = jax_timing.per_second(tokens_per_step)
-  step_examples = jax_timing.per_second(batch_size)
-  row = {"model": model_name,
-         "params": f"{jax_timing.num_params / 1e6:.2f}M",
-         "compile s": f"{jax_timing.compile_seconds:.1f}",
-         "jax ms/step": f"{jax_timing.mean * 1e3:.1f}",
+@dataclasses.dataclass
+class ModelFigures:
+  """One model's measurements: encoderx's step (and its compiled cost), PyTorch's, and
+  the model FLOPs per token each framework does (flops.py)."""
+  name: str
+  tokens_per_step: int
+  jax_timing: StepTiming
+  cost: trainer_lib.StepCost
+  flops_per_token: float
+  torch_timing: StepTiming | None = None
+  torch_flops_per_token: float = 0.0
+
+
+def mfu(flops_per_token: float, tokens_per_second: float, peak: float) -> str:
+  return f"{flops_per_token * tokens_per_second / peak:.0%}"
+
+
+def table_row(figures: ModelFigures, peak: float, pipeline_rate: float | None) -> dict:
+  jax_tokens = figures.jax_timing.per_second(figures.tokens_per_step)
+  row = {"model": figures.name,
+         "params": f"{figures.jax_timing.num_params / 1e6:.2f}M",
+         "compile s": f"{figures.jax_timing.compile_seconds:.1f}",
+         "jax ms/step": f"{figures.jax_timing.mean * 1e3:.1f}",
          "jax tok/s": f"{jax_tokens:,.0f}",
-         "torch ms/step": "-", "torch tok/s": "-", "jax/torch": "-"}
-  if torch_timing:
-    torch_tokens = torch_timing.per_second(tokens_per_step)
-    row.update({"torch ms/step": f"{torch_timing.mean * 1e3:.1f}",
+         "MFLOP/tok": f"{figures.flops_per_token / 1e6:.1f}",
+         "XLA MFLOP/tok": f"{figures.cost.flops / figures.tokens_per_step / 1e6:.1f}",
+         "MFU": mfu(figures.flops_per_token, jax_tokens, peak),
+         "torch ms/step": "-", "torch tok/s": "-", "torch MFU": "-", "jax/torch": "-"}
+  if figures.torch_timing:
+    torch_tokens = figures.torch_timing.per_second(figures.tokens_per_step)
+    row.update({"torch ms/step": f"{figures.torch_timing.mean * 1e3:.1f}",
                 "torch tok/s": f"{torch_tokens:,.0f}",
+                "torch MFU": mfu(figures.torch_flops_per_token, torch_tokens, peak),
                 "jax/torch": f"{jax_tokens / torch_tokens:.2f}x"})
-  row.update({"pipe ex/s": f"{pipeline_rate:,.0f}",
-              "step ex/s": f"{step_examples:,.0f}",
-              "headroom": f"{pipeline_rate / step_examples:.1f}x"})
+  if pipeline_rate is not None:
+    batch_size = figures.tokens_per_step // SEQ_LENGTH
+    step_examples = figures.jax_timing.per_second(batch_size)
+    row.update({"pipe ex/s": f"{pipeline_rate:,.0f}",
+                "step ex/s": f"{step_examples:,.0f}",
+                "headroom": f"{pipeline_rate / step_examples:.1f}x"})
   return row
+
+
+def measure_model(name: str, family: str | None, config, batches: list[dict], steps: int,
+                  torch_device: str | None = "cpu") -> ModelFigures:
+  """Times encoderx's step, and PyTorch's on `torch_device` (None: not) where the
+  Hugging Face `family` has a model."""
+  tokens_per_step = config.train.batch_size * config.data.seq_length
+  jax_timing, method, cost = bench_encoderx(config, batches, steps)
+  print(describe_timing("encoderx", jax_timing, tokens_per_step), flush=True)
+  figures = ModelFigures(name, tokens_per_step, jax_timing, cost,
+                         model_flops_per_token(config, method))
+  if family and torch_device:
+    figures.torch_timing = bench_torch(family, config, method, batches, steps,
+                                       torch_device)
+    figures.torch_flops_per_token = model_flops_per_token(config, method,
+                                                          scores_every_position=True)
+    print(describe_timing("pytorch", figures.torch_timing, tokens_per_step), flush=True)
+  return figures
+
+
+# --- the training loop ------------------------------------------------------------------
+def loop_tokens_per_second(config, steps: int) -> float:
+  """tokens/s that `encoderx.train` itself logs over `steps` steps of `config` (the mean
+  of its log intervals after the first, which includes compilation)."""
+  import tempfile  # pylint: disable=g-import-not-at-top
+  from encoderx import train  # pylint: disable=g-import-not-at-top
+  config = config.copy_and_resolve_references()
+  config.train.steps = steps
+  config.train.log_every = max(1, steps // 6)
+  config.checkpoint.every_steps = steps
+  config.eval.every_steps, config.eval.batches = 0, 1
+  with tempfile.TemporaryDirectory() as workdir:
+    history = train.run(config, workdir, show_progress=True)["history"]
+  speeds = [h["tokens_per_second"] for h in history if "tokens_per_second" in h]
+  if not speeds:
+    raise ValueError(f"{steps} steps gave no timed log interval; give more")
+  return statistics.fmean(speeds)
+
+
+# --- accelerators -----------------------------------------------------------------------
+def published_peak(device_kind: str) -> float | None:
+  return next((peak for name, peak in PUBLISHED_PEAKS.items() if name in device_kind),
+              None)
+
+
+def accelerator_config(size: str, length: int, batch_size: int):
+  """BERT of `size` (BERT_ACCELERATOR_SIZES, or a bench MODELS name) at `length`, bf16."""
+  if size in BERT_ACCELERATOR_SIZES:
+    config = build_config("bert_tiny", batch_size, length)
+    for field, value in BERT_ACCELERATOR_SIZES[size].items():
+      config.model[field] = value
+  else:
+    config = build_config(size, batch_size, length)
+  config.model.dtype = "bfloat16"
+  config.objective.mlm.max_predictions = round(length * MLM_RATE)
+  return config
+
+
+def accelerator_rows(sizes, lengths, batch_size: int, steps: int, with_torch: bool
+                     ) -> list[dict]:
+  """BERT train steps in bf16 on jax's default device: MFU against its published peak
+  (else its measured bf16 matmul peak), with PyTorch on CUDA beside it on GPU."""
+  device = jax.devices()[0]
+  peak = published_peak(device.device_kind)
+  peak_source = "published"
+  if peak is None:
+    peak, peak_source = measure_matmul_peak(jax.numpy.bfloat16), "measured bf16 matmul"
+  print(f"\n{device.device_kind}: peak {peak / 1e12:,.1f} TFLOP/s ({peak_source})",
+        flush=True)
+  torch_device = "cuda" if jax.default_backend() == "gpu" else "cpu"
+  rows = []
+  for size in sizes:
+    for length in lengths:
+      config = accelerator_config(size, length, batch_size)
+      batches = pipeline.take_batches(pretraining_task(config), "train", length,
+                                      batch_size, 1 + WARMUP_STEPS + steps)
+      print(f"\n{size} @{length}:", flush=True)
+      family = "bert" if size in BERT_ACCELERATOR_SIZES else MODELS[size][0]
+      figures = measure_model(f"{size} @{length}", family, config, batches, steps,
+                              torch_device if with_torch else None)
+      rows.append(table_row(figures, peak, None))
+      gc.collect()
+  return rows
 
 
 def parse_args(argv=None):
@@ -499,14 +674,24 @@ def parse_args(argv=None):
   parser.add_argument("--attention_cost", action="store_true",
                       help="only time DeBERTa's disentangled attention against BERT's at "
                       f"lengths {' and '.join(map(str, ATTENTION_LENGTHS))}")
+  parser.add_argument("--train_loop_steps", type=int, default=0,
+                      help="also run encoderx.train this many steps per model and compare "
+                      "its logged tokens/s with the bench's")
+  parser.add_argument("--device", choices=("cpu", "gpu", "tpu"), default="cpu",
+                      help="gpu|tpu: BERT-base and BERT-large at lengths "
+                      f"{' and '.join(map(str, ACCELERATOR_LENGTHS))} in bfloat16, MFU "
+                      "against the device's published peak")
   args = parser.parse_args(argv)
+  accelerator = args.device != "cpu"
   if args.models is None:
-    args.models = "bert_small" if args.attention_cost else ",".join(MODELS)
+    args.models = ("bert_small" if args.attention_cost else
+                   ",".join(BERT_ACCELERATOR_SIZES) if accelerator else ",".join(MODELS))
   args.models = [m.strip() for m in args.models.split(",") if m.strip()]
-  unknown = [m for m in args.models if m not in MODELS]
+  known = {**MODELS, **BERT_ACCELERATOR_SIZES} if accelerator else MODELS
+  unknown = [m for m in args.models if m not in known]
   if unknown:
-    parser.error(f"unknown model(s) {unknown}; choose among {list(MODELS)}")
-  if args.steps < 1 or args.batch_size < 1:
+    parser.error(f"unknown model(s) {unknown}; choose among {list(known)}")
+  if args.steps < 1 or args.batch_size < 1 or args.train_loop_steps < 0:
     parser.error("--steps and --batch_size must be positive")
   return args
 
@@ -516,6 +701,15 @@ def main(argv=None) -> None:
   # seqio warns at every epoch that the text source is uncached; noise here.
   absl_logging.set_verbosity(absl_logging.ERROR)
   print(header(args), flush=True)
+  if args.device in ("gpu", "tpu"):
+    if jax.default_backend() != args.device:
+      raise SystemExit(f"--device={args.device}: jax's backend is "
+                       f"{jax.default_backend()} (devices {jax.devices()})")
+    print("\nBERT train steps in bfloat16:", flush=True)
+    print("\n" + format_table(accelerator_rows(
+        args.models, ACCELERATOR_LENGTHS, args.batch_size, args.steps,
+        with_torch=not args.skip_torch)))
+    return
   if args.attention_cost:
     print("\nencoder forward + backward, BERT's attention against DeBERTa's disentangled "
           "attention:", flush=True)
@@ -537,24 +731,31 @@ def main(argv=None) -> None:
             f"after {first_seconds:.1f} s (shuffle buffer), then {pipeline_rate:,.0f} "
             f"examples/s over {num_batches} batches", flush=True)
 
-  rows = []
+  peak = measure_matmul_peak()
+  print(f"\nmachine peak: {peak / 1e9:,.1f} GFLOP/s (best {PEAK_MATMUL_SIZE}-square "
+        "float32 matmul)", flush=True)
+  rows, loop_rows = [], []
   for model_name in args.models:
     config = build_config(model_name, args.batch_size)
     _, pipeline_rate, batches = data[pretraining_task(config).name]
     print(f"\n{model_name}:", flush=True)
-    tokens_per_step = args.batch_size * SEQ_LENGTH
-    jax_timing, method = bench_encoderx(config, batches, args.steps)
-    print(describe_timing("encoderx", jax_timing, tokens_per_step), flush=True)
-    torch_timing = None
-    family = MODELS[model_name][0]
-    if family and not args.skip_torch:
-      torch_timing = bench_torch(family, config, method, batches, args.steps)
-      print(describe_timing("pytorch", torch_timing, tokens_per_step), flush=True)
-    rows.append(table_row(model_name, args.batch_size, jax_timing, torch_timing,
-                          pipeline_rate))
+    figures = measure_model(model_name, MODELS[model_name][0], config, batches,
+                            args.steps, None if args.skip_torch else "cpu")
+    rows.append(table_row(figures, peak, pipeline_rate))
     gc.collect()
+    if args.train_loop_steps:
+      bench_tokens = figures.jax_timing.per_second(figures.tokens_per_step)
+      loop_tokens = loop_tokens_per_second(config, args.train_loop_steps)
+      loop_rows.append({"model": model_name, "steps": str(args.train_loop_steps),
+                        "bench tok/s": f"{bench_tokens:,.0f}",
+                        "train loop tok/s": f"{loop_tokens:,.0f}",
+                        "loop / bench": f"{loop_tokens / bench_tokens:.2f}"})
+      print(f"  train loop {loop_tokens:,.0f} tokens/s", flush=True)
 
   print("\n" + format_table(rows))
+  if loop_rows:
+    print("\nthe training loop (python -m encoderx.train) against the bench's step:")
+    print(format_table(loop_rows))
   if not args.skip_padding:
     print("\npadding of the example builders on the bundled corpus (16 x 8 rows):")
     print(format_table(measure_padding()))

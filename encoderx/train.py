@@ -306,11 +306,15 @@ def _run_in(trainer: trainer_lib.Trainer, workdir: str, resume: bool,
             task, "train", phase.seq_length, _local_batch_size(config.train.batch_size),
             seed=config.train.seed + 1000 * phase.index, shard_info=_shard_info(),
             position=start)
-        train_step = trainer.train_step(phase.index)
+        train_step = None
         meter = _Meter(config.train.batch_size * phase.seq_length)
         try:
           while step < phase.end and not stop.stopping:
-            state, metrics = train_step(state, trainer.device_batch(next(batches)))
+            batch = trainer.device_batch(next(batches))
+            if train_step is None:  # compiled ahead of time, its cost logged
+              train_step, cost = trainer.compile_train_step(state, batch, phase.index)
+              logger.info("train step at length %d %s", phase.seq_length, cost.describe())
+            state, metrics = train_step(state, batch)
             step += 1
             bar.update(1)
             position = {"phase": phase.index, **batches.position.to_dict()}

@@ -4,6 +4,7 @@
     state = trainer.init_state()       # parameters (and method state) created sharded
     step = trainer.train_step(phase)   # one jax.jit: prepare -> loss -> gradients -> update
     state, metrics = step(state, trainer.device_batch(batch))
+    step, cost = trainer.compile_train_step(state, batch, phase)  # ahead of time
 
 The trainer knows no objective, head or model family: those belong to the training
 method (`config.method`, see encoderx/method.py). The train step is a single jitted
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import time
 from typing import Any
 
 import flax
@@ -43,6 +45,37 @@ class TrainState:
   # now and in all (see Trainer._train_step).
   skipped_in_a_row: jax.Array
   skipped_total: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class StepCost:
+  """What XLA says of a compiled step: its FLOPs (matmuls and elementwise, as XLA counts
+  them, per device) and memory, and how long compiling it took."""
+  flops: float
+  bytes_accessed: float
+  argument_bytes: int
+  output_bytes: int
+  temp_bytes: int
+  compile_seconds: float
+
+  @classmethod
+  def of(cls, compiled, compile_seconds: float) -> "StepCost":
+    cost = compiled.cost_analysis() or {}
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost  # one per device, older
+    memory = compiled.memory_analysis()
+    size = lambda name: int(getattr(memory, name, 0) or 0)
+    return cls(flops=float(cost.get("flops", 0.0)),
+               bytes_accessed=float(cost.get("bytes accessed", 0.0)),
+               argument_bytes=size("argument_size_in_bytes"),
+               output_bytes=size("output_size_in_bytes"),
+               temp_bytes=size("temp_size_in_bytes"), compile_seconds=compile_seconds)
+
+  def describe(self) -> str:
+    mb = lambda n: f"{n / 2**20:,.0f} MB"
+    return (f"compiled in {self.compile_seconds:.1f} s: {self.flops / 1e9:,.1f} GFLOP and "
+            f"{self.bytes_accessed / 1e9:,.1f} GB accessed per step and device; memory "
+            f"{mb(self.argument_bytes)} in (state, batch), {mb(self.temp_bytes)} "
+            f"temporaries, {mb(self.output_bytes)} out (the state's donated)")
 
 
 class NonFiniteError(RuntimeError):
@@ -340,6 +373,16 @@ class Trainer:
                    out_shardings=(self.state_shardings, sharding.replicated(self.mesh)),
                    donate_argnums=(0,))
     return self._in_context(step)
+
+  def compile_train_step(self, state: TrainState, batch: dict[str, jax.Array],
+                         phase_index: int = 0):
+    """(the phase's train step compiled ahead of time for `state` and `batch`'s shapes,
+    its StepCost). It computes what `train_step(phase_index)` computes; a batch of other
+    shapes is an error instead of a recompilation."""
+    start = time.perf_counter()
+    with self._context():
+      compiled = self.train_step(phase_index).__wrapped__.lower(state, batch).compile()
+    return self._in_context(compiled), StepCost.of(compiled, time.perf_counter() - start)
 
   def prepared_batch(self, batch: dict, step: int, phase_index: int = 0) -> dict:
     """The batch as the train step of `step` sees it (e.g. masked, with targets), on host.

@@ -1,0 +1,79 @@
+"""Model FLOPs of a training step, from the model config: what MFU is measured against.
+
+Per token of a [batch, L] row, a training step (forward + backward, the backward costing
+twice the forward) of a transformer encoder does, for each of its `layers` layers
+(counted per layer *applied*: ALBERT's shared layers cost as much as separate ones):
+
+    6 * (4 * H^2 + 2 * H * F)      the q, k, v, output and feed-forward matmuls
+  + 12 * L * H                     attention scores q.k and their use on the values
+                                   (2 * L * H each, forward; x 3 with the backward)
+
+plus, once per token, `6 * E * H` where the embeddings (E wide) are projected to H
+(ALBERT, ELECTRA's small models), and the pretraining head:
+
+  + 6 * (H * E + E * V) * P / L    MLM: transform + scores against the vocabulary, on the
+                                   P gathered predictions of each row only (encoderx's
+                                   head); P = L where a head scores every position (Hugging
+                                   Face's)
+  + 6 * ((2H + S) * H + H * E + E * V) * P / L
+                                   SpanBERT's span boundary head (SBO) beside the MLM:
+                                   both boundary tokens and an S-wide offset embedding,
+                                   two dense layers, scores against the vocabulary
+  + 6 * (H^2 + H)                  ELECTRA's discriminator head on every token
+
+(H hidden, F intermediate, E embedding width, V vocabulary, L sequence length). ELECTRA
+adds its generator's count (its own sizes, MLM head on the predictions) to the
+discriminator's. Not counted, as is usual for MFU (PaLM, appendix B): embedding
+lookups, LayerNorm, activations, softmax, dropout and the optimizer; the sentence-level
+heads (one per row); DeBERTa's relative-position terms (c2p, p2c add about two more
+score matmuls per layer) and XLNet's query stream, which the formula's BERT-equivalent
+count leaves out: the benchmark prints XLA's own count of the compiled step beside it.
+"""
+from __future__ import annotations
+
+from encoderx.models import common, heads
+
+
+def encoder_flops_per_token(model: common.ModelConfig, seq_length: int) -> float:
+  """Forward + backward FLOPs per token of the embeddings' projection and the layers."""
+  hidden, intermediate = model.hidden_size, model.intermediate_size
+  per_layer = 6 * (4 * hidden**2 + 2 * hidden * intermediate) + 12 * seq_length * hidden
+  projection = 6 * model.embedding_size * hidden if model.embedding_size != hidden else 0
+  return model.num_layers * per_layer + projection
+
+
+def mlm_head_flops_per_token(model: common.ModelConfig, predictions_per_row: int,
+                             seq_length: int) -> float:
+  """Forward + backward FLOPs per token of the MLM head on `predictions_per_row`."""
+  width = model.embedding_size
+  per_prediction = 6 * (model.hidden_size * width + width * model.vocab_size)
+  return per_prediction * predictions_per_row / seq_length
+
+
+def sbo_head_flops_per_token(model: common.ModelConfig, predictions_per_row: int,
+                             seq_length: int) -> float:
+  """Forward + backward FLOPs per token of SpanBERT's span boundary head."""
+  hidden, width = model.hidden_size, model.embedding_size
+  offset_width = heads.SboHead.position_size
+  per_prediction = 6 * ((2 * hidden + offset_width) * hidden + hidden * width
+                        + width * model.vocab_size)
+  return per_prediction * predictions_per_row / seq_length
+
+
+def training_flops_per_token(model: common.ModelConfig, seq_length: int,
+                             predictions_per_row: int,
+                             generator: common.ModelConfig | None = None,
+                             span_boundary: bool = False) -> float:
+  """A pretraining step's model FLOPs per token (see the module doc): the encoder and an
+  MLM head on `predictions_per_row` (and the SBO head with `span_boundary`); with a
+  `generator` (ELECTRA), the generator's encoder and MLM head, plus the discriminator's
+  per-token head instead of an MLM."""
+  flops = encoder_flops_per_token(model, seq_length)
+  if generator is None:
+    flops += mlm_head_flops_per_token(model, predictions_per_row, seq_length)
+    if span_boundary:
+      flops += sbo_head_flops_per_token(model, predictions_per_row, seq_length)
+    return flops
+  return (flops + 6 * (model.hidden_size**2 + model.hidden_size)
+          + encoder_flops_per_token(generator, seq_length)
+          + mlm_head_flops_per_token(generator, predictions_per_row, seq_length))

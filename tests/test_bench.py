@@ -1,0 +1,79 @@
+"""The benchmark's measures: the FLOP formula against XLA's count, the ahead-of-time
+compiled step, MFU and the training-loop comparison, the accelerator path on CPU."""
+import jax
+import numpy as np
+import pytest
+
+from encoderx import bench, flops, trainer as trainer_lib
+
+
+def _compiled(config, batch_size=8):
+  trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
+  state = trainer.init_state()
+  (batch,) = bench.pipeline.take_batches(bench.pretraining_task(config), "train",
+                                         config.data.seq_length, batch_size, 1)
+  step, cost = trainer.compile_train_step(state, trainer.device_batch(batch))
+  return trainer, state, batch, step, cost
+
+
+@pytest.mark.parametrize("model_name", ["bert_mini", "albert_tiny", "electra_tiny",
+                                        "spanbert_tiny"])
+def test_flop_formula_matches_xla_count(model_name):
+  """The formula from the config (encoderx/flops.py) is within 10% of the FLOPs XLA
+  counts in the compiled step, which also counts elementwise ops and the optimizer (a
+  larger share the smaller the model): BERT's layers, ALBERT's shared layers and
+  factorized embeddings, ELECTRA's generator, SpanBERT's SBO head."""
+  config = bench.build_config(model_name, 8)
+  trainer, _, _, _, cost = _compiled(config)
+  formula = bench.model_flops_per_token(config, trainer.method)
+  xla = cost.flops / (8 * config.data.seq_length)
+  assert formula <= xla < 1.10 * formula, (formula, xla)
+
+
+def test_head_on_every_position_costs_more():
+  config = bench.build_config("bert_small", 8)
+  model = trainer_lib.Trainer(config, devices=jax.devices()[:1]).method.model_config
+  gathered = flops.training_flops_per_token(model, 128, 20)
+  every = flops.training_flops_per_token(model, 128, 128)
+  head = 6 * (512 * 512 + 512 * model.vocab_size)
+  assert every - gathered == pytest.approx(head * (128 - 20) / 128)
+
+
+def test_compiled_step_computes_what_the_jitted_step_does(tiny_config):
+  config = tiny_config()
+  trainer, state, batch, compiled, cost = _compiled(config, batch_size=4)
+  assert cost.flops > 0 and cost.temp_bytes > 0 and "GFLOP" in cost.describe()
+  jitted = trainer.train_step(0)
+  copy = jax.tree_util.tree_map(lambda x: x.copy(), state)  # the steps donate the state
+  state_a, metrics_a = compiled(state, trainer.device_batch(batch))
+  state_b, metrics_b = jitted(copy, trainer.device_batch(batch))
+  for a, b in zip(jax.tree_util.tree_leaves((state_a, metrics_a)),
+                  jax.tree_util.tree_leaves((state_b, metrics_b))):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_published_peaks_by_device_kind():
+  assert bench.published_peak("NVIDIA H100 80GB HBM3") == 989e12
+  assert bench.published_peak("TPU v5 lite") == 197e12
+  assert bench.published_peak("cpu") is None
+
+
+def test_accelerator_path_runs_on_cpu(capsys):
+  """--device=gpu|tpu's functions (bf16 steps, fused attention with implementation=None,
+  MFU against a peak) run here on CPU, a tiny model standing in for BERT-base."""
+  (row,) = bench.accelerator_rows(["bert_tiny"], (64,), batch_size=2, steps=1,
+                                  with_torch=False)
+  assert row["model"] == "bert_tiny @64" and row["MFU"].endswith("%")
+  assert float(row["jax tok/s"].replace(",", "")) > 0
+  assert "measured bf16 matmul" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_bench_prints_mfu_and_the_training_loop(capsys):
+  bench.main(["--models=bert_tiny", "--steps=1", "--batch_size=4", "--skip_padding",
+              "--train_loop_steps=8"])
+  out = capsys.readouterr().out
+  assert "machine peak:" in out and "MFU" in out and "torch MFU" in out
+  assert "loop / bench" in out
+  loop_line = out.split("loop / bench")[1].splitlines()[2]
+  assert float(loop_line.split()[-1]) > 0
