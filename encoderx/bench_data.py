@@ -60,6 +60,7 @@ BUILDER_EXAMPLES = 3000  # examples pulled per throughput measurement
 BUILDER_CONFIGS = {"sentence_pairs (nsp)": bert_tiny, "sentence_pairs (sop)": albert_tiny,
                    "full_sentences": roberta_tiny, "doc_sentences": spanbert_tiny}
 SOURCES = ("preprocessed", "text stream", "on the fly")
+COPY_PREFIX = "copy%03d-"  # a corpus file's name: this prefix, then the novel's file name
 
 
 # --- corpora ------------------------------------------------------------------------------
@@ -74,7 +75,7 @@ def write_corpus(directory: str, scale: int) -> list[str]:
   paths = []
   for copy in range(scale):
     for name, chapters in novels.items():
-      path = os.path.join(directory, f"copy{copy:03d}-{name}")
+      path = os.path.join(directory, f"{COPY_PREFIX % copy}{name}")
       if not os.path.exists(path):
         order = np.random.default_rng(copy).permutation(len(chapters))
         text = "".join(f"CHAPTER {number + 1}\n\n" + "\n\n".join(chapters[index]) + "\n\n"
@@ -84,6 +85,11 @@ def write_corpus(directory: str, scale: int) -> list[str]:
         os.replace(path + ".partial", path)
       paths.append(path)
   return paths
+
+
+def novel_of(path: str) -> str:
+  """The bundled novel a file of `write_corpus` is a copy of."""
+  return os.path.basename(path)[len(COPY_PREFIX % 0):]
 
 
 def corpus_config(module, corpus_dir: str, preprocessed: str = "", streaming: bool = False):
@@ -139,7 +145,7 @@ def _stream_state_at_last_novels(config, manifest_directory: str) -> dict:
   order = stream.shard_order(len(shards), config.train.seed, 0, shuffle=True)
   last_place = {}  # novel -> its last place in the order
   for place, index in enumerate(order):
-    last_place[os.path.basename(shards[index]["source"]).split("-", 1)[1]] = place
+    last_place[novel_of(shards[index]["source"])] = place
   counts = {place: shards[order[place]]["examples"] for place in last_place.values()}
   left = sum(min(count, RESUME_LEFT) for count in counts.values())
   if left < config.data.shuffle_buffer + (stream.PREFETCH_BATCHES + 1) * BATCH_SIZE:
