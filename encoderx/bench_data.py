@@ -13,8 +13,16 @@ and examples/s per core for each example builder.
      start-up  seconds from building the Task (and checking the data, as a run does) to
                the first batch
      memory    the process's peak resident memory (MB) after 50 batches of 32
-     resume    seconds from a position 90% into the first epoch (what a checkpoint taken
+     resume    seconds from a position late in the first epoch (what a checkpoint taken
                there holds) to the batch after it, in another fresh process
+   The resumed position of a stream costs the same work at every scale: the epoch's last
+   shard (in its shard order) of each of the three novels is open with RESUME_LEFT
+   examples left, together more than a shuffle window, and every other shard is read. So
+   resuming opens three files of the same text and refills one window from them, whatever
+   the corpus size. (A position a fixed fraction into the epoch leaves different examples
+   in its open shards at each scale, so its window needed 4 shards at one scale and 8 at
+   another: it measured where the position fell, not the corpus size.) The text read
+   whole resumes RESUME_FRACTION into the first epoch, replaying the epoch up to there.
    The three should stay flat (within 1.5x) from 1x to 64x for the streamed sources; the
    table prints each one's ratio 64x / 1x (largest / smallest scale).
 3. For each example builder (one tiny config each), on the 1x corpus, in a process held
@@ -22,7 +30,8 @@ and examples/s per core for each example builder.
    tokenization, the builder), and examples/s streaming the preprocessed examples, up
    to BUILDER_EXAMPLES examples after each file's first (opening a file is not counted).
 
-Every figure depends on what else runs on the machine; the header prints the load.
+Every figure depends on what else runs on the machine; the header prints the load, and
+each row of the scale table the 1-minute load average after its measurements.
 """
 from __future__ import annotations
 
@@ -44,12 +53,14 @@ from encoderx.data import corpus, resources
 BATCH_SIZE = 32
 SEQ_LENGTH = 128
 MEMORY_BATCHES = 50  # batches pulled before the peak resident memory is read
-RESUME_FRACTION = 0.9  # how far into the first epoch the resumed position is
+RESUME_FRACTION = 0.9  # how far into the first epoch the text read whole resumes
+RESUME_LEFT = 800  # examples left in each shard open at a streamed resumed position
 BUILDER_EXAMPLES = 3000  # examples pulled per throughput measurement
 # One config per example builder (and per sentence objective of the pair builder).
 BUILDER_CONFIGS = {"sentence_pairs (nsp)": bert_tiny, "sentence_pairs (sop)": albert_tiny,
                    "full_sentences": roberta_tiny, "doc_sentences": spanbert_tiny}
 SOURCES = ("preprocessed", "text stream", "on the fly")
+COPY_PREFIX = "copy%03d-"  # a corpus file's name: this prefix, then the novel's file name
 
 
 # --- corpora ------------------------------------------------------------------------------
@@ -64,7 +75,7 @@ def write_corpus(directory: str, scale: int) -> list[str]:
   paths = []
   for copy in range(scale):
     for name, chapters in novels.items():
-      path = os.path.join(directory, f"copy{copy:03d}-{name}")
+      path = os.path.join(directory, f"{COPY_PREFIX % copy}{name}")
       if not os.path.exists(path):
         order = np.random.default_rng(copy).permutation(len(chapters))
         text = "".join(f"CHAPTER {number + 1}\n\n" + "\n\n".join(chapters[index]) + "\n\n"
@@ -74,6 +85,11 @@ def write_corpus(directory: str, scale: int) -> list[str]:
         os.replace(path + ".partial", path)
       paths.append(path)
   return paths
+
+
+def novel_of(path: str) -> str:
+  """The bundled novel a file of `write_corpus` is a copy of."""
+  return os.path.basename(path)[len(COPY_PREFIX % 0):]
 
 
 def corpus_config(module, corpus_dir: str, preprocessed: str = "", streaming: bool = False):
@@ -107,25 +123,37 @@ def _task_and_check(config):
 
 
 def _resume_position(config, task, manifest_directory: str) -> dict:
-  """A position RESUME_FRACTION into the first epoch, as a checkpoint taken there holds."""
-  from encoderx.data import pipeline, preprocessed, stream  # pylint: disable=g-import-not-at-top
+  """The resumed position, as a checkpoint taken there holds (see the module doc)."""
+  from encoderx.data import pipeline  # pylint: disable=g-import-not-at-top
   if not pipeline.is_streamed(task):
     examples = sum(1 for _ in pipeline.build_dataset(task, "train", SEQ_LENGTH, False, 0,
                                                      None))
     return {"epoch": 0, "batch": int(RESUME_FRACTION * examples / BATCH_SIZE)}
-  # Shard sizes come from the preprocessed manifest of the same corpus (its copy 0 is the
-  # text stream's first epoch): open the last OPEN_SHARDS shards, each halfway.
-  manifest = preprocessed.read_manifest(manifest_directory)
-  counts = [e["examples"] for e in manifest["lengths"][str(SEQ_LENGTH)]["splits"]["train"][
-      "copies"][0]]
-  order = stream.shard_order(len(counts), config.train.seed, 0, shuffle=True)
-  first_open = max(0, int(RESUME_FRACTION * len(counts)) - stream.OPEN_SHARDS)
-  opened = [[place, counts[order[place]] // 2]
-            for place in range(first_open, min(first_open + stream.OPEN_SHARDS, len(counts)))]
-  state = {"epoch": 0, "next": opened[-1][0] + 1, "open": opened, "turn": 0,
-           "empty_epoch": 0}
+  state = _stream_state_at_last_novels(config, manifest_directory)
   return {"stream": {"parent_window_start_state": state, "window_index": 1000,
                      "pos_in_window": 0}}
+
+
+def _stream_state_at_last_novels(config, manifest_directory: str) -> dict:
+  """The stream's state late in epoch 0 where resuming costs the same at every scale: the
+  epoch's last shard of each novel open, RESUME_LEFT examples left in each, every other
+  shard read. Shard sizes come from the preprocessed manifest of the same corpus (its
+  copy 0 is the text stream's epoch 0)."""
+  from encoderx.data import preprocessed, stream  # pylint: disable=g-import-not-at-top
+  manifest = preprocessed.read_manifest(manifest_directory)
+  shards = manifest["lengths"][str(SEQ_LENGTH)]["splits"]["train"]["copies"][0]
+  order = stream.shard_order(len(shards), config.train.seed, 0, shuffle=True)
+  last_place = {}  # novel -> its last place in the order
+  for place, index in enumerate(order):
+    last_place[novel_of(shards[index]["source"])] = place
+  counts = {place: shards[order[place]]["examples"] for place in last_place.values()}
+  left = sum(min(count, RESUME_LEFT) for count in counts.values())
+  if left < config.data.shuffle_buffer + (stream.PREFETCH_BATCHES + 1) * BATCH_SIZE:
+    raise ValueError(f"the open shards hold {left} examples, less than a window "
+                     f"({config.data.shuffle_buffer}) and the batches read from it: raise "
+                     "RESUME_LEFT")
+  opened = [[place, max(0, counts[place] - RESUME_LEFT)] for place in sorted(counts)]
+  return {"epoch": 0, "next": len(order), "open": opened, "turn": 0, "empty_epoch": 0}
 
 
 def measure(spec: dict) -> dict:
@@ -137,15 +165,16 @@ def measure(spec: dict) -> dict:
     task = _task_and_check(config)
     position = _resume_position(config, task, spec["manifest"])
     start = time.perf_counter()
-    batches = pipeline.batch_iterator(task, "train", SEQ_LENGTH, BATCH_SIZE, seed=0,
-                                      position=position)
+    batches = pipeline.batch_iterator(task, "train", SEQ_LENGTH, BATCH_SIZE,
+                                      seed=config.train.seed, position=position)
     next(batches)
     seconds = time.perf_counter() - start
     batches.close()
     return {"resume": seconds}
   start = time.perf_counter()
   task = _task_and_check(config)
-  batches = pipeline.batch_iterator(task, "train", SEQ_LENGTH, BATCH_SIZE, seed=0)
+  batches = pipeline.batch_iterator(task, "train", SEQ_LENGTH, BATCH_SIZE,
+                                    seed=config.train.seed)
   next(batches)
   seconds = time.perf_counter() - start
   for _ in range(MEMORY_BATCHES):
@@ -213,9 +242,10 @@ def scale_rows(workdir: str, scales: list[int], sources: list[str], workers: int
       resumed = _in_fresh_process("measure", {**spec, "what": "resume"})
       row = {"source": source, "corpus": f"x{scale} ({megabytes:.0f} MB)",
              "start-up s": opened["start-up"], "memory MB": opened["memory"],
-             "resume s": resumed["resume"]}
+             "resume s": resumed["resume"], "load": os.getloadavg()[0]}
       print(f"  {source}: start-up {row['start-up s']:.2f} s, memory "
-            f"{row['memory MB']:.0f} MB, resume {row['resume s']:.2f} s", flush=True)
+            f"{row['memory MB']:.0f} MB, resume {row['resume s']:.2f} s (load average "
+            f"{row['load']:.2f})", flush=True)
       rows.append(row)
   return rows
 
@@ -229,12 +259,12 @@ def format_scale_rows(rows: list[dict]) -> list[dict]:
     for row in mine:
       table.append({"source": source, "corpus": row["corpus"],
                     **{m: f"{row[m]:.2f}" if m != "memory MB" else f"{row[m]:.0f}"
-                       for m in measures}})
+                       for m in measures}, "load": f"{row['load']:.1f}"})
     if len(mine) > 1:
       ratios = {m: mine[-1][m] / max(mine[0][m], 1e-9) for m in measures}
       table.append({"source": source, "corpus": "largest / smallest",
                     **{m: f"{r:.2f}x" + ("" if r <= 1.5 else " (not flat)")
-                       for m, r in ratios.items()}})
+                       for m, r in ratios.items()}, "load": ""})
   return table
 
 

@@ -7,6 +7,7 @@ import os
 import jax
 import numpy as np
 import pytest
+import seqio
 
 from encoderx import preprocess, train
 from encoderx.data import pipeline, preprocessed, stream, tasks
@@ -147,6 +148,26 @@ def test_text_streams_hold_out_documents_by_their_place_in_their_file(tiny_confi
       split, shuffle=False, shard_info=None).as_numpy_iterator()] for split in tasks.SPLITS}
   assert held_out["validation"] == [4, 9, 14] * FILES
   assert len(held_out["train"]) == (DOCUMENTS - 3) * FILES
+
+
+def test_text_shards_open_without_tracing_the_task_again(tiny_config, corpus_dir):
+  # Every shard, epoch and seed reuses one traced pipeline, and gets what seqio's
+  # get_dataset builds for that shard alone, bit for bit.
+  task = tasks.register_pretraining_task(_config(tiny_config, corpus_dir, streaming=True))
+  shards = pipeline.stream_shards(task, "train", 64, seed=3)
+  for index, epoch in ((0, 0), (2, 1)):
+    seed = pipeline.epoch_seed(3, epoch, index)
+    whole = pipeline.build_dataset(task, "train", 64, False, seed,
+                                   seqio.ShardInfo(index=index, num_shards=FILES))
+    want = list(whole.as_numpy_iterator())
+    got = list(shards[index].open(epoch, 0))
+    assert len(got) == len(want) > 0
+    for example, expected in zip(got, want):
+      assert example.keys() == expected.keys()
+      for name in expected:
+        np.testing.assert_array_equal(example[name], expected[name])
+    assert _ids(shards[index].open(epoch, 5)) == _ids(want[5:])
+  assert pipeline._tokenized_shard(task, "train").experimental_get_tracing_count() == 1
 
 
 def _unshuffled_epoch(shards, count):

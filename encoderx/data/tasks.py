@@ -163,11 +163,25 @@ class TextFileShards(stream.ShardedSource, seqio.DataSource):
 
     def documents():
       for path in files:
-        for index, blocks in enumerate(corpus.documents_of_file(path, self.corpus_format)):
-          if corpus.is_held_out(index, self.every_nth) == (split == "validation"):
-            yield {"text": "\n".join(blocks), "document_id": index}
+        yield from self._file_documents(path, split)
 
     return tf.data.Dataset.from_generator(documents, output_signature=_DOCUMENT_SIGNATURE)
+
+  def shard_documents(self, split: str, index: tf.Tensor) -> tf.data.Dataset:
+    """The documents of file `index` (an int64 scalar tensor), as `get_dataset` gives
+    them for that one shard. The file is picked when the dataset is read, not when it is
+    built, so a pipeline built on this once reads any file (pipeline.py:
+    _tokenized_shard)."""
+    def documents(file_index):
+      yield from self._file_documents(self.files[int(file_index)], split)
+
+    return tf.data.Dataset.from_generator(documents, args=(index,),
+                                          output_signature=_DOCUMENT_SIGNATURE)
+
+  def _file_documents(self, path: str, split: str):
+    for index, blocks in enumerate(corpus.documents_of_file(path, self.corpus_format)):
+      if corpus.is_held_out(index, self.every_nth) == (split == "validation"):
+        yield {"text": "\n".join(blocks), "document_id": index}
 
 
 class TfdsShards(stream.ShardedSource, seqio.TfdsDataSource):
