@@ -597,17 +597,19 @@ def measure_model(name: str, family: str | None, config, batches: list[dict], st
 
 # --- the training loop ------------------------------------------------------------------
 def loop_tokens_per_second(config, steps: int) -> float:
-  """tokens/s that `encoderx.train` itself logs over `steps` steps of `config` (the mean
-  of its log intervals after the first, which includes compilation)."""
+  """tokens/s that `encoderx.train` itself logs over `steps` steps of `config` on one
+  device, as the bench's step runs (the mean of its log intervals after the first,
+  which includes compilation)."""
   import tempfile  # pylint: disable=g-import-not-at-top
   from encoderx import train  # pylint: disable=g-import-not-at-top
   config = config.copy_and_resolve_references()
   config.train.steps = steps
+  config.optimizer.warmup_steps = min(config.optimizer.warmup_steps, steps // 2)
   config.train.log_every = max(1, steps // 6)
   config.checkpoint.every_steps = steps
   config.eval.every_steps, config.eval.batches = 0, 1
   with tempfile.TemporaryDirectory() as workdir:
-    history = train.run(config, workdir, show_progress=True)["history"]
+    history = train.run(config, workdir, devices=jax.devices()[:1])["history"]
   speeds = [h["tokens_per_second"] for h in history if "tokens_per_second" in h]
   if not speeds:
     raise ValueError(f"{steps} steps gave no timed log interval; give more")
