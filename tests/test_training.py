@@ -153,18 +153,19 @@ def test_checkpoints_are_never_overwritten_or_misread(tiny_config, tmp_path, mon
   assert _fingerprint(checkpoints) == before
 
   # A run that crashes after resuming leaves the earlier checkpoint restorable.
-  real_step = trainer_lib.Trainer.train_step
+  real_compile = trainer_lib.Trainer.compile_train_step
 
-  def crashing_step(self, phase_index=0):
-    step = real_step(self, phase_index)
+  def crashing_compile(self, state, batch, phase_index=0):
+    step, cost = real_compile(self, state, batch, phase_index)
 
     def crash_after_one(state, batch):
       if int(state.step) >= 4:
         raise RuntimeError("simulated crash")
       return step(state, batch)
-    return crash_after_one
+    return crash_after_one, cost
 
-  monkeypatch.setattr(trainer_lib.Trainer, "train_step", crashing_step)
+  # The loop runs the step compiled ahead of time.
+  monkeypatch.setattr(trainer_lib.Trainer, "compile_train_step", crashing_compile)
   with pytest.raises(RuntimeError, match="simulated crash"):
     _run(config, tmp_path, resume=True)
   monkeypatch.undo()
