@@ -539,12 +539,17 @@ class ModelFigures:
   """One model's measurements: encoderx's step (and its compiled cost), PyTorch's, and
   the model FLOPs per token each framework does (flops.py)."""
   name: str
-  tokens_per_step: int
+  batch_size: int
+  seq_length: int
   jax_timing: StepTiming
   cost: trainer_lib.StepCost
   flops_per_token: float
   torch_timing: StepTiming | None = None
   torch_flops_per_token: float = 0.0
+
+  @property
+  def tokens_per_step(self) -> int:
+    return self.batch_size * self.seq_length
 
 
 def mfu(flops_per_token: float, tokens_per_second: float, peak: float) -> str:
@@ -569,8 +574,7 @@ def table_row(figures: ModelFigures, peak: float, pipeline_rate: float | None) -
                 "torch MFU": mfu(figures.torch_flops_per_token, torch_tokens, peak),
                 "jax/torch": f"{jax_tokens / torch_tokens:.2f}x"})
   if pipeline_rate is not None:
-    batch_size = figures.tokens_per_step // SEQ_LENGTH
-    step_examples = figures.jax_timing.per_second(batch_size)
+    step_examples = figures.jax_timing.per_second(figures.batch_size)
     row.update({"pipe ex/s": f"{pipeline_rate:,.0f}",
                 "step ex/s": f"{step_examples:,.0f}",
                 "headroom": f"{pipeline_rate / step_examples:.1f}x"})
@@ -581,17 +585,17 @@ def measure_model(name: str, family: str | None, config, batches: list[dict], st
                   torch_device: str | None = "cpu") -> ModelFigures:
   """Times encoderx's step, and PyTorch's on `torch_device` (None: not) where the
   Hugging Face `family` has a model."""
-  tokens_per_step = config.train.batch_size * config.data.seq_length
   jax_timing, method, cost = bench_encoderx(config, batches, steps)
-  print(describe_timing("encoderx", jax_timing, tokens_per_step), flush=True)
-  figures = ModelFigures(name, tokens_per_step, jax_timing, cost,
-                         model_flops_per_token(config, method))
+  figures = ModelFigures(name, config.train.batch_size, config.data.seq_length,
+                         jax_timing, cost, model_flops_per_token(config, method))
+  print(describe_timing("encoderx", jax_timing, figures.tokens_per_step), flush=True)
   if family and torch_device:
     figures.torch_timing = bench_torch(family, config, method, batches, steps,
                                        torch_device)
     figures.torch_flops_per_token = model_flops_per_token(config, method,
                                                           scores_every_position=True)
-    print(describe_timing("pytorch", figures.torch_timing, tokens_per_step), flush=True)
+    print(describe_timing("pytorch", figures.torch_timing, figures.tokens_per_step),
+          flush=True)
   return figures
 
 
@@ -694,7 +698,8 @@ def parse_args(argv=None):
   if unknown:
     parser.error(f"unknown model(s) {unknown}; choose among {list(known)}")
   if args.steps < 1 or args.batch_size < 1 or args.train_loop_steps < 0:
-    parser.error("--steps and --batch_size must be positive")
+    parser.error("--steps and --batch_size must be positive, --train_loop_steps not "
+                 "negative")
   return args
 
 
