@@ -136,6 +136,23 @@ def _select(params: dict, groups: tuple[str, ...] | None) -> tuple[dict, dict]:
           {k: v for k, v in params.items() if k not in groups})
 
 
+def _cached_per_trainer(method):
+  """Caches a method's result per Trainer and arguments, in the Trainer itself.
+
+  Not functools.cache: its cache lives on the class, keeps every Trainer and its
+  compiled steps alive for the whole process, and each compiled step holds hundreds of
+  memory mappings; a long test process then exceeds the kernel's map count and XLA
+  crashes while compiling.
+  """
+  @functools.wraps(method)
+  def cached(self, *args):
+    cache = self.__dict__.setdefault("_step_cache", {})
+    key = (method.__name__, args)
+    if key not in cache:
+      cache[key] = method(self, *args)
+    return cache[key]
+  return cached
+
 class Trainer:
   """Method, mesh, optimizers and jitted steps of one config."""
 
@@ -365,7 +382,7 @@ class Trainer:
     with self._context():
       return bool(self._all_finite(state))
 
-  @functools.cache
+  @_cached_per_trainer
   def train_step(self, phase_index: int = 0):
     """jit(state, batch) -> (state, metrics) for a phase; the state is donated."""
     step = jax.jit(functools.partial(self._train_step, self.methods[phase_index]),
@@ -394,12 +411,12 @@ class Trainer:
         {k: jnp.asarray(v) for k, v in batch.items()}, prepare_key)
     return jax.device_get(prepared)
 
-  @functools.cache
+  @_cached_per_trainer
   def _prepare(self, phase_index: int):
     """The phase's method.prepare, jitted once (prepared_batch is called step by step)."""
     return jax.jit(self.methods[phase_index].prepare)
 
-  @functools.cache
+  @_cached_per_trainer
   def evaluate_step(self, phase_index: int = 0):
     """jit(params, method_state, batch, key) -> the method's evaluation outputs."""
     evaluate = jax.jit(self.methods[phase_index].evaluate,
@@ -410,7 +427,7 @@ class Trainer:
                        out_shardings=sharding.replicated(self.mesh))
     return self._in_context(evaluate)
 
-  @functools.cache
+  @_cached_per_trainer
   def predict_step(self):
     """jit(params, method_state, batch) -> the method's per-example predictions."""
     predict = jax.jit(self.methods[self.phases[-1].index].predict,

@@ -1,6 +1,8 @@
 """Training: sharding, gradient accumulation, resuming, learning, checkpoint safety."""
+import gc
 import hashlib
 import pathlib
+import weakref
 
 import jax
 import numpy as np
@@ -55,6 +57,19 @@ def test_mesh_2x2x2_matches_one_device(tiny_config, name, accumulate):
   assert embedding.sharding.spec == PartitionSpec("tensor", "fsdp")
   assert embedding.addressable_shards[0].data.shape == (embedding.shape[0] // 2,
                                                          embedding.shape[1] // 2)
+
+
+def test_a_dropped_trainer_is_freed_with_its_steps(tiny_config):
+  """Its jitted steps are cached in the Trainer, not on the class: a class-level cache
+  kept every Trainer's compiled executables (hundreds of memory mappings each) alive,
+  and a long test process crashed in XLA past the kernel's map count."""
+  trainer = trainer_lib.Trainer(tiny_config("bert_tiny"), devices=ONE_DEVICE)
+  assert trainer.train_step(0) is trainer.train_step(0)  # still compiled once
+  trainer.evaluate_step(0), trainer.predict_step()
+  dropped = weakref.ref(trainer)
+  del trainer
+  gc.collect()
+  assert dropped() is None
 
 
 def test_gradient_accumulation_equals_one_larger_batch(tiny_config):
