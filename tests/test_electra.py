@@ -353,9 +353,11 @@ def test_mesh_2x2x2_matches_one_device(tiny_config, sharing, training, accumulat
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 1, 1, 1
   single = trainer_lib.Trainer(config, devices=ONE_DEVICE)
   ours, theirs = _losses(sharded, batches), _losses(single, batches)
+  # The joint loss is ~44 (the discriminator's weighted by 50), where one float32 ulp is
+  # 4e-6: sums over other shard orders differ by a few ulps, so relative 1e-6 there.
   for metric in ("loss", "mlm_loss", "rtd_loss", "rtd_accuracy", "mlm_sampled_accuracy"):
     np.testing.assert_allclose([m[metric] for m in ours], [m[metric] for m in theirs],
-                               atol=1e-5, rtol=0, err_msg=metric)
+                               atol=1e-5, rtol=1e-6, err_msg=metric)
   assert ours[0]["loss"] != ours[2]["loss"]
 
 
