@@ -137,3 +137,19 @@ def test_compare_scores_as_the_objective_does():
   np.testing.assert_allclose(compare.score(logits, batch),
                              [terms["loss_sum"], terms["correct"], terms["count"]], rtol=1e-5)
   assert compare.score(logits, batch)[1] >= 2
+
+
+@pytest.mark.slow
+def test_xlnet_matches_hugging_face_step_for_step(tiny_config):
+  """XLNetLMHeadModel fed encoderx's targets and factorization orders (perm_mask,
+  target_mapping, labels), bidirectional data (HF's bi_data halves) and the memory: HF's
+  `mems` carried between steps as encoderx carries its own (the reused 32 tokens of
+  each row, 48 kept)."""
+  config = parity_config(tiny_config, "xlnet_tiny")
+  trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
+  assert trainer.method.mem_len and trainer.method.bi_data  # both under test
+  torch.manual_seed(0)
+  torch_model = parity.xlnet_lm_head_model(trainer)
+  result = parity.step_parity(trainer, torch_model, train_batches(trainer, config),
+                              hf_loss=parity.xlnet_loss_fn(trainer))
+  check(result, config, "xlnet_tiny vs HF XLNetLMHeadModel")
