@@ -23,8 +23,9 @@ A family of the pretrain method needs nothing more (a sentence head adds its HF 
 label argument to `SENTENCE_LABELS`); another method passes its own loss, conversion and
 export: ELECTRA's (`electra_pair`, `electra_loss_fn`, `electra_params`,
 `electra_state_dicts`) train HF's generator and discriminator with shared embeddings on
-tokens sampled with the train step's own key. XLNet's would feed XLNetLMHeadModel
-encoderx's permutation masks and memory (not written).
+tokens sampled with the train step's own key; XLNet's (`xlnet_lm_head_model`,
+`xlnet_loss_fn`) feed XLNetLMHeadModel encoderx's targets and factorization orders
+(`xlnet_inputs`) and carry HF's `mems` from step to step as encoderx its memory.
 """
 from __future__ import annotations
 
@@ -372,8 +373,8 @@ def xlnet_loss_fn(trainer) -> Callable:
       carried["mems"] = None
     elif starts.any():
       raise ValueError("some rows start a new stream: HF's mems cannot forget per row.")
-    if method.mem_len and (np.asarray(batch["segment_ids"])[:, :method.plm_config.reuse_len]
-                           == 0).any():
+    reused = np.asarray(batch["segment_ids"])[:, :method.plm_config.reuse_len]
+    if method.mem_len and (reused == 0).any():
       raise ValueError("padding in the reused part: HF's mems would attend to it.")
     outputs = torch_model(**xlnet_inputs(batch), mems=carried["mems"],
                           use_mems=bool(method.mem_len))
