@@ -23,8 +23,9 @@ A family of the pretrain method needs nothing more (a sentence head adds its HF 
 label argument to `SENTENCE_LABELS`); another method passes its own loss, conversion and
 export: ELECTRA's (`electra_pair`, `electra_loss_fn`, `electra_params`,
 `electra_state_dicts`) train HF's generator and discriminator with shared embeddings on
-tokens sampled with the train step's own key. XLNet's would feed XLNetLMHeadModel
-encoderx's permutation masks and memory (not written).
+tokens sampled with the train step's own key; XLNet's (`xlnet_lm_head_model`,
+`xlnet_loss_fn`) feed XLNetLMHeadModel encoderx's targets and factorization orders
+(`xlnet_inputs`) and carry HF's `mems` from step to step as encoderx its memory.
 """
 from __future__ import annotations
 
@@ -318,5 +319,66 @@ def electra_loss_fn(trainer) -> Callable:
         **{**inputs, "input_ids": torch.tensor(corrupted["input_ids"], dtype=torch.long)},
         labels=torch.tensor(corrupted["rtd_labels"], dtype=torch.long))
     return method.mlm_weight * generated.loss + method.rtd_lambda * discriminated.loss
+
+  return loss
+
+
+# --- XLNet: permutation masks and memory ----------------------------------------------
+def xlnet_lm_head_model(trainer):
+  """A freshly initialized XLNetLMHeadModel of the xlnet method's sizes, keeping the
+  memory as encoderx does: the reused part of each row (reuse_len) in a cache of mem_len
+  tokens, and with bi_data its second half of the rows positioned backwards."""
+  method = trainer.method
+  return hf.hf_model(method.model_config, "xlnet", "pretraining", bi_data=method.bi_data,
+                     mem_len=method.mem_len or None,
+                     reuse_len=method.plm_config.reuse_len if method.mem_len else None)
+
+
+def xlnet_inputs(batch: dict) -> dict:
+  """A prepared xlnet batch -> XLNetLMHeadModel's keyword arguments: perm_mask (1: may
+  not see; the query stream's visibility, which the content stream widens by itself as
+  HF's does), target_mapping ([batch, predictions, length] one-hot, zero for unused
+  slots) and labels ([batch, predictions], -100 for unused slots)."""
+  inputs = hf_inputs(batch)
+  positions = np.asarray(batch["target_positions"])
+  used = np.asarray(batch["target_weights"]) > 0
+  mapping = np.zeros(positions.shape + (batch["input_ids"].shape[1],), np.float32)
+  rows, slots = np.nonzero(used)
+  mapping[rows, slots, positions[rows, slots]] = 1.0
+  labels = np.where(used, np.asarray(batch["target_ids"]), IGNORED).astype(np.int64)
+  inputs.update(perm_mask=torch.tensor(~np.asarray(batch["perm_visible"]),
+                                       dtype=torch.float32),
+                target_mapping=torch.from_numpy(mapping), labels=torch.from_numpy(labels))
+  return inputs
+
+
+def xlnet_loss_fn(trainer) -> Callable:
+  """hf_loss of the xlnet method: XLNetLMHeadModel's own loss (the mean cross-entropy of
+  the predictions, as encoderx's) on encoderx's targets and orders, with HF's `mems`
+  carried from step to step (detached by HF) as encoderx carries its memory. HF's cache
+  has no per-slot validity: where encoderx's memory holds invalid slots (before it
+  fills) HF's is shorter, which only works while every row starts its stream together
+  (step 0) and no row holds padding in its reused part."""
+  method = trainer.method
+  carried = {"mems": None}
+
+  def loss(torch_model, batch: dict, key=None):
+    del key
+    if method.bi_data:
+      half = len(batch["input_ids"]) // 2
+      if list(np.asarray(batch["reversed"]) > 0) != [False] * half + [True] * half:
+        raise ValueError("HF's bi_data reads the second half of the rows backwards.")
+    starts = np.asarray(batch["stream_start"]) > 0
+    if starts.all():
+      carried["mems"] = None
+    elif starts.any():
+      raise ValueError("some rows start a new stream: HF's mems cannot forget per row.")
+    reused = np.asarray(batch["segment_ids"])[:, :method.plm_config.reuse_len]
+    if method.mem_len and (reused == 0).any():
+      raise ValueError("padding in the reused part: HF's mems would attend to it.")
+    outputs = torch_model(**xlnet_inputs(batch), mems=carried["mems"],
+                          use_mems=bool(method.mem_len))
+    carried["mems"] = outputs.mems if method.mem_len else None
+    return outputs.loss
 
   return loss
