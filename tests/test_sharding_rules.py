@@ -37,7 +37,8 @@ def test_a_changed_rule_changes_the_parameters_sharding(tiny_config):
 
 
 @pytest.mark.parametrize("name,value,message", [
-    ("embed", "tensr", "mesh.rules.embed': 'tensr' is not a mesh axis (data, fsdp, tensor)"),
+    ("embed", "tensr",
+     "mesh.rules.embed': 'tensr' is not a mesh axis (data, fsdp, tensor)"),
     ("vocab", "data,fsd", "mesh.rules.vocab': 'fsd' is not a mesh axis")])
 def test_a_misspelt_mesh_axis_is_a_config_error(tiny_config, name, value, message):
   config = tiny_config()
@@ -99,7 +100,8 @@ def test_altered_rules_train_as_one_device_does(tiny_config):
 
 def test_a_gin_binding_sets_a_rule():
   config = gin_config.apply(config_lib.default_config(),
-                            bindings=["mesh.rules.embed = ''", "mesh.rules.mlp = 'fsdp,tensor'"])
+                            bindings=["mesh.rules.embed = ''",
+                                      "mesh.rules.mlp = 'fsdp,tensor'"])
   assert config.mesh.rules.embed == "" and config.mesh.rules.mlp == "fsdp,tensor"
   again = gin_config.apply(config_lib.default_config(),
                            bindings=[gin_config.to_gin(config)])
