@@ -259,6 +259,10 @@ def default_config() -> ml_collections.ConfigDict:
 
   # Device mesh: the product must equal the device count; -1 takes what is left.
   config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+  # Logical axis -> the mesh axes it is split over ("data,fsdp", "tensor"; "" keeps it
+  # whole), activations' names included; sharding.LOGICAL_AXIS_RULES is the default.
+  from encoderx import sharding  # pylint: disable=g-import-not-at-top (it imports us)
+  config.mesh.rules = sharding.rules_as_config()
 
   config.lock()
   return config
@@ -457,5 +461,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
       fail(f"mesh.{axis}", f"must be a positive size or -1, got {config.mesh[axis]}.")
   if sum(config.mesh[a] == -1 for a in ("data", "fsdp", "tensor")) > 1:
     fail("mesh", "at most one axis may be -1.")
+  from encoderx import sharding  # pylint: disable=g-import-not-at-top (it imports us)
+  sharding.check_rules(config.mesh.rules)
   method_lib.method_class(config.method).validate(config)
   return config

@@ -8,10 +8,12 @@ logically; this table says which mesh axes each logical name is split over.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import flax.linen as nn
 import jax
+import ml_collections
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from encoderx import config as config_lib
@@ -60,22 +62,75 @@ def make_mesh(mesh_config, devices=None) -> Mesh:
                        devices=devices)
 
 
-def _fit(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh) -> PartitionSpec:
-  """Drops mesh axes from dimensions they do not divide (those stay replicated)."""
+def rules_as_config(rules=LOGICAL_AXIS_RULES):
+  """The rules as config.mesh.rules: logical name -> "mesh,axes" ("" = replicated)."""
+  def axes(value):
+    return value if isinstance(value, str) else ",".join(value or ())
+  return ml_collections.ConfigDict({name: axes(value) for name, value in rules})
+
+
+def rules_from_config(rules_config):
+  """config.mesh.rules -> the ((logical name, mesh axes), ...) tuple flax reads."""
+  def axes(value):
+    names = tuple(a.strip() for a in value.split(",") if a.strip())
+    return names[0] if len(names) == 1 else (names or None)
+  return tuple((name, axes(rules_config[name])) for name in rules_config.keys())
+
+
+def check_rules(rules_config) -> None:
+  """ConfigError naming config.mesh.rules.<name> for a mesh axis that does not exist."""
+  for name in rules_config.keys():
+    value = rules_config[name]
+    if not isinstance(value, str):
+      config_lib.fail(f"mesh.rules.{name}", f"{value!r} is not a string of mesh axes.",
+                      'Write e.g. "data,fsdp", "tensor" or "" (replicated).')
+    for axis in (a.strip() for a in value.split(",") if a.strip()):
+      if axis not in MESH_AXES:
+        config_lib.fail(f"mesh.rules.{name}",
+                        f"{axis!r} is not a mesh axis ({', '.join(MESH_AXES)}).")
+
+
+def _fit(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh, path=(), unsplit=None
+         ) -> PartitionSpec:
+  """Drops mesh axes from dimensions they do not divide (those stay replicated),
+  noting each such dimension in `unsplit` so that it can be reported."""
   fitted = []
-  for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+  for index, (dim, axes) in enumerate(
+      zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec)))):
     names = (axes,) if isinstance(axes, str) else tuple(axes or ())
     size = math.prod(mesh.shape[name] for name in names)
     fitted.append(axes if names and dim % size == 0 else None)
+    if names and dim % size and unsplit is not None:
+      unsplit.append(Unsplit(jax.tree_util.keystr(path), index, dim, names, size))
   return PartitionSpec(*fitted)
 
 
-def logical_to_shardings(logical_specs, abstract_tree, mesh: Mesh):
-  """Logical PartitionSpecs (a pytree) -> NamedShardings fitted to the array shapes."""
-  mesh_specs = nn.logical_to_mesh(logical_specs, LOGICAL_AXIS_RULES)
-  return jax.tree_util.tree_map(
-      lambda spec, leaf: NamedSharding(mesh, _fit(spec, tuple(leaf.shape), mesh)),
+@dataclasses.dataclass(frozen=True)
+class Unsplit:
+  """A dimension its rule would split but whose size the mesh axes do not divide."""
+  path: str
+  dimension: int
+  size: int
+  axes: tuple[str, ...]
+  axes_size: int
+
+  def __str__(self):
+    return (f"{self.path}: dimension {self.dimension} ({self.size}) does not divide over "
+            f"mesh axes {','.join(self.axes)} ({self.axes_size}); it is kept whole on "
+            "every device")
+
+
+def logical_to_shardings(logical_specs, abstract_tree, mesh: Mesh,
+                         rules=LOGICAL_AXIS_RULES):
+  """Logical PartitionSpecs (a pytree) -> (NamedShardings fitted to the array shapes,
+  the list of dimensions left whole because their mesh axes do not divide them)."""
+  mesh_specs = nn.logical_to_mesh(logical_specs, rules)
+  unsplit = []
+  shardings = jax.tree_util.tree_map_with_path(
+      lambda path, spec, leaf: NamedSharding(
+          mesh, _fit(spec, tuple(leaf.shape), mesh, path, unsplit)),
       mesh_specs, abstract_tree, is_leaf=lambda x: isinstance(x, PartitionSpec))
+  return shardings, unsplit
 
 
 def data_parallel_size(mesh: Mesh) -> int:

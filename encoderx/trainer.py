@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import time
 from typing import Any
 
@@ -169,8 +170,13 @@ class Trainer:
                                            u.learning_rate)
                        for u in self.updates}
     self.mesh = sharding.make_mesh(config.mesh, devices)
+    self.axis_rules = sharding.rules_from_config(config.mesh.rules)
     self._check_batch_sizes()
-    self.state_shardings = self._state_shardings()
+    self.state_shardings, unsplit = self._state_shardings()
+    # Only the parameters': their optimizer state follows them and would repeat each.
+    self.unsplit_dimensions = [u for u in unsplit if u.path.startswith(".params")]
+    for u in self.unsplit_dimensions:
+      logging.warning("sharding: %s (its optimizer state too)", u)
 
   def _check_batch_sizes(self) -> None:
     """Every batch (train, micro-batch, evaluation) splits evenly over the hosts and the
@@ -213,7 +219,7 @@ class Trainer:
     return {u.name: self.optimizers[u.name].init(_select(params, u.groups)[0])
             for u in self.updates}
 
-  def _state_shardings(self) -> TrainState:
+  def _state_shardings(self) -> tuple[TrainState, list[sharding.Unsplit]]:
     boxed = jax.eval_shape(self.method.init, self._init_key())
     param_specs = nn.get_partition_spec(boxed["params"])
     state_specs = nn.get_partition_spec(boxed.get("state", {}))
@@ -236,7 +242,7 @@ class Trainer:
                        rng=PartitionSpec(), method_state=state_specs,
                        skipped_in_a_row=PartitionSpec(), skipped_total=PartitionSpec())
     self.abstract_state = abstract
-    return sharding.logical_to_shardings(specs, abstract, self.mesh)
+    return sharding.logical_to_shardings(specs, abstract, self.mesh, self.axis_rules)
 
   def abstract_state_with_shardings(self) -> TrainState:
     """ShapeDtypeStructs carrying shardings: what orbax restores into."""
@@ -273,7 +279,7 @@ class Trainer:
     """The mesh and logical axis rules that tracing and sharding constraints read."""
     stack = contextlib.ExitStack()
     stack.enter_context(jax.set_mesh(self.mesh))
-    stack.enter_context(nn.logical_axis_rules(sharding.LOGICAL_AXIS_RULES))
+    stack.enter_context(nn.logical_axis_rules(self.axis_rules))
     return stack
 
   def device_batch(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
