@@ -14,6 +14,7 @@ themselves; give them str(files.path(p)).
 from __future__ import annotations
 
 import atexit
+import io
 import os
 import re
 import shutil
@@ -58,6 +59,11 @@ def exists(p: str | os.PathLike) -> bool:
 
 def read_text(p: str | os.PathLike) -> str:
   return path(p).read_text(encoding="utf-8")
+
+
+def open_text(p: str | os.PathLike, errors: str = "strict") -> io.TextIOWrapper:
+  """A UTF-8 text file to read (epath's open() takes no `errors`)."""
+  return io.TextIOWrapper(path(p).open("rb"), encoding="utf-8", errors=errors)
 
 
 def read_bytes(p: str | os.PathLike) -> bytes:
@@ -127,11 +133,12 @@ def write_atomically(p: str | os.PathLike, data: bytes | str) -> None:
   if is_remote(target):
     target.write_bytes(data)
     return
-  with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as f:
-    try:
+  descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-")
+  try:
+    with os.fdopen(descriptor, "wb") as f:
       f.write(data)
-    except BaseException:
-      os.remove(f.name)
-      raise
-  os.chmod(f.name, 0o644)
-  os.replace(f.name, target)
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, target)
+  except BaseException:
+    os.remove(temporary)  # a failed write leaves nothing behind
+    raise

@@ -255,7 +255,7 @@ class SentencePieceVocabulary(seqio.SentencePieceVocabulary):
 
 
 def _has_text(path: str) -> bool:
-  with files_lib.path(path).open(encoding="utf-8", errors="replace") as f:
+  with files_lib.open_text(path, errors="replace") as f:
     return any(line.strip() for line in f)  # stops at the first line with text
 
 

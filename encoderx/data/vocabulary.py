@@ -243,7 +243,7 @@ def _alphabet_and_sample(files: list[str], normalize, sample_lines: int, seed: i
   counts, sample, seen = collections.Counter(), [], 0
   rng = random.Random(seed)
   for path in files:
-    with files_lib.path(path).open(encoding="utf-8", errors="replace") as f:
+    with files_lib.open_text(path, errors="replace") as f:
       for line in f:
         if not line.strip():
           continue
