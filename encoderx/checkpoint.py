@@ -41,7 +41,7 @@ from orbax.checkpoint import checkpoint_managers
 
 from encoderx import checksum
 from encoderx import config as config_lib
-from encoderx import files
+from encoderx import files as files_lib
 
 logger = logging.getLogger("encoderx")
 
@@ -142,7 +142,7 @@ class _KeepMarked(checkpoint_managers.PreservationPolicy):
 
 def has_checkpoints(directory: str) -> bool:
   """Whether `directory` holds a finished checkpoint (damaged or not)."""
-  return files.path(directory).is_dir() and bool(
+  return files_lib.path(directory).is_dir() and bool(
       ocp.path.step.standard_name_format().find_all(directory))
 
 
@@ -151,7 +151,7 @@ class Checkpoints:
 
   def __init__(self, directory: str, keep: int = 3, async_save: bool = True,
                read_only: bool = False):
-    self.directory = str(files.path(directory))  # orbax takes gs:// itself
+    self.directory = str(files_lib.path(directory))  # orbax takes gs:// itself
     self.read_only = read_only  # never saves, nor moves a damaged checkpoint aside
     self._requested = []  # steps asked to be saved, in order
     policy = checkpoint_managers.AnyPreservationPolicy(
@@ -172,7 +172,7 @@ class Checkpoints:
     run's save in progress looks the same."""
     unfinished = [str(p.get()) for p in ocp.path.step.all_temporary_paths(self.directory)]
     for path in unfinished:
-      files.path(path).rmtree(missing_ok=True)
+      files_lib.path(path).rmtree(missing_ok=True)
     if unfinished:
       logger.warning("removed %d unfinished checkpoint(s) left by a run that stopped while "
                      "saving: %s", len(unfinished), ", ".join(unfinished))
@@ -256,7 +256,7 @@ class Checkpoints:
   def _json_items(self, step: int) -> dict:
     """{'data', 'model', 'checksums' (None for checkpoints from before checksums)},
     verified against the checksums."""
-    checksums = files.path(self._step_directory(step)) / "checksums"
+    checksums = files_lib.path(self._step_directory(step)) / "checksums"
     names = ("data", "model") + (("checksums",) if checksums.is_dir() else ())
     try:
       items = dict(self.manager.restore(step, args=ocp.args.Composite(
@@ -293,7 +293,7 @@ class Checkpoints:
   def _own_position(self, step: int, position: dict) -> dict:
     """This process's data position at `step`; checkpoints written before positions were
     kept per process give process 0's (`position`)."""
-    if not files.path(self._step_directory(step)).joinpath("data_per_process").is_dir():
+    if not (files_lib.path(self._step_directory(step)) / "data_per_process").is_dir():
       return position
     own = _ProcessPosition()
     self.manager.restore(step, args=ocp.args.Composite(
@@ -306,11 +306,11 @@ class Checkpoints:
   def _move_aside(self, steps: list[int]) -> None:
     """Damaged checkpoints go where orbax no longer sees them (a resumed run will save
     those steps again), and nothing is deleted."""
-    damaged = files.path(self._damaged_directory())
+    damaged = files_lib.path(self._damaged_directory())
     damaged.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for step in steps:
-      files.path(self._step_directory(step)).rename(damaged / f"{step}-{stamp}")
+      files_lib.path(self._step_directory(step)).rename(damaged / f"{step}-{stamp}")
     self.manager.reload()
 
   # --- writing ------------------------------------------------------------------------------
@@ -362,7 +362,7 @@ class BestCheckpoint:
   def __init__(self, directory: str, metric: str, mode: str = "max"):
     self.metric = metric
     self.manager = ocp.CheckpointManager(
-        str(files.path(directory)),
+        str(files_lib.path(directory)),
         options=ocp.CheckpointManagerOptions(
             max_to_keep=1, best_fn=lambda metrics: metrics[metric], best_mode=mode,
             create=True, enable_async_checkpointing=False),
@@ -401,7 +401,7 @@ def restore_for_inference(workdir: str, description: dict, abstract_state,
   """(params, method state) of a run for predictions: its best checkpoint by
   `best_metric` (best/) if it kept one, else its latest that verifies; the model must be
   the one `description` describes (its data and objective config may differ)."""
-  if best_metric and files.path(workdir).joinpath("best").is_dir():
+  if best_metric and files_lib.path(workdir).joinpath("best").is_dir():
     best = BestCheckpoint(os.path.join(workdir, "best"), best_metric, best_mode)
     try:
       if best.best_step() is not None:

@@ -29,8 +29,9 @@ _WILDCARD = re.compile(r"[*?[]")
 
 def _text(p: str | os.PathLike) -> str:
   text = os.fspath(p)
-  if text.startswith("file://"):  # file:///x and file://localhost/x are /x
-    text = urllib.parse.unquote(urllib.parse.urlparse(text).path)
+  if text.startswith("file://"):  # file:///x and file://localhost/x are /x; not
+    # urlparse, which takes a glob's ? for a query
+    text = urllib.parse.unquote(text[len("file://"):].removeprefix("localhost"))
   return text
 
 

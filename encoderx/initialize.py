@@ -32,7 +32,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from encoderx import config as config_lib
-from encoderx import files
+from encoderx import files as files_lib
 from encoderx import method as method_lib
 from encoderx.export import hf, hf_directory
 from encoderx.models import common
@@ -64,7 +64,7 @@ class Source:
 def run_config(path: str) -> ml_collections.ConfigDict:
   """A run's config.json on the current schema (fields it lacks keep their defaults;
   fields the schema no longer has, from older versions, are skipped)."""
-  stored = json.loads(files.read_text(path))
+  stored = json.loads(files_lib.read_text(path))
   config = config_lib.default_config()
 
   def fill(node, values):
@@ -87,7 +87,7 @@ def _unscanned(params, model_fields: dict):
 
 
 def _run_source(path: str) -> Source:
-  given = files.path(path)
+  given = files_lib.path(path)
   path = str(given)
   if not given.exists():
     raise InitError(f"--init_from: '{path}' does not exist.")
@@ -133,10 +133,10 @@ def _run_source(path: str) -> Source:
 
 
 def _hf_source(path: str) -> Source:
-  name = str(files.path(path))
-  if not files.path(name).is_dir():
+  name = str(files_lib.path(path))
+  if not files_lib.path(name).is_dir():
     raise InitError(f"--init_from: '{name}' is not a directory.")
-  directory = files.local_copy(name)  # safetensors and torch read local files only
+  directory = files_lib.local_copy(name)  # safetensors and torch read local files only
   try:
     family, fields = hf_directory.read_config(directory)
     vocab = hf_directory.vocab_fields(directory, family)

@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from encoderx import files
+from encoderx import files as files_lib
 
 EVAL_PREFIX = "eval/"
 
@@ -33,8 +33,8 @@ def read_scalars(run_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
   # pylint: disable=g-import-not-at-top
   from tensorboard.backend.event_processing import event_accumulator
   from tensorboard.util import tensor_util
-  directory = str(files.path(run_dir) / "tensorboard")  # TensorBoard reads gs:// itself
-  if not files.path(directory).is_dir():
+  directory = str(files_lib.path(run_dir) / "tensorboard")  # TensorBoard reads gs://
+  if not files_lib.path(directory).is_dir():
     raise PlotError(f"{run_dir}: no tensorboard/ directory; is it a training run's "
                     "--workdir?")
   accumulator = event_accumulator.EventAccumulator(
@@ -92,7 +92,7 @@ def plot(run_dirs: list[str], output: str, metric: str = "mlm_loss",
   figure.tight_layout()
   image = io.BytesIO()  # written through encoderx.files: the output may be gs://
   figure.savefig(image, format=os.path.splitext(output)[1][1:] or "png", dpi=120)
-  files.write_atomically(output, image.getvalue())
+  files_lib.write_atomically(output, image.getvalue())
   plt.close(figure)
   return figure
 

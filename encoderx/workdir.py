@@ -26,7 +26,7 @@ import socket
 import tempfile
 import time
 
-from encoderx import files
+from encoderx import files as files_lib
 
 logger = logging.getLogger("encoderx")
 
@@ -40,14 +40,14 @@ class WorkdirError(OSError):
 def prepare(path: str) -> str:
   """Creates `path` if needed and checks that files can be written in it; returns it
   absolute. Raises WorkdirError (a file in the way, no permission, a read-only disk)."""
-  directory = files.path(path)
+  directory = files_lib.path(path)
   path = str(directory)
   if directory.exists() and not directory.is_dir():
     raise WorkdirError(f"--workdir '{path}' is a file, not a directory. Choose another "
                        "path (a directory, existing or not).")
   try:
     directory.mkdir(parents=True, exist_ok=True)
-    if files.is_remote(path):  # no temporary files on an object store: write one
+    if files_lib.is_remote(path):  # no temporary files on an object store: write one
       probe = directory / f".write-test-{socket.gethostname()}-{os.getpid()}"
       probe.write_bytes(b"")
       probe.unlink()
@@ -68,7 +68,7 @@ class Lock:
 
   def __init__(self, directory: str):
     self.path = os.path.join(directory, LOCK_NAME)
-    self.remote = files.is_remote(directory)
+    self.remote = files_lib.is_remote(directory)
     self.owner = {"pid": os.getpid(), "host": socket.gethostname(),
                   "since": time.strftime("%Y-%m-%d %H:%M:%S")}
     self._fd = None

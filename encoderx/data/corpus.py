@@ -15,7 +15,7 @@ import dataclasses
 import re
 from typing import Iterator
 
-from encoderx import files
+from encoderx import files as files_lib
 
 
 class CorpusError(ValueError):
@@ -32,7 +32,7 @@ class CorpusFormat:
 
 def _decoded_lines(path: str, invalid_utf8: str) -> Iterator[str]:
   try:
-    handle = files.path(path).open("rb")
+    handle = files_lib.path(path).open("rb")
   except OSError as error:
     raise CorpusError(f"cannot open corpus file '{path}': {error.strerror}.") from None
   with handle:

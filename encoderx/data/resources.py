@@ -5,7 +5,7 @@ import os
 
 import importlib_resources
 
-from encoderx import files
+from encoderx import files as files_lib
 
 _BUNDLED = {
     # Three public-domain Jane Austen novels, verbatim (see resources/README.md).
@@ -29,9 +29,9 @@ def _root() -> str:
 
 def resolve(name: str) -> str:
   """'bundled:<name>' -> the shipped file (a glob for corpora); other names as
-  files.path makes them (file:// URLs local, ~ expanded, remote URLs unchanged)."""
+  files_lib.path makes them (file:// URLs local, ~ expanded, remote URLs unchanged)."""
   if not name.startswith("bundled:"):
-    return str(files.path(name))
+    return str(files_lib.path(name))
   key = name.removeprefix("bundled:")
   if key not in _BUNDLED:
     raise ValueError(f"no bundled resource '{key}'; bundled: {', '.join(sorted(_BUNDLED))}")
@@ -39,4 +39,4 @@ def resolve(name: str) -> str:
 
 
 def bundled_corpus_files() -> list[str]:
-  return files.glob(resolve("bundled:austen"))
+  return files_lib.glob(resolve("bundled:austen"))

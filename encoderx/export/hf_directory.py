@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from encoderx import files
+from encoderx import files as files_lib
 from encoderx.export import hf
 from encoderx.models import common
 
@@ -29,7 +29,7 @@ class HfDirectoryError(ValueError):
 
 def _read_json(path: str) -> dict:
   try:
-    return json.loads(files.read_text(path))
+    return json.loads(files_lib.read_text(path))
   except (OSError, ValueError) as error:
     raise HfDirectoryError(f"cannot read '{path}': {error}") from None
 

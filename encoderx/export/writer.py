@@ -23,7 +23,7 @@ import tempfile
 import flax
 import numpy as np
 
-from encoderx import files
+from encoderx import files as files_lib
 from encoderx import initialize
 from encoderx import method as method_lib
 from encoderx.export import hf, tokenizer_files
@@ -59,8 +59,8 @@ class _Run:
 
 
 def _load_run(workdir: str, step: int | None) -> _Run:
-  workdir = str(files.path(workdir))
-  if not files.path(workdir).joinpath("config.json").is_file():
+  workdir = str(files_lib.path(workdir))
+  if not files_lib.path(workdir).joinpath("config.json").is_file():
     raise ExportError(f"--workdir: '{workdir}' is not a run's work directory (it has no "
                       "config.json).")
   source = os.path.join(workdir, "checkpoints", str(step)) if step is not None else workdir
@@ -75,7 +75,7 @@ def _load_run(workdir: str, step: int | None) -> _Run:
 
 
 def _output_directory(output: str) -> str:
-  directory = files.path(output)
+  directory = files_lib.path(output)
   output = str(directory)
   if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
     raise ExportError(f"--output: '{output}' exists and is not an empty directory; "
@@ -86,8 +86,8 @@ def _output_directory(output: str) -> str:
 def _publish(staging: str, output: str) -> None:
   """Moves the finished directory into place: a failed export leaves no half of one. An
   object store has no rename of directories: the files are copied there, once whole."""
-  if files.is_remote(output):
-    files.copy(staging, output)
+  if files_lib.is_remote(output):
+    files_lib.copy(staging, output)
     return
   if os.path.isdir(output):
     os.rmdir(output)  # empty, checked before
@@ -155,7 +155,7 @@ def export_hf(workdir: str, output: str, step: int | None = None,
   if missing or unexpected:  # the rules and the class disagree: a bug in the rules
     raise ExportError(f"{spec.hf_class} and the {family} rules disagree: weights not "
                       f"filled {missing}, unknown {unexpected}.")
-  parent = None if files.is_remote(output) else os.path.dirname(output)
+  parent = None if files_lib.is_remote(output) else os.path.dirname(output)
   if parent:
     os.makedirs(parent, exist_ok=True)
   staging = tempfile.mkdtemp(prefix=".export-", dir=parent)  # beside it, if local
@@ -175,10 +175,10 @@ def export_npz(workdir: str, output: str, step: int | None = None) -> Exported:
   """Writes every transferable parameter of the run (step) as numpy arrays keyed by
   their paths ('encoder_model/embeddings/word_embeddings/embedding', ...), unscanned:
   `numpy.load(output)`."""
-  output = str(files.path(output))
+  output = str(files_lib.path(output))
   if not output.endswith(".npz"):
     raise ExportError(f"--output: '{output}' must end with .npz.")
-  if files.exists(output):
+  if files_lib.exists(output):
     raise ExportError(f"--output: '{output}' exists; name a new file (nothing is "
                       "overwritten).")
   run = _load_run(workdir, step)
@@ -186,6 +186,6 @@ def export_npz(workdir: str, output: str, step: int | None = None) -> Exported:
           flax.traverse_util.flatten_dict(run.params).items()}
   buffer = io.BytesIO()
   np.savez(buffer, **flat)
-  files.write_atomically(output, buffer.getvalue())
+  files_lib.write_atomically(output, buffer.getvalue())
   return Exported(output, run.model_config.family, "npz", step,
                   [os.path.basename(output)], [])
