@@ -8,6 +8,7 @@ INSTALL_REQUIRES = [
     "flax==0.12.8",
     "optax==0.2.8",
     "orbax-checkpoint==0.12.8",
+    "etils[epath]==1.15.0",  # encoderx/files.py: local, file:// and gs:// paths
     "ml-collections==1.1.0",
     "gin-config==0.5.0",
     "seqio==0.0.20",

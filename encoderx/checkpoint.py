@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
 
 import grain.checkpoint
@@ -42,6 +41,7 @@ from orbax.checkpoint import checkpoint_managers
 
 from encoderx import checksum
 from encoderx import config as config_lib
+from encoderx import files as files_lib
 
 logger = logging.getLogger("encoderx")
 
@@ -142,7 +142,7 @@ class _KeepMarked(checkpoint_managers.PreservationPolicy):
 
 def has_checkpoints(directory: str) -> bool:
   """Whether `directory` holds a finished checkpoint (damaged or not)."""
-  return os.path.isdir(directory) and bool(
+  return files_lib.path(directory).is_dir() and bool(
       ocp.path.step.standard_name_format().find_all(directory))
 
 
@@ -151,13 +151,13 @@ class Checkpoints:
 
   def __init__(self, directory: str, keep: int = 3, async_save: bool = True,
                read_only: bool = False):
-    self.directory = directory
+    self.directory = str(files_lib.path(directory))  # orbax takes gs:// itself
     self.read_only = read_only  # never saves, nor moves a damaged checkpoint aside
     self._requested = []  # steps asked to be saved, in order
     policy = checkpoint_managers.AnyPreservationPolicy(
         [checkpoint_managers.LatestN(n=keep), _KeepMarked()])
     self.manager = ocp.CheckpointManager(
-        directory,
+        self.directory,
         options=ocp.CheckpointManagerOptions(
             create=not read_only, preservation_policy=policy,
             enable_async_checkpointing=async_save),
@@ -172,7 +172,7 @@ class Checkpoints:
     run's save in progress looks the same."""
     unfinished = [str(p.get()) for p in ocp.path.step.all_temporary_paths(self.directory)]
     for path in unfinished:
-      shutil.rmtree(path, ignore_errors=True)
+      files_lib.path(path).rmtree(missing_ok=True)
     if unfinished:
       logger.warning("removed %d unfinished checkpoint(s) left by a run that stopped while "
                      "saving: %s", len(unfinished), ", ".join(unfinished))
@@ -256,9 +256,8 @@ class Checkpoints:
   def _json_items(self, step: int) -> dict:
     """{'data', 'model', 'checksums' (None for checkpoints from before checksums)},
     verified against the checksums."""
-    names = ("data", "model") + (
-        ("checksums",) if os.path.isdir(os.path.join(self._step_directory(step), "checksums"))
-        else ())
+    checksums = files_lib.path(self._step_directory(step)) / "checksums"
+    names = ("data", "model") + (("checksums",) if checksums.is_dir() else ())
     try:
       items = dict(self.manager.restore(step, args=ocp.args.Composite(
           **{name: ocp.args.JsonRestore() for name in names})))
@@ -294,7 +293,7 @@ class Checkpoints:
   def _own_position(self, step: int, position: dict) -> dict:
     """This process's data position at `step`; checkpoints written before positions were
     kept per process give process 0's (`position`)."""
-    if not os.path.isdir(os.path.join(self._step_directory(step), "data_per_process")):
+    if not (files_lib.path(self._step_directory(step)) / "data_per_process").is_dir():
       return position
     own = _ProcessPosition()
     self.manager.restore(step, args=ocp.args.Composite(
@@ -307,11 +306,11 @@ class Checkpoints:
   def _move_aside(self, steps: list[int]) -> None:
     """Damaged checkpoints go where orbax no longer sees them (a resumed run will save
     those steps again), and nothing is deleted."""
-    os.makedirs(self._damaged_directory(), exist_ok=True)
+    damaged = files_lib.path(self._damaged_directory())
+    damaged.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for step in steps:
-      os.rename(self._step_directory(step),
-                os.path.join(self._damaged_directory(), f"{step}-{stamp}"))
+      files_lib.path(self._step_directory(step)).rename(damaged / f"{step}-{stamp}")
     self.manager.reload()
 
   # --- writing ------------------------------------------------------------------------------
@@ -363,7 +362,7 @@ class BestCheckpoint:
   def __init__(self, directory: str, metric: str, mode: str = "max"):
     self.metric = metric
     self.manager = ocp.CheckpointManager(
-        directory,
+        str(files_lib.path(directory)),
         options=ocp.CheckpointManagerOptions(
             max_to_keep=1, best_fn=lambda metrics: metrics[metric], best_mode=mode,
             create=True, enable_async_checkpointing=False),
@@ -402,7 +401,7 @@ def restore_for_inference(workdir: str, description: dict, abstract_state,
   """(params, method state) of a run for predictions: its best checkpoint by
   `best_metric` (best/) if it kept one, else its latest that verifies; the model must be
   the one `description` describes (its data and objective config may differ)."""
-  if best_metric and os.path.isdir(os.path.join(workdir, "best")):
+  if best_metric and files_lib.path(workdir).joinpath("best").is_dir():
     best = BestCheckpoint(os.path.join(workdir, "best"), best_metric, best_mode)
     try:
       if best.best_step() is not None:

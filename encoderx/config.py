@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import glob
-import os
 
 import ml_collections
 
+from encoderx import files as files_lib
 from encoderx import objectives, optim
 from encoderx.models import attention, common, disentangled
 
@@ -348,8 +347,7 @@ def resolve_file_patterns(patterns: str, field: str = "data.files") -> list[str]
     fail(field, "is empty.", "Give comma-separated paths or globs of text files.")
   files = []
   for pattern in (p.strip() for p in patterns.split(",") if p.strip()):
-    matched = sorted(glob.glob(os.path.expanduser(pattern)))
-    matched = [m for m in matched if os.path.isfile(m)]
+    matched = [m for m in files_lib.glob(pattern) if files_lib.path(m).is_file()]
     if not matched:
       fail(field, f"'{pattern}' matches no file.",
             "Check the path (it is resolved from the current directory).")
@@ -436,8 +434,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     fail("train.long_fraction", f"must be in [0, 1), got {train.long_fraction}.")
   check_choice("data.vocab.kind", data.vocab.kind, VOCAB_KINDS)
   check_choice("data.vocab.layout", data.vocab.layout, SENTENCEPIECE_LAYOUTS)
-  if not data.vocab.path.startswith("bundled:") and not os.path.exists(
-      os.path.expanduser(data.vocab.path)):
+  if not data.vocab.path.startswith("bundled:") and not files_lib.exists(data.vocab.path):
     fail("data.vocab.path", f"'{data.vocab.path}' does not exist.",
           f"Train one with `python -m {VOCAB_KINDS[data.vocab.kind]} --help`.")
 

@@ -32,6 +32,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from encoderx import config as config_lib
+from encoderx import files as files_lib
 from encoderx import method as method_lib
 from encoderx.export import hf, hf_directory
 from encoderx.models import common
@@ -63,8 +64,7 @@ class Source:
 def run_config(path: str) -> ml_collections.ConfigDict:
   """A run's config.json on the current schema (fields it lacks keep their defaults;
   fields the schema no longer has, from older versions, are skipped)."""
-  with open(path, encoding="utf-8") as f:
-    stored = json.load(f)
+  stored = json.loads(files_lib.read_text(path))
   config = config_lib.default_config()
 
   def fill(node, values):
@@ -87,15 +87,15 @@ def _unscanned(params, model_fields: dict):
 
 
 def _run_source(path: str) -> Source:
-  path = os.path.abspath(os.path.expanduser(path))
-  if not os.path.exists(path):
+  given = files_lib.path(path)
+  path = str(given)
+  if not given.exists():
     raise InitError(f"--init_from: '{path}' does not exist.")
   step = None
-  if os.path.isfile(os.path.join(path, "config.json")):
+  if given.joinpath("config.json").is_file():
     workdir = path
-  elif (os.path.basename(path).isdigit()
-        and os.path.basename(os.path.dirname(path)) == "checkpoints"):
-    workdir, step = os.path.dirname(os.path.dirname(path)), int(os.path.basename(path))
+  elif given.name.isdigit() and given.parent.name == "checkpoints":
+    workdir, step = str(given.parent.parent), int(given.name)
   else:
     raise InitError(
         f"--init_from: '{path}' is neither a run's work directory (with config.json) nor "
@@ -133,12 +133,14 @@ def _run_source(path: str) -> Source:
 
 
 def _hf_source(path: str) -> Source:
-  directory = os.path.abspath(os.path.expanduser(path))
-  if not os.path.isdir(directory):
-    raise InitError(f"--init_from: '{directory}' is not a directory.")
+  name = str(files_lib.path(path))
+  if not files_lib.path(name).is_dir():
+    raise InitError(f"--init_from: '{name}' is not a directory.")
+  directory = files_lib.local_copy(name)  # safetensors and torch read local files only
   try:
     family, fields = hf_directory.read_config(directory)
     vocab = hf_directory.vocab_fields(directory, family)
+    vocab["path"] = vocab["path"].replace(directory, name, 1)  # the run reads `name`
   except hf_directory.HfDirectoryError as error:
     raise InitError(f"--init_from: {error}") from None
 
@@ -155,7 +157,7 @@ def _hf_source(path: str) -> Source:
       logger.info("init_from: Hugging Face weights with no use here: %s", ", ".join(unused))
     return params
 
-  return Source(name=f"{HF_PREFIX}{directory} ({family})", model=fields, vocab=vocab,
+  return Source(name=f"{HF_PREFIX}{name} ({family})", model=fields, vocab=vocab,
                 load_params=load_params)
 
 

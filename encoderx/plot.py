@@ -12,10 +12,13 @@ Needs matplotlib (`pip install matplotlib`).
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 
 import numpy as np
+
+from encoderx import files as files_lib
 
 EVAL_PREFIX = "eval/"
 
@@ -30,8 +33,8 @@ def read_scalars(run_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
   # pylint: disable=g-import-not-at-top
   from tensorboard.backend.event_processing import event_accumulator
   from tensorboard.util import tensor_util
-  directory = os.path.join(run_dir, "tensorboard")
-  if not os.path.isdir(directory):
+  directory = str(files_lib.path(run_dir) / "tensorboard")  # TensorBoard reads gs://
+  if not files_lib.path(directory).is_dir():
     raise PlotError(f"{run_dir}: no tensorboard/ directory; is it a training run's "
                     "--workdir?")
   accumulator = event_accumulator.EventAccumulator(
@@ -87,9 +90,9 @@ def plot(run_dirs: list[str], output: str, metric: str = "mlm_loss",
   axes.grid(alpha=0.3)
   axes.legend()
   figure.tight_layout()
-  directory = os.path.dirname(os.path.abspath(output))
-  os.makedirs(directory, exist_ok=True)
-  figure.savefig(output, dpi=120)
+  image = io.BytesIO()  # written through encoderx.files: the output may be gs://
+  figure.savefig(image, format=os.path.splitext(output)[1][1:] or "png", dpi=120)
+  files_lib.write_atomically(output, image.getvalue())
   plt.close(figure)
   return figure
 

@@ -230,10 +230,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
   """
   config = initialize.resolve_config(config)
   trainer = trainer_lib.Trainer(config, devices=devices)
-  checkpoint_dir = os.path.join(os.path.abspath(workdir), "checkpoints")
+  checkpoint_dir = os.path.join(str(files_lib.path(workdir)), "checkpoints")
   if resume and not allow_fresh_start and not checkpoint_lib.has_checkpoints(checkpoint_dir):
     raise checkpoint_lib.CheckpointError(
-        f"--resume: {os.path.abspath(workdir)} holds no checkpoint to resume. Check the "
+        f"--resume: {files_lib.path(workdir)} holds no checkpoint to resume. Check the "
         "path; to start a new run where there is none (a launch script that always passes "
         "--resume), add --allow_fresh_start.")
   workdir = workdir_lib.prepare(workdir)
@@ -362,7 +362,7 @@ def predict(config: ml_collections.ConfigDict, workdir: str, input_path: str,
   config = initialize.resolve_config(config)
   trainer = trainer_lib.Trainer(config, devices=devices)
   abstract = trainer.abstract_state_with_shardings()
-  workdir = os.path.abspath(workdir)
+  workdir = str(files_lib.path(workdir))
   params, method_state = checkpoint_lib.restore_for_inference(
       workdir, trainer.describe(), abstract, config.eval.best_metric, config.eval.best_mode)
   predict_step = trainer.predict_step()

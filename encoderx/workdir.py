@@ -11,6 +11,10 @@ SIGKILL is stale exactly when its flock can be taken: it is taken over (and logg
 no guessing from pids, which get reused. A file written by a run on another host is
 refused even when its flock is free, since flocks may not reach across hosts on a shared
 file system: the message names the file to delete once that run is known to be gone.
+
+A remote work directory (gs://, encoderx/files.py) cannot be flock'ed, and an object
+store has no lock to take instead: it is not locked, and two runs given the same one
+would overwrite each other's checkpoints. Give each run its own.
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ import os
 import socket
 import tempfile
 import time
+
+from encoderx import files as files_lib
 
 logger = logging.getLogger("encoderx")
 
@@ -34,26 +40,35 @@ class WorkdirError(OSError):
 def prepare(path: str) -> str:
   """Creates `path` if needed and checks that files can be written in it; returns it
   absolute. Raises WorkdirError (a file in the way, no permission, a read-only disk)."""
-  path = os.path.abspath(os.path.expanduser(path))
-  if os.path.exists(path) and not os.path.isdir(path):
+  directory = files_lib.path(path)
+  path = str(directory)
+  if directory.exists() and not directory.is_dir():
     raise WorkdirError(f"--workdir '{path}' is a file, not a directory. Choose another "
                        "path (a directory, existing or not).")
   try:
-    os.makedirs(path, exist_ok=True)
-    with tempfile.TemporaryFile(dir=path, prefix=".write-test-"):
-      pass
-  except OSError as error:
-    raise WorkdirError(f"--workdir '{path}' is not writable ({error.strerror}). Choose a "
+    directory.mkdir(parents=True, exist_ok=True)
+    if files_lib.is_remote(path):  # no temporary files on an object store: write one
+      probe = directory / f".write-test-{socket.gethostname()}-{os.getpid()}"
+      probe.write_bytes(b"")
+      probe.unlink()
+    else:
+      with tempfile.TemporaryFile(dir=path, prefix=".write-test-"):
+        pass
+  except Exception as error:  # pylint: disable=broad-except  (OSError; remote: tf's)
+    reason = getattr(error, "strerror", None) or getattr(error, "message", None) or error
+    raise WorkdirError(f"--workdir '{path}' is not writable ({reason}). Choose a "
                        "directory this user can write to, on a disk with free space."
                        ) from None
   return path
 
 
 class Lock:
-  """Exclusive use of a work directory by this process (a context manager)."""
+  """Exclusive use of a work directory by this process (a context manager); a remote
+  one is not locked (see above)."""
 
   def __init__(self, directory: str):
     self.path = os.path.join(directory, LOCK_NAME)
+    self.remote = files_lib.is_remote(directory)
     self.owner = {"pid": os.getpid(), "host": socket.gethostname(),
                   "since": time.strftime("%Y-%m-%d %H:%M:%S")}
     self._fd = None
@@ -79,6 +94,10 @@ class Lock:
         "directory.")
 
   def acquire(self) -> None:
+    if self.remote:
+      logger.warning("%s is remote and cannot be locked: make sure no other run uses it.",
+                     os.path.dirname(self.path))
+      return
     while True:
       fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
       try:

@@ -35,6 +35,7 @@ import tensorflow as tf
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers
 
+from encoderx import files as files_lib
 from encoderx.data import alignment, resources
 from encoderx.data.vocabulary import (TokenListVocabulary, VocabularyError,
                                       check_training_files, save_model_files,
@@ -48,14 +49,16 @@ FILES = ("vocab.json", "merges.txt")
 
 def _read_files(path: str, directory: str) -> tuple[dict[str, int], list[tuple[str, str]]]:
   """vocab.json and merges.txt, checked: tokenizers panics on merges outside the vocab."""
-  missing = [name for name in FILES if not os.path.isfile(os.path.join(directory, name))]
+  given = files_lib.path(directory)
+  missing = [name for name in FILES if not (given / name).is_file()]
   if missing:
-    problem = ("it does not exist" if not os.path.isdir(directory)
+    problem = ("it does not exist" if not given.is_dir()
                else f"it lacks {' and '.join(missing)}")
     raise VocabularyError(f"byte-level BPE vocabulary '{path}' must be a directory holding "
                           f"vocab.json and merges.txt; {problem}.")
   try:
-    vocab, merges = models.BPE.read_file(*(os.path.join(directory, n) for n in FILES))
+    local = files_lib.local_copy(directory)  # tokenizers reads local files only
+    vocab, merges = models.BPE.read_file(*(os.path.join(local, n) for n in FILES))
   except Exception as error:  # pylint: disable=broad-except  (tokenizers raises Exception)
     raise VocabularyError(f"cannot read byte-level BPE vocabulary '{path}': {error}") from None
   if sorted(vocab.values()) != list(range(len(vocab))):
@@ -175,7 +178,8 @@ def train_byte_bpe(files: list[str], output: str, vocab_size: int = 50265,
   merges.txt into the directory `output`. Special tokens get ids 0-4 (SPECIAL_TOKENS)."""
   check_training_files(files)
   tokenizer = tokenizers.ByteLevelBPETokenizer(add_prefix_space=False)
-  tokenizer.train(files, vocab_size=vocab_size, min_frequency=min_frequency,
+  tokenizer.train([files_lib.local_copy(f) for f in files], vocab_size=vocab_size,
+                  min_frequency=min_frequency,
                   special_tokens=list(SPECIAL_TOKENS), show_progress=False)
   if tokenizer.get_vocab_size() <= len(SPECIAL_TOKENS) + 256:
     raise VocabularyError(f"no text to train a vocabulary from in {files} (not a single "

@@ -15,6 +15,8 @@ import dataclasses
 import re
 from typing import Iterator
 
+from encoderx import files as files_lib
+
 
 class CorpusError(ValueError):
   """A corpus that cannot be read as documents; the message says which file and why."""
@@ -30,7 +32,7 @@ class CorpusFormat:
 
 def _decoded_lines(path: str, invalid_utf8: str) -> Iterator[str]:
   try:
-    handle = open(path, "rb")
+    handle = files_lib.path(path).open("rb")
   except OSError as error:
     raise CorpusError(f"cannot open corpus file '{path}': {error.strerror}.") from None
   with handle:

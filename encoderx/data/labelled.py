@@ -12,6 +12,8 @@ import csv
 import json
 import os
 
+from encoderx import files as files_lib
+
 FORMATS = ("tsv", "csv", "jsonl")
 
 
@@ -36,7 +38,7 @@ def numbered_lines(path: str):
   """(line number, text) of each line of a UTF-8 file; an unreadable file or a line that
   is not UTF-8 is a LabelledDataError naming it."""
   try:
-    handle = open(path, "rb")
+    handle = files_lib.path(path).open("rb")
   except OSError as error:
     raise LabelledDataError(f"cannot open '{path}': {error.strerror}.") from None
   with handle:

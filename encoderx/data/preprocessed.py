@@ -27,6 +27,7 @@ import tensorflow as tf
 from array_record.python import array_record_module
 
 from encoderx import config as config_lib
+from encoderx import files as files_lib
 from encoderx.data import resources, stream
 
 MANIFEST = "manifest.json"
@@ -54,8 +55,7 @@ def vocabulary_fingerprint(vocab_config) -> dict:
   its files (their content, not their path)."""
   digest = hashlib.sha256()
   for path in _vocabulary_files(vocab_config):
-    with open(path, "rb") as handle:
-      digest.update(handle.read())
+    digest.update(files_lib.read_bytes(path))
   return {"vocabulary_kind": vocab_config.kind, "vocabulary_sha256": digest.hexdigest(),
           "vocabulary_lower_case": bool(vocab_config.lower_case),
           "vocabulary_strip_accents": bool(vocab_config.strip_accents)}
@@ -142,10 +142,9 @@ def read_records(path: str, features: dict, start: int = 0
 
 # --- the manifest --------------------------------------------------------------------------
 def read_manifest(directory: str) -> dict:
-  path = os.path.join(os.path.expanduser(directory), MANIFEST)
+  path = os.path.join(str(files_lib.path(directory)), MANIFEST)
   try:
-    with open(path, encoding="utf-8") as handle:
-      manifest = json.load(handle)
+    manifest = json.loads(files_lib.read_text(path))
   except FileNotFoundError:
     raise ManifestError(
         f"config field 'data.preprocessed': '{directory}' holds no {MANIFEST}. Write it "

@@ -1,10 +1,11 @@
 """Files shipped inside the package, named `bundled:<name>` in configs."""
 from __future__ import annotations
 
-import glob
 import os
 
 import importlib_resources
+
+from encoderx import files as files_lib
 
 _BUNDLED = {
     # Three public-domain Jane Austen novels, verbatim (see resources/README.md).
@@ -27,9 +28,10 @@ def _root() -> str:
 
 
 def resolve(name: str) -> str:
-  """'bundled:<name>' -> the shipped file (a glob for corpora); other names unchanged."""
+  """'bundled:<name>' -> the shipped file (a glob for corpora); other names as
+  files_lib.path makes them (file:// URLs local, ~ expanded, remote URLs unchanged)."""
   if not name.startswith("bundled:"):
-    return os.path.expanduser(name)
+    return str(files_lib.path(name))
   key = name.removeprefix("bundled:")
   if key not in _BUNDLED:
     raise ValueError(f"no bundled resource '{key}'; bundled: {', '.join(sorted(_BUNDLED))}")
@@ -37,4 +39,4 @@ def resolve(name: str) -> str:
 
 
 def bundled_corpus_files() -> list[str]:
-  return sorted(glob.glob(resolve("bundled:austen")))
+  return files_lib.glob(resolve("bundled:austen"))

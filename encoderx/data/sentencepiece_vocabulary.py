@@ -255,7 +255,7 @@ class SentencePieceVocabulary(seqio.SentencePieceVocabulary):
 
 
 def _has_text(path: str) -> bool:
-  with open(path, encoding="utf-8", errors="replace") as f:
+  with files_lib.open_text(path, errors="replace") as f:
     return any(line.strip() for line in f)  # stops at the first line with text
 
 
@@ -280,7 +280,8 @@ def train_sentencepiece(files: list[str], output_prefix: str, vocab_size: int = 
   model = io.BytesIO()
   try:
     sentencepiece.SentencePieceTrainer.train(
-        input=files, model_writer=model, vocab_size=vocab_size, model_type="unigram",
+        input=[files_lib.local_copy(f) for f in files], model_writer=model,
+        vocab_size=vocab_size, model_type="unigram",
         normalization_rule_name="nmt_nfkc_cf" if lower_case else "nmt_nfkc",
         **LAYOUTS[layout].trainer_flags, character_coverage=character_coverage,
         input_sentence_size=input_sentence_size,

@@ -24,6 +24,7 @@ import json
 
 import numpy as np
 
+from encoderx import files as files_lib
 from encoderx.data import example_tasks, labelled
 
 
@@ -68,8 +69,7 @@ def read_squad(path: str, version_2: bool, with_answers: bool = True) -> list[Ex
   offset; questions marked is_impossible need `version_2`; with `with_answers` (training
   and dev files) every other question needs an answer."""
   try:
-    with open(path, encoding="utf-8") as f:
-      raw = f.read()
+    raw = files_lib.read_text(path)
     articles = json.loads(raw)["data"]
   except OSError as error:
     raise SquadError(f"cannot open '{path}': {error.strerror}.") from None
@@ -105,7 +105,8 @@ def read_tfds(data_config, split: str) -> list[Example]:
   """The questions of a TFDS SQuAD split (squad/v1.1 or squad/v2.0: id, question,
   context, answers {text, answer_start}; v2.0 questions without an answer have none)."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  builder = tfds.builder(data_config.tfds_name, data_dir=data_config.tfds_data_dir or None)
+  builder = tfds.builder(data_config.tfds_name,
+                         data_dir=files_lib.optional(data_config.tfds_data_dir))
   text = lambda value: value.decode("utf-8")  # pylint: disable=unnecessary-lambda-assignment
   return [Example(text(ex["id"]), text(ex["question"]), text(ex["context"]),
                   [Answer(text(t), int(s)) for t, s in zip(ex["answers"]["text"],

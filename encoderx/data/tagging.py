@@ -24,6 +24,7 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
+from encoderx import files as files_lib
 from encoderx.data import example_tasks, labelled
 
 DOCUMENT_START = "-DOCSTART-"
@@ -88,7 +89,7 @@ def read_tfds(data_config, split: str, tokens_feature: str, tags_feature: str
   tokens and a sequence of ClassLabel tags (e.g. conll2003: 'tokens', 'ner')."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   name = data_config.tfds_name
-  builder = tfds.builder(name, data_dir=data_config.tfds_data_dir or None)
+  builder = tfds.builder(name, data_dir=files_lib.optional(data_config.tfds_data_dir))
   features = builder.info.features
   for feature in (tokens_feature, tags_feature):
     if feature not in features:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 
 import ml_collections
 import numpy as np
@@ -24,6 +23,7 @@ import seqio
 import tensorflow as tf
 
 from encoderx import config as config_lib
+from encoderx import files as files_lib
 from encoderx import objectives
 from encoderx.data import bpe_vocabulary, corpus, preprocessed, preprocessors, resources
 from encoderx.data import segment_pairs, sentencepiece_vocabulary, stream
@@ -190,7 +190,8 @@ class TfdsShards(stream.ShardedSource, seqio.TfdsDataSource):
 
 def tfds_source(data_config) -> seqio.DataSource:
   return TfdsShards(
-      tfds_name=data_config.tfds_name, tfds_data_dir=data_config.tfds_data_dir or None,
+      tfds_name=data_config.tfds_name,
+      tfds_data_dir=files_lib.optional(data_config.tfds_data_dir),
       splits={"train": data_config.tfds_train_split,
               "validation": data_config.tfds_eval_split})
 
@@ -265,7 +266,7 @@ def preprocessed_source(config) -> preprocessed.PreprocessedSource:
   directory = config.data.preprocessed
   manifest = preprocessed.read_manifest(directory)
   preprocessed.check_manifest(manifest, config, sentence_objective(config), directory)
-  return preprocessed.PreprocessedSource(os.path.expanduser(directory), manifest,
+  return preprocessed.PreprocessedSource(str(files_lib.path(directory)), manifest,
                                          config.data.seq_length)
 
 

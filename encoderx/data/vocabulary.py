@@ -31,6 +31,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.python.ops import bert_tokenizer
 
+from encoderx import files as files_lib
 from encoderx.data import alignment, resources
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -127,8 +128,7 @@ class WordPieceVocabulary(TokenListVocabulary):
   def __init__(self, path: str, lower_case: bool = True, strip_accents: bool | None = None):
     self.path = resources.resolve(path)
     try:
-      with open(self.path, encoding="utf-8") as f:
-        tokens = [line.rstrip("\n").rstrip("\r") for line in f]
+      tokens = [line.rstrip("\r") for line in files_lib.read_text(self.path).split("\n")]
     except (OSError, UnicodeDecodeError) as error:
       raise VocabularyError(f"cannot read WordPiece vocabulary '{path}': {error}") from None
     while tokens and not tokens[-1]:
@@ -218,8 +218,8 @@ class WordPieceVocabulary(TokenListVocabulary):
     return hash((len(self.tokens), self.lower_case, self.strip_accents))
 
 
-def check_training_files(files: list[str]) -> None:
-  missing = [f for f in files if not os.path.isfile(f)]
+def check_training_files(paths: list[str]) -> None:
+  missing = [f for f in paths if not files_lib.path(f).is_file()]
   if missing:
     raise VocabularyError(f"cannot train a vocabulary: no such file(s) {missing}")
 
@@ -227,16 +227,13 @@ def check_training_files(files: list[str]) -> None:
 def save_model_files(tokenizer, outputs: dict[str, str]) -> None:
   """Writes a trained `tokenizers` model: {file name it saves -> where it goes}.
 
-  The files are saved to a scratch directory beside the (first) destination and renamed
-  into place, so that a reader never sees a half-written file.
+  The files are saved to a scratch directory, then each written atomically (local,
+  file:// or gs://), so that a reader never sees a half-written file.
   """
-  for path in outputs.values():
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  first = os.path.dirname(os.path.abspath(next(iter(outputs.values()))))
-  with tempfile.TemporaryDirectory(dir=first) as scratch:
+  with tempfile.TemporaryDirectory() as scratch:
     tokenizer.save_model(scratch)
     for name, path in outputs.items():
-      os.replace(os.path.join(scratch, name), path)
+      files_lib.write_atomically(path, files_lib.read_bytes(os.path.join(scratch, name)))
 
 
 def _alphabet_and_sample(files: list[str], normalize, sample_lines: int, seed: int = 0
@@ -246,7 +243,7 @@ def _alphabet_and_sample(files: list[str], normalize, sample_lines: int, seed: i
   counts, sample, seen = collections.Counter(), [], 0
   rng = random.Random(seed)
   for path in files:
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with files_lib.open_text(path, errors="replace") as f:
       for line in f:
         if not line.strip():
           continue
@@ -293,8 +290,9 @@ def train_wordpiece(files: list[str], output: str, vocab_size: int = 30522,
                                         sample_lines)
   frequent = sum(1 for count in counts.values() if count >= min_frequency)
   alphabet = max(1, min(frequent, vocab_size - len(SPECIAL_TOKENS)))
-  tokenizer.train(files, vocab_size=vocab_size, min_frequency=min_frequency,
-                  limit_alphabet=alphabet, special_tokens=list(SPECIAL_TOKENS),
+  tokenizer.train([files_lib.local_copy(f) for f in files], vocab_size=vocab_size,
+                  min_frequency=min_frequency, limit_alphabet=alphabet,
+                  special_tokens=list(SPECIAL_TOKENS),
                   show_progress=False, wordpieces_prefix="##")
   if tokenizer.get_vocab_size() <= len(SPECIAL_TOKENS):
     raise VocabularyError(f"no text to train a vocabulary from in {files}")

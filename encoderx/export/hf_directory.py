@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 
+from encoderx import files as files_lib
 from encoderx.export import hf
 from encoderx.models import common
 
@@ -28,8 +29,7 @@ class HfDirectoryError(ValueError):
 
 def _read_json(path: str) -> dict:
   try:
-    with open(path, encoding="utf-8") as f:
-      return json.load(f)
+    return json.loads(files_lib.read_text(path))
   except (OSError, ValueError) as error:
     raise HfDirectoryError(f"cannot read '{path}': {error}") from None
 

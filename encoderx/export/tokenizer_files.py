@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
+from encoderx import files as files_lib
 from encoderx.data import bpe_vocabulary, resources
 
 # Vocabulary kind -> (its files, special tokens as Hugging Face names them).
@@ -40,13 +40,13 @@ def _deberta_layout(vocab) -> bool:
 def _copy_files(vocab, directory: str) -> None:
   path = resources.resolve(vocab["path"])
   if vocab["kind"] == "wordpiece":
-    shutil.copyfile(path, os.path.join(directory, "vocab.txt"))
+    files_lib.copy(path, os.path.join(directory, "vocab.txt"))
   elif vocab["kind"] == "byte_bpe":
     for name in bpe_vocabulary.FILES:
-      shutil.copyfile(os.path.join(path, name), os.path.join(directory, name))
+      files_lib.copy(os.path.join(path, name), os.path.join(directory, name))
   else:
     name = "spm.model" if _deberta_layout(vocab) else "spiece.model"
-    shutil.copyfile(path, os.path.join(directory, name))
+    files_lib.copy(path, os.path.join(directory, name))
 
 
 def _text_options(vocab) -> dict:

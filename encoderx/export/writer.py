@@ -15,6 +15,7 @@ heads, when exporting the bare encoder). Anything else left over stops the expor
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import shutil
 import tempfile
@@ -22,6 +23,7 @@ import tempfile
 import flax
 import numpy as np
 
+from encoderx import files as files_lib
 from encoderx import initialize
 from encoderx import method as method_lib
 from encoderx.export import hf, tokenizer_files
@@ -57,8 +59,8 @@ class _Run:
 
 
 def _load_run(workdir: str, step: int | None) -> _Run:
-  workdir = os.path.abspath(os.path.expanduser(workdir))
-  if not os.path.isfile(os.path.join(workdir, "config.json")):
+  workdir = str(files_lib.path(workdir))
+  if not files_lib.path(workdir).joinpath("config.json").is_file():
     raise ExportError(f"--workdir: '{workdir}' is not a run's work directory (it has no "
                       "config.json).")
   source = os.path.join(workdir, "checkpoints", str(step)) if step is not None else workdir
@@ -73,15 +75,20 @@ def _load_run(workdir: str, step: int | None) -> _Run:
 
 
 def _output_directory(output: str) -> str:
-  output = os.path.abspath(os.path.expanduser(output))
-  if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
+  directory = files_lib.path(output)
+  output = str(directory)
+  if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
     raise ExportError(f"--output: '{output}' exists and is not an empty directory; "
                       "name a new one (nothing is overwritten).")
   return output
 
 
 def _publish(staging: str, output: str) -> None:
-  """Moves the finished directory into place: a failed export leaves no half of one."""
+  """Moves the finished directory into place: a failed export leaves no half of one. An
+  object store has no rename of directories: the files are copied there, once whole."""
+  if files_lib.is_remote(output):
+    files_lib.copy(staging, output)
+    return
   if os.path.isdir(output):
     os.rmdir(output)  # empty, checked before
   os.replace(staging, output)
@@ -148,8 +155,10 @@ def export_hf(workdir: str, output: str, step: int | None = None,
   if missing or unexpected:  # the rules and the class disagree: a bug in the rules
     raise ExportError(f"{spec.hf_class} and the {family} rules disagree: weights not "
                       f"filled {missing}, unknown {unexpected}.")
-  os.makedirs(os.path.dirname(output), exist_ok=True)
-  staging = tempfile.mkdtemp(prefix=".export-", dir=os.path.dirname(output))
+  parent = None if files_lib.is_remote(output) else os.path.dirname(output)
+  if parent:
+    os.makedirs(parent, exist_ok=True)
+  staging = tempfile.mkdtemp(prefix=".export-", dir=parent)  # beside it, if local
   try:
     model.save_pretrained(staging, safe_serialization=True)
     tokenizer_files.write(vocab, fam.tokenizer_class, staging,
@@ -166,19 +175,17 @@ def export_npz(workdir: str, output: str, step: int | None = None) -> Exported:
   """Writes every transferable parameter of the run (step) as numpy arrays keyed by
   their paths ('encoder_model/embeddings/word_embeddings/embedding', ...), unscanned:
   `numpy.load(output)`."""
-  output = os.path.abspath(os.path.expanduser(output))
+  output = str(files_lib.path(output))
   if not output.endswith(".npz"):
     raise ExportError(f"--output: '{output}' must end with .npz.")
-  if os.path.exists(output):
+  if files_lib.exists(output):
     raise ExportError(f"--output: '{output}' exists; name a new file (nothing is "
                       "overwritten).")
   run = _load_run(workdir, step)
   flat = {"/".join(k): np.asarray(v) for k, v in
           flax.traverse_util.flatten_dict(run.params).items()}
-  os.makedirs(os.path.dirname(output), exist_ok=True)
-  with tempfile.NamedTemporaryFile(dir=os.path.dirname(output), suffix=".npz",
-                                   delete=False) as f:
-    np.savez(f, **flat)
-  os.replace(f.name, output)
+  buffer = io.BytesIO()
+  np.savez(buffer, **flat)
+  files_lib.write_atomically(output, buffer.getvalue())
   return Exported(output, run.model_config.family, "npz", step,
                   [os.path.basename(output)], [])

@@ -11,7 +11,6 @@ vocabulary (encoderx/initialize.py) before the method is built.
 from __future__ import annotations
 
 import abc
-import os
 from typing import ClassVar
 
 import flax.linen as nn
@@ -20,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoderx import config as config_lib
+from encoderx import files as files_lib
 from encoderx import method as method_lib
 from encoderx.data import labelled, tasks
 from encoderx.models import pretraining
@@ -89,7 +89,7 @@ class FineTuning(method_lib.Method):
         if not path:
           fail(f"finetune.{field}", "is empty; name a file of examples"
                + (" (or set data.tfds_name)." if cls.READS_TFDS else "."))
-        if not os.path.isfile(os.path.expanduser(path)):
+        if not files_lib.path(path).is_file():
           fail(f"finetune.{field}", f"'{path}' is not a file.")
         cls.check_file(config, f"finetune.{field}", path)
     if not 0.0 <= finetune.classifier_dropout < 1.0:

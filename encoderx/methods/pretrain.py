@@ -10,12 +10,12 @@ whole global batch. The data is the config's pretraining seqio Task
 from __future__ import annotations
 
 import math
-import os
 
 import jax
 import jax.numpy as jnp
 
 from encoderx import config as config_lib
+from encoderx import files as files_lib
 from encoderx import method as method_lib
 from encoderx import objectives as objectives_lib
 from encoderx.data import tasks
@@ -46,7 +46,7 @@ def validate_corpus(config) -> None:
     fail("data.eval_every_nth_document", "must be >= 2 so that most documents train.")
   if data.tfds_name:
     config_lib.check_tfds_name(data.tfds_name)
-  if data.preprocessed and not os.path.isdir(os.path.expanduser(data.preprocessed)):
+  if data.preprocessed and not files_lib.path(data.preprocessed).is_dir():
     fail("data.preprocessed", f"'{data.preprocessed}' is not a directory.",
          "Write one with `python -m encoderx.preprocess --config=... --output=DIR`.")
   if (not data.preprocessed and not data.tfds_name
