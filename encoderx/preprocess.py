@@ -182,7 +182,8 @@ def run(config: ml_collections.ConfigDict, output: str, copies: int = 1,
   if config.data.preprocessed:
     config_lib.fail("data.preprocessed", "is set: preprocessing reads data.files or "
                     "data.tfds_name, and writes to --output.")
-  output = os.path.abspath(os.path.expanduser(output))
+  preprocessed.check_local(output, "--output")
+  output = str(files_lib.path(output))
   lengths = preprocessed.sequence_lengths(config)
   _start(output, {**_description(config, copies), "lengths": lengths})
   units = plan(config, copies)

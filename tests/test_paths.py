@@ -87,6 +87,18 @@ def test_remote_paths_take_the_remote_branch_without_network(tmp_path, monkeypat
   assert (epath.Path(copy) / "sub" / "x.bin").read_bytes() == b"\0\1"
 
 
+def test_preprocessed_examples_in_a_bucket_are_a_clear_error(tiny_config):
+  # ArrayRecord opens local files only: a URL would otherwise be written under a local
+  # "gs:" directory (--output) or fail inside its C++ reader.
+  from encoderx import preprocess  # pylint: disable=g-import-not-at-top
+  from encoderx.data import preprocessed  # pylint: disable=g-import-not-at-top
+  with pytest.raises(config_lib.ConfigError, match="flag --output: 'gs://b/x' is a URL"):
+    preprocess.run(tiny_config(), "gs://b/x")
+  with pytest.raises(config_lib.ConfigError,
+                     match="'data.preprocessed': 'gs://b/x' is a URL"):
+    preprocessed.read_manifest("gs://b/x")
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   """The same tiny pretraining run twice: every path plain, then every path a file://

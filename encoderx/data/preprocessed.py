@@ -141,7 +141,17 @@ def read_records(path: str, features: dict, start: int = 0
 
 
 # --- the manifest --------------------------------------------------------------------------
+def check_local(directory: str, field: str) -> None:
+  """ArrayRecord's reader and writer open local files only (no gs:// in its C++ file
+  layer): a bucket must be mounted (gcsfuse) and given by its mount path."""
+  if files_lib.is_remote(directory):
+    config_lib.fail(field, f"'{directory}' is a URL, but ArrayRecord files are read and "
+                    "written with local file calls.", "Mount the bucket (e.g. gcsfuse) "
+                    "on every worker and give its local path.")
+
+
 def read_manifest(directory: str) -> dict:
+  check_local(directory, "data.preprocessed")
   path = os.path.join(str(files_lib.path(directory)), MANIFEST)
   try:
     manifest = json.loads(files_lib.read_text(path))
