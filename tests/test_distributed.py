@@ -149,6 +149,7 @@ def test_two_processes_stop_together_on_one_sigterm_and_resume(tmp_path):
   workdir = tmp_path / "run"
   port = _free_port()
   rows = "--config.data.process_split=rows"
+  every = "--config.train.log_every=1"  # after the stop: every step's loss, to compare
   processes = [_start(workdir, port, index, rows) for index in range(2)]
   first_checkpoint = workdir / "checkpoints" / "2" / "commit_success.txt"
   deadline = time.time() + 600
@@ -170,13 +171,13 @@ def test_two_processes_stop_together_on_one_sigterm_and_resume(tmp_path):
 
   port = _free_port()
   (first_out, first_err), (second_out, _) = _finish(
-      [_start(workdir, port, index, rows, "--resume") for index in range(2)])
+      [_start(workdir, port, index, rows, every, "--resume") for index in range(2)])
   assert "held-out evaluation after 30 steps: mlm_accuracy=" in first_out
   assert "pretrain: 100%" in first_err  # the progress bar
   assert "held-out evaluation" not in second_out
   assert _positions(workdir, 30) == ["process_0-of-2.json", "process_1-of-2.json"]
   resumed = {s: loss for s, loss in _losses(workdir).items() if s > step}
-  uninterrupted = _run(tmp_path / "uninterrupted", rows)
-  assert sorted(resumed) == list(range(step + 2, 31, 2))
+  uninterrupted = _run(tmp_path / "uninterrupted", rows, every)
+  assert sorted(resumed) == list(range(step + 1, 31))
   np.testing.assert_allclose([resumed[s] for s in sorted(resumed)],
                              [uninterrupted[s] for s in sorted(resumed)], rtol=RTOL)
