@@ -78,6 +78,12 @@ def default_config() -> ml_collections.ConfigDict:
       # at start-up; documents are then held out by their index within their file. TFDS
       # datasets and preprocessed examples are always streamed (encoderx/data/stream.py).
       streaming=False,
+      # How the processes of a multi-host run split the data. "shards": each process
+      # reads its own shard of the data (scalable). "rows": every process builds the
+      # global stream a single process would and keeps its own rows of each batch, so
+      # the global batch equals a 1-process run's (each host does all the input work:
+      # for small corpora and for verifying a pod setup).
+      process_split="shards",
       # A directory written by `python -m encoderx.preprocess` (examples ready to train
       # on, and a manifest that must match this config): the run streams it instead of
       # reading data.files or data.tfds_name.
@@ -433,6 +439,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if not 0.0 <= train.long_fraction < 1.0:
     fail("train.long_fraction", f"must be in [0, 1), got {train.long_fraction}.")
   check_choice("data.vocab.kind", data.vocab.kind, VOCAB_KINDS)
+  check_choice("data.process_split", data.process_split, ("shards", "rows"))
   check_choice("data.vocab.layout", data.vocab.layout, SENTENCEPIECE_LAYOUTS)
   if not data.vocab.path.startswith("bundled:") and not files_lib.exists(data.vocab.path):
     fail("data.vocab.path", f"'{data.vocab.path}' does not exist.",

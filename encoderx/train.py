@@ -97,17 +97,32 @@ class _StopRequest:
         signal.signal(sig, handler)
 
 
-def _shard_info() -> seqio.ShardInfo | None:
-  if jax.process_count() == 1:
+def _by_rows(config) -> bool:
+  """data.process_split=rows: every process reads the whole global stream."""
+  return config.data.process_split == "rows" and jax.process_count() > 1
+
+
+def _shard_info(config) -> seqio.ShardInfo | None:
+  if jax.process_count() == 1 or _by_rows(config):
     return None
   return seqio.ShardInfo(index=jax.process_index(), num_shards=jax.process_count())
 
 
-def _local_batch_size(global_batch: int) -> int:
+def _local_batch_size(config, global_batch: int) -> int:
+  """The batch size this process's iterator yields (rows mode: the global one)."""
   if global_batch % jax.process_count():
     raise config_lib.ConfigError(
         f"batch size {global_batch} is not divisible by the {jax.process_count()} hosts.")
-  return global_batch // jax.process_count()
+  return global_batch if _by_rows(config) else global_batch // jax.process_count()
+
+
+def _device_batch(trainer: trainer_lib.Trainer, batch: dict[str, np.ndarray]):
+  """This process's batch as global arrays; in rows mode `batch` is the global batch,
+  of which this process keeps the rows its devices hold."""
+  if _by_rows(trainer.config):
+    rows = trainer.process_rows(len(next(iter(batch.values()))))
+    batch = {name: value[rows] for name, value in batch.items()}
+  return trainer.device_batch(batch)
 
 
 def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, state,
@@ -117,11 +132,12 @@ def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, state,
   over every example of it once."""
   config = trainer.config
   batches = pipeline.evaluation_batches(
-      task, "validation", phase.seq_length, _local_batch_size(config.eval.batch_size),
-      count=config.eval.batches, seed=config.train.seed, shard_info=_shard_info())
+      task, "validation", phase.seq_length,
+      _local_batch_size(config, config.eval.batch_size), count=config.eval.batches,
+      seed=config.train.seed, shard_info=_shard_info(config))
   evaluate_step = trainer.evaluate_step(phase.index)
   key = jax.random.key(config.train.seed + 1)
-  outputs = [evaluate_step(state.params, state.method_state, trainer.device_batch(batch),
+  outputs = [evaluate_step(state.params, state.method_state, _device_batch(trainer, batch),
                            jax.random.fold_in(key, index))
              for index, batch in enumerate(batches)]
   return trainer.methods[phase.index].summarize_evaluation(jax.device_get(outputs))
@@ -303,14 +319,14 @@ def _run_in(trainer: trainer_lib.Trainer, workdir: str, resume: bool,
           continue
         start = position if position.get("phase") == phase.index else None
         batches = pipeline.batch_iterator(
-            task, "train", phase.seq_length, _local_batch_size(config.train.batch_size),
-            seed=config.train.seed + 1000 * phase.index, shard_info=_shard_info(),
+            task, "train", phase.seq_length, _local_batch_size(config, config.train.batch_size),
+            seed=config.train.seed + 1000 * phase.index, shard_info=_shard_info(config),
             position=start)
         train_step = None
         meter = _Meter(config.train.batch_size * phase.seq_length)
         try:
           while step < phase.end and not stop.stopping:
-            batch = trainer.device_batch(next(batches))
+            batch = _device_batch(trainer, next(batches))
             if train_step is None:  # compiled ahead of time, its cost logged
               train_step, cost = trainer.compile_train_step(state, batch, phase.index)
               logger.info("train step at length %d %s", phase.seq_length, cost.describe())
@@ -367,8 +383,8 @@ def predict(config: ml_collections.ConfigDict, workdir: str, input_path: str,
       workdir, trainer.describe(), abstract, config.eval.best_metric, config.eval.best_mode)
   predict_step = trainer.predict_step()
   rows, batches = trainer.method.prediction_batches(
-      input_path, _local_batch_size(config.eval.batch_size))
-  outputs = [jax.device_get(predict_step(params, method_state, trainer.device_batch(b)))
+      input_path, _local_batch_size(config, config.eval.batch_size))
+  outputs = [jax.device_get(predict_step(params, method_state, _device_batch(trainer, b)))
              for b in batches]
   predictions = {name: np.concatenate([o[name] for o in outputs])[:len(rows)]
                  for name in outputs[0]} if outputs else {}

@@ -282,6 +282,15 @@ class Trainer:
     stack.enter_context(nn.logical_axis_rules(self.axis_rules))
     return stack
 
+  def process_rows(self, global_size: int) -> slice:
+    """The rows of a global batch that this process's devices hold (what
+    device_batch places from this process's local batch)."""
+    indices = sharding.batch_sharding(self.mesh).addressable_devices_indices_map(
+        (global_size,)).values()
+    starts = [i[0].start or 0 for i in indices]
+    stops = [global_size if i[0].stop is None else i[0].stop for i in indices]
+    return slice(min(starts), max(stops))
+
   def device_batch(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
     """This process's numpy batch -> global arrays split over the data axes."""
     batch_sharding = sharding.batch_sharding(self.mesh)
