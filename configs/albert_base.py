@@ -15,6 +15,7 @@ def get_config():
   config = base.default_config()
   config.model.family = "albert"
   config.model.vocab_size = 30000
+  config.model.vocab_multiple = 128  # 30,080 rows: splits over a tensor axis
   config.model.embedding_size = 128
   config.model.hidden_size = 768
   config.model.num_layers = 12

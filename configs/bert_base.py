@@ -11,6 +11,7 @@ from encoderx import config as base
 def get_config():
   config = base.default_config()
   config.model.vocab_size = 30522
+  config.model.vocab_multiple = 128  # 30,592 rows: splits over a tensor axis
   config.model.hidden_size = 768
   config.model.num_layers = 12
   config.model.num_heads = 12

@@ -26,6 +26,7 @@ from encoderx import config as base
 def get_config():
   config = base.default_config()
   config.model.vocab_size = 128100
+  config.model.vocab_multiple = 128  # 128,128 rows: splits over a tensor axis
   config.model.hidden_size = 768
   config.model.num_layers = 12
   config.model.num_heads = 12

@@ -42,6 +42,7 @@ def get_config():
   config.model.family = "electra"
   config.model.pooler_act = "gelu"  # a classifier's head, as ELECTRA fine-tunes
   config.model.vocab_size = 30522
+  config.model.vocab_multiple = 128  # 30,592 rows: splits over a tensor axis
   config.model.embedding_size = 128
   config.model.hidden_size = 256
   config.model.num_layers = 12

@@ -26,6 +26,7 @@ def get_config():
   config = base.default_config()
   config.model.family = "roberta"
   config.model.vocab_size = 50265
+  config.model.vocab_multiple = 128  # 50,304 rows: splits over a tensor axis
   config.model.hidden_size = 768
   config.model.num_layers = 12
   config.model.num_heads = 12

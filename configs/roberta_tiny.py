@@ -11,6 +11,7 @@ from encoderx.configs import roberta_base
 def get_config():
   config = roberta_base.get_config()
   config.model.vocab_size = 0  # the vocabulary's: 8,000
+  config.model.vocab_multiple = 1  # unpadded, as the recorded reference runs
   config.model.hidden_size = 128
   config.model.num_layers = 2
   config.model.num_heads = 2

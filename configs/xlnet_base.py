@@ -32,6 +32,7 @@ def use_xlnet(config):
 def get_config():
   config = use_xlnet(base.default_config())
   config.model.vocab_size = 32000
+  config.model.vocab_multiple = 128  # 32,000 = 250 x 128: no padding rows needed
   config.model.hidden_size = 768
   config.model.num_layers = 12
   config.model.num_heads = 12

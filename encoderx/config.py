@@ -406,6 +406,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if model.embedding_size < 0 or model.vocab_size < 0:
     fail("model.embedding_size" if model.embedding_size < 0 else "model.vocab_size",
           "must be >= 0 (0 means the default).")
+  if model.vocab_multiple < 1:
+    fail("model.vocab_multiple", f"must be >= 1 (1: no padding rows), got "
+         f"{model.vocab_multiple}.", "Use e.g. 128 to pad the vocabulary so that it splits "
+         "over the mesh.")
   if model.position_offset < 0:
     fail("model.position_offset", f"must be >= 0, got {model.position_offset}.")
   from encoderx.export import hf  # pylint: disable=g-import-not-at-top

@@ -51,8 +51,9 @@ class Embedder:
       raise ValueError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}.")
     source = initialize.open_source(init_from)
     self.vocabulary = tasks.build_vocabulary(ml_collections.ConfigDict(source.vocab))
+    # The source's params come unscanned and without the vocabulary's padding rows.
     fields = {**dataclasses.asdict(common.ModelConfig()), **source.model,
-              "scan_layers": False, "remat": False}  # the source's params come unscanned
+              "scan_layers": False, "remat": False, "vocab_multiple": 1}
     self.model_config = common.ModelConfig.from_config(fields, self.vocabulary.vocab_size)
     limit = self.model_config.max_position_embeddings - self.model_config.position_offset
     self.max_length = min(max_length, limit)

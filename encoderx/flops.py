@@ -21,7 +21,9 @@ plus, once per token, `6 * E * H` where the embeddings (E wide) are projected to
                                    two dense layers, scores against the vocabulary
   + 6 * (H^2 + H)                  ELECTRA's discriminator head on every token
 
-(H hidden, F intermediate, E embedding width, V vocabulary, L sequence length). ELECTRA
+(H hidden, F intermediate, E embedding width, V vocabulary, L sequence length; V is
+`padded_vocab_size`, the rows the scores are computed for, padding rows of
+model.vocab_multiple included: RoBERTa-base's 50,304, not 50,265). ELECTRA
 adds its generator's count (its own sizes, MLM head on the predictions) to the
 discriminator's. Not counted, as is usual for MFU (PaLM, appendix B): embedding
 lookups, LayerNorm, activations, softmax, dropout and the optimizer; the sentence-level
@@ -46,7 +48,7 @@ def mlm_head_flops_per_token(model: common.ModelConfig, predictions_per_row: int
                              seq_length: int) -> float:
   """Forward + backward FLOPs per token of the MLM head on `predictions_per_row`."""
   width = model.embedding_size
-  per_prediction = 6 * (model.hidden_size * width + width * model.vocab_size)
+  per_prediction = 6 * (model.hidden_size * width + width * model.padded_vocab_size)
   return per_prediction * predictions_per_row / seq_length
 
 
@@ -56,7 +58,7 @@ def sbo_head_flops_per_token(model: common.ModelConfig, predictions_per_row: int
   hidden, width = model.hidden_size, model.embedding_size
   offset_width = heads.SboHead.position_size
   per_prediction = 6 * ((2 * hidden + offset_width) * hidden + hidden * width
-                        + width * model.vocab_size)
+                        + width * model.padded_vocab_size)
   return per_prediction * predictions_per_row / seq_length
 
 

@@ -35,14 +35,15 @@ from encoderx import config as config_lib
 from encoderx import files as files_lib
 from encoderx import method as method_lib
 from encoderx.export import hf, hf_directory
-from encoderx.models import common
+from encoderx.models import common, embeddings
 
 logger = logging.getLogger("encoderx")
 
 HF_PREFIX = "hf:"
-# Model fields a run keeps from its own config when it starts from another's weights.
+# Model fields a run keeps from its own config when it starts from another's weights
+# (the source's vocabulary padding is dropped and the run's added: vocab_multiple).
 RUN_MODEL_FIELDS = ("hidden_dropout", "attention_dropout", "dtype", "param_dtype",
-                    "scan_layers", "remat")
+                    "scan_layers", "remat", "vocab_multiple")
 # Parameters of the encoder proper; everything else (pooler, heads) may be new or unused.
 ENCODER_SCOPES = (("encoder_model", "embeddings"), ("encoder_model", "encoder"))
 
@@ -57,7 +58,8 @@ class Source:
   name: str
   model: dict  # config.model fields
   vocab: dict  # config.data.vocab fields
-  load_params: callable  # () -> transferable params (unscanned), numpy arrays
+  # () -> transferable params (unscanned, without vocabulary padding rows), numpy arrays
+  load_params: callable
   notes: tuple[str, ...] = ()
 
 
@@ -126,7 +128,8 @@ def _run_source(path: str) -> Source:
       manager.close()
     params = jax.device_get(restored["state"]["params"])
     logger.info("init_from: parameters of step %d of %s", chosen, workdir)
-    return _unscanned(source_method.transferable_params(params), dict(config.model))
+    params = _unscanned(source_method.transferable_params(params), dict(config.model))
+    return embeddings.resize_vocabulary(params, source_method.model_config.vocab_size)
 
   return Source(name=workdir, model=dict(config.model), vocab=dict(config.data.vocab),
                 load_params=load_params)
@@ -245,7 +248,9 @@ def initial_state(trainer):
   fresh = jax.device_get(trainer.init_params())
   method = trainer.method
   run_params = _unscanned(method.transferable_params(fresh), dict(config.model))
-  merged, report = merge(run_params, source.load_params())
+  source_params = embeddings.resize_vocabulary(source.load_params(),
+                                               method.model_config.padded_vocab_size)
+  merged, report = merge(run_params, source_params)
   if config.model.scan_layers:
     merged = hf.stack_layers(merged)
   logger.info("init_from %s: %s", source.name, report.summary())

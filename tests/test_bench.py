@@ -1,5 +1,7 @@
 """The benchmark's measures: the FLOP formula against XLA's count, the ahead-of-time
 compiled step, MFU and the training-loop comparison, the accelerator path on CPU."""
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -37,6 +39,10 @@ def test_head_on_every_position_costs_more():
   every = flops.training_flops_per_token(model, 128, 128)
   head = 6 * (512 * 512 + 512 * model.vocab_size)
   assert every - gathered == pytest.approx(head * (128 - 20) / 128)
+  # The scores of the padding rows (model.vocab_multiple) are computed: counted.
+  padded = dataclasses.replace(model, vocab_multiple=128)  # 8,000 -> 8,064 rows
+  assert (flops.training_flops_per_token(padded, 128, 20) - gathered
+          == pytest.approx(6 * 512 * 64 * 20 / 128))
 
 
 def test_compiled_step_computes_what_the_jitted_step_does(tiny_config):

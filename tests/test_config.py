@@ -46,6 +46,8 @@ def test_unknown_field_in_an_unlocked_config_is_reported():
     ("data.vocab.path", "/no/such/vocab.txt", r"data\.vocab\.path.*does not exist"),
     ("data.seq_length", 1024, r"data\.seq_length.*max_position_embeddings"),
     ("model.hidden_act", "swish2", r"model\.hidden_act"),
+    ("model.vocab_multiple", 0, r"model\.vocab_multiple': must be >= 1 \(1: no padding "
+                                r"rows\), got 0"),
     ("data.process_split", "hosts", r"data\.process_split.*hosts"),
     ("objective.mlm.rate", 1.5, r"objective\.mlm\.rate"),
     ("train.batch_size", 30, r"train\.batch_size.*grad_accum_steps=4"),

@@ -205,7 +205,6 @@ def test_samples_follow_the_generator_softmax_and_replaced_means_different():
   assert float(rtd.sample_terms(jnp.asarray([[5, 7, 8]]), batch)["sampled_correct"]) == 1.0
 
 
-# --- embedding sharing and its gradients ----------------------------------------------------
 def _method_and_batch(config):
   method = electra.ReplacedTokenDetection(config_lib.validate(config))
   params = flax.linen.unbox(method.init(jax.random.key(0))["params"])
@@ -213,6 +212,36 @@ def _method_and_batch(config):
                                    config.train.batch_size, 1, seed=3)
   prepared = method.prepare({k: jnp.asarray(v) for k, v in batch.items()}, jax.random.key(1))
   return method, params, batch, prepared
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_generator_never_samples_a_padding_row(tiny_config, dtype):
+  """model.vocab_multiple=128 puts the 8,000 tokens in 8,064 rows. The generator scores
+  the padding rows at the compute dtype's lowest value, so that even with a padding bias
+  that outscores every token (1e4) no sample is a padding id; the samples still spread
+  over the real tokens."""
+  config = _config(tiny_config)
+  config.model.vocab_multiple, config.model.dtype = 128, dtype
+  method, params, _, prepared = _method_and_batch(config)
+  bias = params["generator"]["mlm_head"]["output_bias"]
+  params["generator"]["mlm_head"]["output_bias"] = bias.at[8000:].set(1e4)
+
+  @jax.jit
+  def generate(params):
+    logits = method.generator.apply({"params": params["generator"]}, prepared)["mlm_logits"]
+    return logits, method.generate(params, prepared, None, jax.random.key(5))[1]
+
+  logits, corrupted = generate(params)
+  assert logits.dtype == jnp.dtype(dtype) and logits.shape[-1] == 8064
+  assert np.all(np.asarray(logits[..., 8000:] == jnp.finfo(logits.dtype).min))
+  sampled = np.take_along_axis(np.asarray(corrupted["input_ids"]),
+                               np.asarray(prepared["masked_positions"]), axis=1)[
+                                   np.asarray(prepared["masked_weights"]) > 0]
+  assert sampled.size >= 40 and sampled.max() < 8000
+  assert len(set(sampled.tolist())) > sampled.size // 2
+
+
+# --- embedding sharing and its gradients ----------------------------------------------------
 
 
 @pytest.mark.parametrize("sharing", ["shared", "gdes"])

@@ -16,7 +16,7 @@ import flax
 import numpy as np
 import pytest
 
-from encoderx.export import hf, writer
+from encoderx.export import hf, hf_directory, writer
 
 from conftest import REPO, _tiny_config  # pylint: disable=g-bad-import-order
 from export_checks import (  # pylint: disable=g-bad-import-order
@@ -92,6 +92,45 @@ def test_configurations_the_family_cannot_represent_are_refused(case):
     hf.to_hf(params, refused, case.family)
   with pytest.raises(hf.ConversionError, match=case.refused_match):
     hf.from_hf(hf.hf_model(model, case.family).state_dict(), refused, case.family)
+
+
+TABLE = ("encoder_model", "embeddings", "word_embeddings", "embedding")
+
+
+def test_a_padded_vocabulary_exports_its_real_rows_and_imports_them_padded(tmp_path):
+  """model.vocab_multiple=128: roberta_tiny's 8,000 tokens get 8,064 rows here (make_run
+  perturbs the padding rows off zero too, which the mask must make moot).
+  RobertaForMaskedLM gets the 8,000 real rows and computes encoderx's logits on them;
+  the .npz has 8,000 rows; reading the export back pads zero rows, and exporting that
+  again gives the same bytes."""
+  workdir = str(tmp_path / "run")
+  method, params = make_run(_config("roberta_tiny", vocab_multiple=128), workdir)
+  model = method.model_config
+  assert (model.vocab_size, model.padded_vocab_size) == (8000, 8064)
+  ours = flax.traverse_util.flatten_dict(params)
+  vocabulary_params = (TABLE, ("mlm_head", "output_bias"))
+  assert all(ours[path].shape[0] == 8064 and np.abs(ours[path][8000:]).max() > 0
+             for path in vocabulary_params)
+  exported = writer.export_hf(workdir, str(tmp_path / "hf"))
+  diffs = check_export_parity(method, params, exported, method.vocabulary.pad_id)
+  print("padded roberta export parity: "
+        + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
+  assert transformers.AutoConfig.from_pretrained(exported.output).vocab_size == 8000
+  state_dict = hf_directory.read_state_dict(exported.output)
+  assert state_dict["roberta.embeddings.word_embeddings.weight"].shape == (8000, 32)
+  assert state_dict["lm_head.bias"].shape == (8000,)
+  imported, head, _ = hf.import_state_dict(state_dict, model, "roberta")
+  back = flax.traverse_util.flatten_dict(imported)
+  for path in vocabulary_params:
+    assert back[path].shape[0] == 8064 and not np.any(back[path][8000:])
+    np.testing.assert_array_equal(back[path][:8000], ours[path][:8000])
+  again = hf.to_hf(imported, model, "roberta", head)
+  assert all(value.tobytes() == state_dict[name].tobytes() for name, value in again.items())
+  output = str(tmp_path / "params.npz")
+  writer.export_npz(workdir, output)
+  with np.load(output) as arrays:
+    assert arrays["/".join(TABLE)].shape == (8000, 32)
+    assert arrays["mlm_head/output_bias"].shape == (8000,)
 
 
 def test_a_run_the_family_cannot_represent_is_refused_and_nothing_written(tmp_path):

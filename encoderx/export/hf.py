@@ -34,7 +34,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from encoderx.models import common
+from encoderx.models import common, embeddings
 
 
 class ConversionError(ValueError):
@@ -752,9 +752,11 @@ def is_buffer(name: str) -> bool:
 
 
 def _flat_params(params, config: common.ModelConfig) -> dict[str, np.ndarray]:
+  """Unboxed, unscanned, without the vocabulary's padding rows, by path."""
   params = nn.unbox(params)
   if config.scan_layers:
     params = unstack_layers(params, config.num_layers)
+  params = embeddings.resize_vocabulary(params, config.vocab_size)
   return {"/".join(k): v for k, v in
           flax.traverse_util.flatten_dict(jax.device_get(params)).items()}
 
@@ -776,6 +778,8 @@ def export_state_dict(params, config: common.ModelConfig, family: str = "bert",
   params all have). Every weight of the class must come from a parameter, and every
   parameter must go to a weight, but for whole parts (heads, the pooler) named in
   `drop` (None: any part but the encoder's). Raises ConversionError naming the rest.
+  The vocabulary's padding rows (model.vocab_multiple) are left out: the class has
+  `vocab_size` rows, as config.json says.
   """
   fam = family_named(family)
   fam.check(config)
@@ -826,7 +830,8 @@ def import_state_dict(state_dict: Mapping[str, object], config: common.ModelConf
   class converts; a weight left over is a ConversionError. With `unused_heads`, weights
   may be of a class with no rules here (BertForQuestionAnswering, ...): its encoder (and
   pooler) convert and its head weights are returned in `unused`; the encoder's must
-  still all convert.
+  still all convert. The vocabulary parameters come padded with zero rows to
+  `config.padded_vocab_size` (model.vocab_multiple); export drops those rows again.
   """
   fam = family_named(family)
   fam.check(config)
@@ -862,7 +867,8 @@ def import_state_dict(state_dict: Mapping[str, object], config: common.ModelConf
                           f"{', '.join(refused)}.")
   flat = {tuple(path.split("/")): transform.to_flax(_numpy(state_dict[hf_name]), config)
           for hf_name, path, transform in rules}
-  params = flax.traverse_util.unflatten_dict(flat)
+  params = embeddings.resize_vocabulary(flax.traverse_util.unflatten_dict(flat),
+                                        config.padded_vocab_size)
   if config.scan_layers:
     params = stack_layers(params)
   return params, head, left

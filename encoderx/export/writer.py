@@ -55,7 +55,7 @@ class _Run:
   config: object
   method: method_lib.Method
   model_config: common.ModelConfig
-  params: dict  # transferable, unscanned numpy arrays
+  params: dict  # transferable, unscanned numpy arrays, no vocabulary padding rows
 
 
 def _load_run(workdir: str, step: int | None) -> _Run:
@@ -173,7 +173,8 @@ def export_hf(workdir: str, output: str, step: int | None = None,
 
 def export_npz(workdir: str, output: str, step: int | None = None) -> Exported:
   """Writes every transferable parameter of the run (step) as numpy arrays keyed by
-  their paths ('encoder_model/embeddings/word_embeddings/embedding', ...), unscanned:
+  their paths ('encoder_model/embeddings/word_embeddings/embedding', ...), unscanned and
+  with `vocab_size` rows (the padding rows of model.vocab_multiple dropped):
   `numpy.load(output)`."""
   output = str(files_lib.path(output))
   if not output.endswith(".npz"):

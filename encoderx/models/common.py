@@ -39,6 +39,12 @@ class ModelConfig:
   # BERT and a RoBERTa of equal sizes differ only in tokenizer and position offset).
   family: str = "bert"
   vocab_size: int = 0  # 0: the vocabulary's size.
+  # The word-embedding table and the vocabulary-sized output biases get vocab_size
+  # rounded up to a multiple of this (`padded_vocab_size`), so that they split over the
+  # mesh axes of the 'vocab' rule (RoBERTa's 50,265 -> 50,304 with 128). vocab_size
+  # stays the real number of tokens: the padding rows start at zero, are masked out of
+  # every softmax over the vocabulary (their gradients are zero), and export drops them.
+  vocab_multiple: int = 1
   hidden_size: int = 768
   num_layers: int = 12
   num_heads: int = 12
@@ -106,14 +112,28 @@ class ModelConfig:
     return jnp.dtype(self.param_dtype)
 
   @property
+  def padded_vocab_size(self) -> int:
+    """The rows of the word embedding and the output biases: vocab_size rounded up to a
+    multiple of vocab_multiple."""
+    return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
+
+  @property
   def head_dim(self) -> int:
     return self.hidden_size // self.num_heads
 
 
-def initializer(config: ModelConfig, axes: tuple[str | None, ...]):
-  """BERT's init, N(0, initializer_range) truncated at 2 standard deviations."""
-  return nn.with_logical_partitioning(
-      nn.initializers.truncated_normal(stddev=config.initializer_range), axes)
+def initializer(config: ModelConfig, axes: tuple[str | None, ...], rows: int | None = None):
+  """BERT's init, N(0, initializer_range) truncated at 2 standard deviations. With `rows`,
+  only the first `rows` rows are drawn (as a table of that many rows would be) and the
+  rows below are zeros (the vocabulary's padding rows)."""
+  init = nn.initializers.truncated_normal(stddev=config.initializer_range)
+  if rows is None:
+    return nn.with_logical_partitioning(init, axes)
+
+  def zero_padded(key, shape, dtype=jnp.float32):
+    table = init(key, (rows, *shape[1:]), dtype)
+    return jnp.pad(table, [(0, shape[0] - rows)] + [(0, 0)] * (len(shape) - 1))
+  return nn.with_logical_partitioning(zero_padded, axes)
 
 
 def zeros(axes):

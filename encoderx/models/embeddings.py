@@ -1,11 +1,54 @@
-"""Token + learned absolute position (optional) + segment (token type) embeddings."""
+"""Token + learned absolute position (optional) + segment (token type) embeddings, and
+the scores against the token embeddings (the tied output layer of the LM heads).
+
+The vocabulary-sized parameters have `config.padded_vocab_size` rows (`vocab_size`
+rounded up to `vocab_multiple`, so that they split over the mesh): the word embedding
+table and the output biases of the heads scored against it. `is_vocabulary_param`
+names them by path and `resize_vocabulary` cuts or pads their rows; the padding rows
+are masked out of every score here (`Embeddings.attend`).
+"""
 from __future__ import annotations
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from encoderx.models import common
 from encoderx.models import dropout as dropout_lib
+
+# The names of the vocabulary-sized parameters: the word embedding table (module
+# `word_embeddings`, whatever its scope: DeBERTa-v3's GDES delta of it is
+# `embedding_deltas/word_embeddings`, methods/electra.py) and a head's `output_bias`.
+WORD_EMBEDDINGS = "word_embeddings"
+OUTPUT_BIAS = "output_bias"
+
+
+def is_vocabulary_param(path: tuple[str, ...]) -> bool:
+  """Whether the parameter at `path` (its names, any prefix) has a row per token."""
+  return WORD_EMBEDDINGS in path or path[-1] == OUTPUT_BIAS
+
+
+def resize_vocabulary(params, rows: int):
+  """`params` (a nested dict of unboxed numpy or jax arrays, of any method or scope) with
+  every vocabulary parameter cut or zero-padded to `rows` rows; the others untouched.
+  Cutting to `vocab_size` drops the padding rows (export); padding to
+  `padded_vocab_size` adds them (import, --init_from)."""
+  def resize(path, value):
+    names = tuple(getattr(key, "key", key) for key in path)
+    if not is_vocabulary_param(names) or value.shape[0] == rows:
+      return value
+    if value.shape[0] > rows:
+      return value[:rows]
+    pad = np.pad if isinstance(value, np.ndarray) else jnp.pad
+    return pad(value, [(0, rows - value.shape[0])] + [(0, 0)] * (value.ndim - 1))
+  return jax.tree_util.tree_map_with_path(resize, params)
+
+
+def output_bias(module: nn.Module, config: common.ModelConfig) -> jax.Array:
+  """A head's bias over the vocabulary [padded_vocab] (zeros), created in `module`."""
+  return module.param(OUTPUT_BIAS, common.zeros(("vocab",)), (config.padded_vocab_size,),
+                      config.weights_dtype)
 
 
 class Embeddings(nn.Module):
@@ -25,11 +68,13 @@ class Embeddings(nn.Module):
 
   def setup(self):
     config = self.config
-    embed = lambda n, axes, name: nn.Embed(  # pylint: disable=g-long-lambda
+    embed = lambda n, axes, name, drawn=None: nn.Embed(  # pylint: disable=g-long-lambda
         n, config.embedding_size, dtype=config.compute_dtype,
         param_dtype=config.weights_dtype,
-        embedding_init=common.initializer(config, axes), name=name)
-    self.word_embeddings = embed(config.vocab_size, ("vocab", "embed"), "word_embeddings")
+        embedding_init=common.initializer(config, axes, drawn), name=name)
+    # vocab_size rows drawn as an unpadded table's; the padding rows below them zeros.
+    self.word_embeddings = embed(config.padded_vocab_size, ("vocab", "embed"),
+                                 WORD_EMBEDDINGS, config.vocab_size)
     if config.position_embedding == "absolute" or config.enhanced_mask_decoder:
       self.position_embeddings = embed(config.max_position_embeddings,
                                        ("positions", "embed"), "position_embeddings")
@@ -64,7 +109,16 @@ class Embeddings(nn.Module):
     """The position table's rows: [batch, length] -> [batch, length, embedding]."""
     return self.position_embeddings(positions + self.config.position_offset)
 
-  def attend(self, x: jax.Array) -> jax.Array:
-    """Scores against every token embedding (the tied output layer): [..., E] -> [..., V]."""
-    return self.word_embeddings.attend(x.astype(self.config.compute_dtype))
+  def attend(self, x: jax.Array, bias: jax.Array) -> jax.Array:
+    """Scores against every token embedding plus a head's `bias` (`output_bias`): the
+    tied output layer, [..., E] -> [..., padded_vocab]. The padding rows score the
+    dtype's lowest value: softmax gives them 0 (exactly, in float32 and bfloat16), argmax
+    and sampling never pick them, and no gradient reaches their rows or bias."""
+    config = self.config
+    scores = (self.word_embeddings.attend(x.astype(config.compute_dtype))
+              + bias.astype(config.compute_dtype))
+    if config.padded_vocab_size == config.vocab_size:
+      return scores
+    real = jnp.arange(config.padded_vocab_size) < config.vocab_size
+    return jnp.where(real, scores, jnp.finfo(scores.dtype).min)
 

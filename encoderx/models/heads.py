@@ -30,10 +30,7 @@ def _transform(config: common.ModelConfig, x: jax.Array, features: int, dense_na
 def _tied_scores(module: nn.Module, x: jax.Array,
                  embeddings: embeddings_lib.Embeddings) -> jax.Array:
   """Scores of [..., embedding] against every token embedding, + the module's own bias."""
-  config = module.config
-  bias = module.param("output_bias", common.zeros(("vocab",)), (config.vocab_size,),
-                      config.weights_dtype)
-  return embeddings.attend(x) + bias.astype(config.compute_dtype)
+  return embeddings.attend(x, embeddings_lib.output_bias(module, module.config))
 
 
 class MlmHead(nn.Module):

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from encoderx.models import attention, common, pretraining, two_stream_attention
 from encoderx.models import dropout as dropout_lib
+from encoderx.models import embeddings as embeddings_lib
 
 
 class PlmHead(nn.Module):
@@ -28,8 +29,7 @@ class PlmHead(nn.Module):
     config = self.config
     self.mask_emb = self.param("mask_emb", common.initializer(config, ("embed",)),
                                (config.hidden_size,), config.weights_dtype)
-    self.output_bias = self.param("output_bias", common.zeros(("vocab",)),
-                                  (config.vocab_size,), config.weights_dtype)
+    self.output_bias = embeddings_lib.output_bias(self, config)
 
   def query_start(self, shape: tuple[int, int]) -> jax.Array:
     """[batch, predictions] -> [batch, predictions, hidden]: the learned vector."""
@@ -38,8 +38,8 @@ class PlmHead(nn.Module):
     return common.constrain_hidden(start)
 
   def __call__(self, hidden: jax.Array, embeddings) -> jax.Array:
-    """[batch, predictions, hidden] -> [batch, predictions, vocab]."""
-    return embeddings.attend(hidden) + self.output_bias.astype(self.config.compute_dtype)
+    """[batch, predictions, hidden] -> [batch, predictions, padded_vocab]."""
+    return embeddings.attend(hidden, self.output_bias)
 
 
 class PermutationLanguageModel(nn.Module):
