@@ -36,11 +36,13 @@ import os
 import time
 
 import grain.checkpoint
+import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
 from encoderx import checksum
 from encoderx import config as config_lib
+from encoderx import distributed
 from encoderx import files as files_lib
 
 logger = logging.getLogger("encoderx")
@@ -64,6 +66,26 @@ class CheckpointError(RuntimeError):
 
 class _Damaged(Exception):
   """A checkpoint that cannot be read, or that reads back other than it was written."""
+
+
+def _on_every_process(read):
+  """read()'s result; or, when it raised _Damaged on any process, _Damaged on every one
+  (naming the processes that failed): a checkpoint that one process cannot read is damaged
+  for all of them, so that they all go on with the same step and meet at the same
+  collectives. Every process must call it at the same point."""
+  problem = result = None
+  try:
+    result = read()
+  except _Damaged as error:
+    problem = str(error)
+  reports = distributed.exchange(problem)
+  failed = [index for index, report in enumerate(reports) if report is not None]
+  if not failed:
+    return result
+  if len(reports) == 1:
+    raise _Damaged(problem)
+  raise _Damaged("; ".join(f"process {index} of {len(reports)}: {reports[index]}"
+                           for index in failed))
 
 
 def _differences(stored: dict, current: dict, prefix: str = "",
@@ -229,10 +251,11 @@ class Checkpoints:
     damaged = []
     for step in sorted(self.manager.all_steps(), reverse=True):
       try:
-        items = self._json_items(step)
+        items = _on_every_process(lambda: self._json_items(step))
         self._check_model(step, items["model"], description)
         self._check_training(step, items["model"], description, allow_config_change)
-        state = self._restore_state(step, abstract_state, items.get("checksums"))
+        state = _on_every_process(lambda: self._read_state(step, abstract_state))
+        self._verify_state(step, state, items.get("checksums"))
       except _Damaged as error:
         logger.warning("checkpoint %d is damaged: %s", step, error)
         damaged.append((step, str(error)))
@@ -274,21 +297,24 @@ class Checkpoints:
             + " differ from their checksums at save")
     return items
 
-  def _restore_state(self, step: int, abstract_state, stored_checksums: dict | None):
+  def _read_state(self, step: int, abstract_state):
     try:
-      state = self.manager.restore(step, args=ocp.args.Composite(
+      return self.manager.restore(step, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(abstract_state)))["state"]
     except Exception as error:  # pylint: disable=broad-except
       raise _Damaged(f"{os.path.join(self._step_directory(step), 'state')} cannot be "
                      f"read: {_reason(error)} (a damaged file, or a checkpoint of another "
                      "encoderx version)") from None
+
+  def _verify_state(self, step: int, state, stored_checksums: dict | None) -> None:
+    """Raises _Damaged unless `state` matches its checksums at save. The checksums are of
+    the global arrays (one collective), so every process gets the same answer."""
     if stored_checksums is not None:
       wrong = checksum.differences(stored_checksums["state"], checksum.arrays(state))
       if wrong:
         raise _Damaged(
             f"{len(wrong)} array(s) of {os.path.join(self._step_directory(step), 'state')} "
             f"differ from their checksums at save: {_listing(wrong)}")
-    return state
 
   def _own_position(self, step: int, position: dict) -> dict:
     """This process's data position at `step`; checkpoints written before positions were
@@ -305,12 +331,23 @@ class Checkpoints:
 
   def _move_aside(self, steps: list[int]) -> None:
     """Damaged checkpoints go where orbax no longer sees them (a resumed run will save
-    those steps again), and nothing is deleted."""
-    damaged = files_lib.path(self._damaged_directory())
-    damaged.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for step in steps:
-      files_lib.path(self._step_directory(step)).rename(damaged / f"{step}-{stamp}")
+    those steps again), and nothing is deleted. Process 0 moves them (the checkpoints are
+    shared); the others wait for it, and all fail if it could not."""
+    problem = None
+    if jax.process_index() == 0:
+      damaged = files_lib.path(self._damaged_directory())
+      stamp = time.strftime("%Y%m%d-%H%M%S")
+      try:
+        damaged.mkdir(parents=True, exist_ok=True)
+        for step in steps:
+          files_lib.path(self._step_directory(step)).rename(damaged / f"{step}-{stamp}")
+      except OSError as error:
+        problem = (f"damaged checkpoints (steps {', '.join(map(str, steps))}) could not be "
+                   f"moved from {self.directory} to {damaged}: {_reason(error)}. Move them "
+                   "yourself and resume again.")
+    problem = distributed.exchange(problem)[0]
+    if problem is not None:
+      raise CheckpointError(problem)
     self.manager.reload()
 
   # --- writing ------------------------------------------------------------------------------

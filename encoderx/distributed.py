@@ -11,13 +11,22 @@ processes find each other through a coordinator (process 0's address):
       --num_processes=N                (JAX_NUM_PROCESSES)
       --process_id=I, 0 <= I < N       (JAX_PROCESS_ID)
 Without either, the run is one process and nothing is initialized.
+
+Once joined, the processes agree on the outcome of each phase of start-up checks
+(`agreement`): a check that fails on one process (a file missing on one worker) fails on
+all of them with the same message, instead of leaving the others waiting in their next
+collective until JAX's timeout.
 """
 from __future__ import annotations
 
+import contextlib
+import itertools
+import json
 import logging
 import os
 
 import jax
+import numpy as np
 
 from encoderx import config as config_lib
 
@@ -82,3 +91,102 @@ def initialize(coordinator_address: str = "", num_processes: int | None = None,
               jax.process_count(), jax.local_device_count(), jax.device_count())
   return True
 
+
+
+class ProcessFailed(RuntimeError):
+  """Another process of the run failed with an error that is not the user's (or did not
+  answer); its own log has the traceback."""
+
+
+# How long a process waits for the others at an exchange: the slowest process's checks
+# (reading a corpus, restoring a checkpoint) hold the others up at most this long.
+EXCHANGE_TIMEOUT_S = 30 * 60
+_exchanges = itertools.count()  # exchanges happen in the same order on every process
+_PREFIX = "encoderx/exchange"
+
+
+def _client():
+  """jax.distributed's coordination client (its key-value store). It has no public API in
+  jax 0.10; orbax reaches it the same way."""
+  from jax._src import distributed as jax_distributed  # pylint: disable=g-import-not-at-top
+  return jax_distributed.global_state.client
+
+
+def exchange(value) -> list:
+  """Every process's `value` (JSON-able), in process order, through jax.distributed's
+  key-value store (no device work). Every process must call it at the same point of the
+  run. One process: [value], nothing exchanged. Raises ProcessFailed when a process does
+  not answer within EXCHANGE_TIMEOUT_S."""
+  count, me = jax.process_count(), jax.process_index()
+  if count == 1:
+    return [value]
+  client, number = _client(), next(_exchanges)
+  client.key_value_set(f"{_PREFIX}/{number}/{me}", json.dumps(value))
+  values = []
+  for index in range(count):
+    try:
+      values.append(json.loads(client.blocking_key_value_get(
+          f"{_PREFIX}/{number}/{index}", EXCHANGE_TIMEOUT_S * 1000)))
+    except jax.errors.JaxRuntimeError as error:
+      raise ProcessFailed(f"process {index} of {count} did not answer ("
+                          f"{_first_line(error)}).") from None
+  if number:  # every process is past the previous exchange: its keys can go
+    client.key_value_delete(f"{_PREFIX}/{number - 1}/{me}")
+  return values
+
+
+def any_process(flag: bool) -> bool:
+  """Whether `flag` holds on any process (one small all-gather over the devices); every
+  process must call it at the same point. One process: `flag`."""
+  if jax.process_count() == 1:
+    return flag
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  return bool(np.any(multihost_utils.process_allgather(np.int32(flag))))
+
+
+def _first_line(error: Exception) -> str:
+  return (str(error).splitlines() or [""])[0][:300]
+
+
+def _processes(indices: list[int]) -> str:
+  names = ", ".join(map(str, indices))
+  return (f"process{'es' if len(indices) > 1 else ''} {names} of {jax.process_count()}")
+
+
+@contextlib.contextmanager
+def agreement(errors: tuple[type[Exception], ...]):
+  """A phase of checks whose outcome every process shares. Every process runs the body;
+  they exchange success or the error (class and message), and if the body raised on any
+  of them, every process raises the same error: of the class in `errors` (the user
+  errors) that the first failing process's error is an instance of, with a message naming
+  the failing processes and what each reported ('process 1 of 2: config field ...').
+  A process whose own error is not one of `errors` re-raises it (its traceback is the
+  report); the others raise ProcessFailed naming it.
+
+  The body must not enter a collective: a process that failed before it would leave the
+  others waiting there. One process: the body runs as it is, nothing exchanged.
+  """
+  if jax.process_count() == 1:
+    yield
+    return
+  failure = None
+  try:
+    yield
+  except Exception as error:  # pylint: disable=broad-except  (shared, then raised)
+    failure = error
+  kinds = [i for i, kind in enumerate(errors) if isinstance(failure, kind)]
+  reports = exchange(None if failure is None else {
+      "kind": kinds[0] if kinds else None,
+      "message": str(failure) if kinds
+                 else f"{type(failure).__name__}: {_first_line(failure)}"})
+  failed = [i for i, report in enumerate(reports) if report is not None]
+  if not failed:
+    return
+  if failure is not None and not kinds:
+    raise failure
+  by_message = {}
+  for index in failed:
+    by_message.setdefault(reports[index]["message"], []).append(index)
+  message = "; ".join(f"{_processes(indices)}: {text}" for text, indices in by_message.items())
+  kind = reports[failed[0]]["kind"]
+  raise (ProcessFailed if kind is None else errors[kind])(message) from failure

@@ -18,12 +18,14 @@ a signal to any one); `--resume` continues it exactly where it stopped.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import signal
 import sys
 import threading
 import time
+from typing import Iterator
 
 import jax
 import ml_collections
@@ -68,9 +70,7 @@ class _StopRequest:
     if jax.process_count() == 1:
       self.stopping = self.stopping or self.requested
     elif agree and not self.stopping:
-      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-      asked = multihost_utils.process_allgather(np.int32(self.requested))
-      self.stopping = bool(np.any(asked))
+      self.stopping = distributed.any_process(self.requested)
     return self.stopping
 
   @contextlib.contextmanager
@@ -116,10 +116,11 @@ def _local_batch_size(config, global_batch: int) -> int:
   return global_batch if _by_rows(config) else global_batch // jax.process_count()
 
 
-def _device_batch(trainer: trainer_lib.Trainer, batch: dict[str, np.ndarray]):
-  """This process's batch as global arrays; in rows mode `batch` is the global batch,
-  of which this process keeps the rows its devices hold."""
-  if _by_rows(trainer.config):
+def _device_batch(trainer: trainer_lib.Trainer, batch: dict[str, np.ndarray],
+                  whole: bool = False):
+  """This process's batch as global arrays; in rows mode, or with `whole`, `batch` is the
+  global batch, of which this process keeps the rows its devices hold."""
+  if whole or _by_rows(trainer.config):
     rows = trainer.process_rows(len(next(iter(batch.values()))))
     batch = {name: value[rows] for name, value in batch.items()}
   return trainer.device_batch(batch)
@@ -131,16 +132,36 @@ def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, state,
   (the same examples and masks at every evaluation of a run), or, with eval.batches=0,
   over every example of it once."""
   config = trainer.config
+  batch_size = _local_batch_size(config, config.eval.batch_size)
   batches = pipeline.evaluation_batches(
-      task, "validation", phase.seq_length,
-      _local_batch_size(config, config.eval.batch_size), count=config.eval.batches,
+      task, "validation", phase.seq_length, batch_size, count=config.eval.batches,
       seed=config.train.seed, shard_info=_shard_info(config))
+  if not config.eval.batches:  # each process's shard has its own number of batches
+    batches = _padded_to_every_process(batches, lambda: next(pipeline.whole_split(
+        task, "validation", phase.seq_length, batch_size, config.train.seed)))
   evaluate_step = trainer.evaluate_step(phase.index)
   key = jax.random.key(config.train.seed + 1)
   outputs = [evaluate_step(state.params, state.method_state, _device_batch(trainer, batch),
                            jax.random.fold_in(key, index))
              for index, batch in enumerate(batches)]
   return trainer.methods[phase.index].summarize_evaluation(jax.device_get(outputs))
+
+
+def _padded_to_every_process(batches, split_batch) -> Iterator[dict[str, np.ndarray]]:
+  """A whole split's `batches` (this process's shard of it), then batches of padding
+  rows (zeros, `example_weight` 0.0) for as long as another process has batches left:
+  every process runs the same evaluation steps, the most any of them needs (one
+  all-gather per batch; one process: `batches` as they are). `split_batch()` gives a
+  batch of the split, the padding's shape when this process's shard is empty."""
+  last = None
+  for batch in itertools.chain(batches, itertools.repeat(None)):
+    if not distributed.any_process(batch is not None):
+      return
+    if batch is None:
+      batch = {name: np.zeros_like(value)
+               for name, value in (last if last is not None else split_batch()).items()}
+    last = batch
+    yield batch
 
 
 def _write_config(config, workdir: str) -> None:
@@ -243,30 +264,49 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
   Returns {'history': [{'step', 'loss', ...}, ...] (one per log interval),
   'eval': {...held-out metrics...}, 'step': last step, 'stopped': bool,
   'params': the trained parameters, 'method_state': the method's state}.
+  With several processes, every user error before the first step fails on every
+  process with the same message (distributed.agreement), checked in phases: the config,
+  data and work directory; the checkpoint restored (or refused); the first batch.
   """
-  config = initialize.resolve_config(config)
-  trainer = trainer_lib.Trainer(config, devices=devices)
-  checkpoint_dir = os.path.join(str(files_lib.path(workdir)), "checkpoints")
-  if resume and not allow_fresh_start and not checkpoint_lib.has_checkpoints(checkpoint_dir):
-    raise checkpoint_lib.CheckpointError(
-        f"--resume: {files_lib.path(workdir)} holds no checkpoint to resume. Check the "
-        "path; to start a new run where there is none (a launch script that always passes "
-        "--resume), add --allow_fresh_start.")
-  workdir = workdir_lib.prepare(workdir)
-  lock = workdir_lib.Lock(workdir) if jax.process_index() == 0 else contextlib.nullcontext()
-  with lock:
-    return _run_in(trainer, workdir, resume, stop_at_step, show_progress,
+  with contextlib.ExitStack() as held:
+    with distributed.agreement(USER_ERRORS):
+      config = initialize.resolve_config(config)
+      trainer = trainer_lib.Trainer(config, devices=devices)
+      checkpoint_dir = os.path.join(str(files_lib.path(workdir)), "checkpoints")
+      if (resume and not allow_fresh_start
+          and not checkpoint_lib.has_checkpoints(checkpoint_dir)):
+        raise checkpoint_lib.CheckpointError(
+            f"--resume: {files_lib.path(workdir)} holds no checkpoint to resume. Check the "
+            "path; to start a new run where there is none (a launch script that always "
+            "passes --resume), add --allow_fresh_start.")
+      workdir = workdir_lib.prepare(workdir)
+      if jax.process_index() == 0:
+        held.enter_context(workdir_lib.Lock(workdir))
+      trainer.method.check_data()
+      task = trainer.method.task()
+    return _run_in(trainer, task, workdir, resume, stop_at_step, show_progress,
                    allow_config_change)
 
 
-def _run_in(trainer: trainer_lib.Trainer, workdir: str, resume: bool,
+def _latest_step(checkpoints: checkpoint_lib.Checkpoints) -> int | None:
+  """The newest checkpoint's step, which every process must see the same."""
+  steps = distributed.exchange(checkpoints.latest_step())
+  if len(set(steps)) > 1:
+    seen = ", ".join(f"process {i}: {'none' if s is None else f'step {s}'}"
+                     for i, s in enumerate(steps))
+    raise checkpoint_lib.CheckpointError(
+        f"the processes see different checkpoints in {checkpoints.directory} ({seen}). "
+        "Every worker must see the same work directory: a gs:// bucket or a shared file "
+        "system, not each its own disk.")
+  return steps[0]
+
+
+def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume: bool,
             stop_at_step: int | None, show_progress: bool, allow_config_change: bool) -> dict:
-  """run() in a work directory that this run has locked."""
+  """run() in a work directory that this run has locked, its data checked."""
   from clu import metric_writers  # pylint: disable=g-import-not-at-top
 
   config = trainer.config
-  trainer.method.check_data()
-  task = trainer.method.task()
   description = trainer.describe()
   checkpoints = checkpoint_lib.Checkpoints(os.path.join(workdir, "checkpoints"),
                                            keep=config.checkpoint.keep,
@@ -281,16 +321,20 @@ def _run_in(trainer: trainer_lib.Trainer, workdir: str, resume: bool,
   history, eval_metrics, position = [], {}, {}
   try:
     start_step = kept_step = None
-    if checkpoints.latest_step() is None:
-      state = initialize.initial_state(trainer)
-      logger.info("starting a new run in %s%s", workdir,
-                  " (--resume: no checkpoint there; --allow_fresh_start)" if resume else "")
-    elif not resume:
-      checkpoints.refuse_new_run(description)
-    else:
-      start_step, state, position, kept_step = checkpoints.restore_latest(
-          trainer.abstract_state_with_shardings(), description, allow_config_change)
-      logger.info("resuming %s from step %d", workdir, start_step)
+    latest = _latest_step(checkpoints)
+    # Restoring reads the shared checkpoint with collectives: it fails on every process
+    # or on none, and the processes agree on the message.
+    with distributed.agreement(USER_ERRORS):
+      if latest is None:
+        state = initialize.initial_state(trainer)
+        logger.info("starting a new run in %s%s", workdir,
+                    " (--resume: no checkpoint there; --allow_fresh_start)" if resume else "")
+      elif not resume:
+        checkpoints.refuse_new_run(description)
+      else:
+        start_step, state, position, kept_step = checkpoints.restore_latest(
+            trainer.abstract_state_with_shardings(), description, allow_config_change)
+        logger.info("resuming %s from step %d", workdir, start_step)
     skips = _SkipWatch(trainer, state, start_step, kept_step)
     if jax.process_index() == 0:
       _write_config(config, workdir)
@@ -318,15 +362,19 @@ def _run_in(trainer: trainer_lib.Trainer, workdir: str, resume: bool,
         if step >= phase.end:
           continue
         start = position if position.get("phase") == phase.index else None
-        batches = pipeline.batch_iterator(
-            task, "train", phase.seq_length, _local_batch_size(config, config.train.batch_size),
-            seed=config.train.seed + 1000 * phase.index, shard_info=_shard_info(config),
-            position=start)
-        train_step = None
-        meter = _Meter(config.train.batch_size * phase.seq_length)
+        batches = None
         try:
+          with distributed.agreement(USER_ERRORS):  # the data's errors, to the first batch
+            batches = pipeline.batch_iterator(
+                task, "train", phase.seq_length,
+                _local_batch_size(config, config.train.batch_size),
+                seed=config.train.seed + 1000 * phase.index, shard_info=_shard_info(config),
+                position=start)
+            feed = itertools.chain([next(batches)], batches)
+          train_step = None
+          meter = _Meter(config.train.batch_size * phase.seq_length)
           while step < phase.end and not stop.stopping:
-            batch = _device_batch(trainer, next(batches))
+            batch = _device_batch(trainer, next(feed))
             if train_step is None:  # compiled ahead of time, its cost logged
               train_step, cost = trainer.compile_train_step(state, batch, phase.index)
               logger.info("train step at length %d %s", phase.seq_length, cost.describe())
@@ -352,7 +400,8 @@ def _run_in(trainer: trainer_lib.Trainer, workdir: str, resume: bool,
               evaluation = evaluate_and_log(state, phase, step)  # main() prints the last
               logger.info("evaluation at step %d: %s", step, _format_eval(evaluation))
         finally:
-          batches.close()
+          if batches is not None:
+            batches.close()
         if stop.stopping:
           break
       if stop.stopping and checkpoints.latest_step() != step:
@@ -374,17 +423,24 @@ def predict(config: ml_collections.ConfigDict, workdir: str, input_path: str,
             output_path: str = "", devices=None) -> tuple[int, str]:
   """Writes the predictions of the run in `workdir` (its best checkpoint, else its
   latest) for the examples of `input_path` to `output_path` (default: the method's
-  prediction file in `workdir`); returns their number and the path."""
-  config = initialize.resolve_config(config)
-  trainer = trainer_lib.Trainer(config, devices=devices)
-  abstract = trainer.abstract_state_with_shardings()
-  workdir = str(files_lib.path(workdir))
-  params, method_state = checkpoint_lib.restore_for_inference(
-      workdir, trainer.describe(), abstract, config.eval.best_metric, config.eval.best_mode)
+  prediction file in `workdir`); returns their number and the path.
+
+  With several processes, every process reads the whole file in global batches and
+  feeds the rows its devices hold (the files to predict are small): all run the same
+  steps, and the predictions come back each row once, in input order.
+  """
+  with distributed.agreement(USER_ERRORS):
+    config = initialize.resolve_config(config)
+    trainer = trainer_lib.Trainer(config, devices=devices)
+    workdir = str(files_lib.path(workdir))
+    rows, batches = trainer.method.prediction_batches(input_path, config.eval.batch_size)
+  with distributed.agreement(USER_ERRORS):  # see run(): fails on every process or none
+    params, method_state = checkpoint_lib.restore_for_inference(
+        workdir, trainer.describe(), trainer.abstract_state_with_shardings(),
+        config.eval.best_metric, config.eval.best_mode)
   predict_step = trainer.predict_step()
-  rows, batches = trainer.method.prediction_batches(
-      input_path, _local_batch_size(config, config.eval.batch_size))
-  outputs = [jax.device_get(predict_step(params, method_state, _device_batch(trainer, b)))
+  outputs = [jax.device_get(predict_step(params, method_state,
+                                         _device_batch(trainer, b, whole=True)))
              for b in batches]
   predictions = {name: np.concatenate([o[name] for o in outputs])[:len(rows)]
                  for name in outputs[0]} if outputs else {}
@@ -436,7 +492,8 @@ def main(argv) -> None:
     if distributed.initialize(flags_.coordinator_address, flags_.num_processes,
                               flags_.process_id) and jax.process_index() > 0:
       logger.setLevel(logging.WARNING)  # process 0 reports the run
-    config = _config_from_flags(flags_)
+    with distributed.agreement(USER_ERRORS):  # a per-process flag or gin file
+      config = _config_from_flags(flags_)
     if flags_.predict:
       count, output = predict(config, flags_.workdir, flags_.predict,
                               flags_.predict_output)
@@ -449,6 +506,9 @@ def main(argv) -> None:
   except USER_ERRORS as error:
     print(f"encoderx: error: {error}", file=sys.stderr)
     sys.exit(2)
+  except distributed.ProcessFailed as error:  # another process's log has the traceback
+    print(f"encoderx: error: {error}", file=sys.stderr)
+    sys.exit(1)
   if jax.process_index() > 0:
     return  # process 0 reports
   if result["stopped"]:

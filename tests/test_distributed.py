@@ -1,5 +1,6 @@
 """Runs of several processes (encoderx/distributed.py): the settings, and two processes of
 4 CPU devices each training together on one machine (a localhost coordinator)."""
+import itertools
 import os
 import pathlib
 import re
@@ -7,15 +8,21 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
+import jax
 import numpy as np
 import pytest
 
 from conftest import REPO
+from test_faults import _flip_bytes, _largest_file  # pylint: disable=g-bad-import-order
+from encoderx import checkpoint as checkpoint_lib
 from encoderx import config as config_lib
 from encoderx import distributed
 from encoderx import plot
+from encoderx import train
+from encoderx import workdir as workdir_lib
 
 
 @pytest.fixture
@@ -61,9 +68,10 @@ def _free_port() -> int:
     return probe.getsockname()[1]
 
 
-def _start(workdir, port, index, *extra, processes=2):
+def _start(workdir, port, index, *extra, processes=2, config="bert_tiny"):
   """Process `index` of a run of two, 4 CPU devices each, a (data 4, fsdp 2) mesh; with
-  processes=1, the one process of a run on 8 CPU devices. `extra` flags come last."""
+  processes=1, the one process of a run on 8 CPU devices. configs/<config>.py, shrunk;
+  `extra` flags come last."""
   shrink = ["--config.model.num_layers=1", "--config.model.hidden_size=32",
             "--config.model.num_heads=2", "--config.model.intermediate_size=64",
             "--config.data.seq_length=64", "--config.data.shuffle_buffer=200",
@@ -77,10 +85,11 @@ def _start(workdir, port, index, *extra, processes=2):
               f"--process_id={index}"] if processes > 1 else [])
   environment = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3",
                  "XLA_FLAGS": f"--xla_force_host_platform_device_count={8 // processes}"}
-  logs = workdir.parent / f"{workdir.name}_process_{index}{'-'.join(('',) + extra)}"
+  flags = re.sub(r"[^\w.=-]+", "_", "-".join(("",) + extra))[-80:]
+  logs = workdir.parent / f"{workdir.name}_process_{index}{flags}"
   # Output to files, not pipes: nobody reads a pipe while the test waits for a checkpoint.
   process = subprocess.Popen(
-      [sys.executable, "-m", "encoderx.train", "--config=configs/bert_tiny.py", *shrink,
+      [sys.executable, "-m", "encoderx.train", f"--config=configs/{config}.py", *shrink,
        f"--workdir={workdir}", *cluster, *extra],
       cwd=REPO, env=environment, stdout=open(f"{logs}.out", "w"),
       stderr=open(f"{logs}.err", "w"))
@@ -88,14 +97,14 @@ def _start(workdir, port, index, *extra, processes=2):
   return process
 
 
-def _finish(processes):
-  """[(stdout, stderr)] of each process once it ended, which must be with status 0."""
+def _finish(processes, status=0, timeout=900):
+  """[(stdout, stderr)] of each process once it ended, which must be with `status`."""
   outputs = []
   for process in processes:
-    process.wait(timeout=900)
+    process.wait(timeout=timeout)
     outputs.append((pathlib.Path(f"{process.logs}.out").read_text(),
                     pathlib.Path(f"{process.logs}.err").read_text()))
-    assert process.returncode == 0, outputs[-1][1][-3000:]
+    assert process.returncode == status, outputs[-1][1][-3000:]
   return outputs
 
 
@@ -143,14 +152,19 @@ def _positions(workdir, step):
 
 @pytest.mark.slow
 def test_two_processes_stop_together_on_one_sigterm_and_resume(tmp_path):
-  """Two processes of 4 CPU devices, a localhost coordinator. SIGTERM to process 1 alone
-  stops both at the same step with one checkpoint holding both data positions; --resume
-  finishes the run with the losses of an uninterrupted run; only process 0 reports."""
+  """Two processes of 4 CPU devices, a localhost coordinator, each streaming its own
+  files (data.process_split=shards, the default). SIGTERM to process 1 alone stops both
+  at the same step with one checkpoint holding both data positions, which differ;
+  --resume, each process from its own, finishes the run with the losses of an
+  uninterrupted run; only process 0 reports."""
   workdir = tmp_path / "run"
   port = _free_port()
-  rows = "--config.data.process_split=rows"
+  # 3 files: 2 for process 0, 1 for process 1; shuffled in windows of 2 batches, so
+  # that a position (the window's start: the shards open, the examples taken from each)
+  # has left the first window when the run stops.
+  streaming = ("--config.data.streaming=True", "--config.data.shuffle_buffer=8")
   every = "--config.train.log_every=1"  # after the stop: every step's loss, to compare
-  processes = [_start(workdir, port, index, rows) for index in range(2)]
+  processes = [_start(workdir, port, index, *streaming) for index in range(2)]
   first_checkpoint = workdir / "checkpoints" / "2" / "commit_success.txt"
   deadline = time.time() + 600
   while not first_checkpoint.exists() and time.time() < deadline:
@@ -167,17 +181,345 @@ def test_two_processes_stop_together_on_one_sigterm_and_resume(tmp_path):
   saved = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
   assert saved[-1] == step  # nothing after the shared stop
   assert _positions(workdir, step) == ["process_0-of-2.json", "process_1-of-2.json"]
+  positions = workdir / "checkpoints" / str(step) / "data_per_process"
+  assert ((positions / "process_0-of-2.json").read_text()
+          != (positions / "process_1-of-2.json").read_text())  # their own shards
   assert "stopped at step" not in second_out and "pretrain:" not in second_err  # quiet
 
   port = _free_port()
   (first_out, first_err), (second_out, _) = _finish(
-      [_start(workdir, port, index, rows, every, "--resume") for index in range(2)])
+      [_start(workdir, port, index, *streaming, every, "--resume") for index in range(2)])
   assert "held-out evaluation after 30 steps: mlm_accuracy=" in first_out
   assert "pretrain: 100%" in first_err  # the progress bar
   assert "held-out evaluation" not in second_out
   assert _positions(workdir, 30) == ["process_0-of-2.json", "process_1-of-2.json"]
   resumed = {s: loss for s, loss in _losses(workdir).items() if s > step}
-  uninterrupted = _run(tmp_path / "uninterrupted", rows, every)
+  uninterrupted = _run(tmp_path / "uninterrupted", *streaming, every)
   assert sorted(resumed) == list(range(step + 1, 31))
-  np.testing.assert_allclose([resumed[s] for s in sorted(resumed)],
-                             [uninterrupted[s] for s in sorted(resumed)], rtol=RTOL)
+  # The same processes, devices and batches: the same arithmetic, bit for bit.
+  np.testing.assert_array_equal([resumed[s] for s in sorted(resumed)],
+                                [uninterrupted[s] for s in sorted(resumed)])
+
+
+@pytest.mark.slow
+def test_two_processes_resume_past_a_damaged_checkpoint(tmp_path):
+  """The newest checkpoint of a 2-process run is damaged: both processes find it, process
+  0 alone moves it aside (the checkpoints are shared), and both resume from the one
+  before with the losses the first run had from there."""
+  workdir = tmp_path / "run"
+  flags = ("--config.train.steps=6", "--config.train.log_every=1")
+  port = _free_port()
+  _finish([_start(workdir, port, index, *flags, "--stop_at_step=4") for index in range(2)])
+  first = _losses(workdir)
+  _flip_bytes(_largest_file(workdir / "checkpoints" / "4" / "state"))
+  port = _free_port()
+  (out, err), _ = _finish([_start(workdir, port, index, *flags, "--resume")
+                           for index in range(2)])
+  assert "checkpoint 4 is damaged" in err
+  assert "using step 2, the newest checkpoint that verifies" in err
+  assert "held-out evaluation after 6 steps" in out
+  assert [p.name.split("-")[0] for p in (workdir / "damaged_checkpoints").iterdir()] == ["4"]
+  # Steps 3 and 4 again (the resumed run's values win), from step 2's state: the losses
+  # they had, bit for bit.
+  resumed = _losses(workdir)
+  assert sorted(resumed) == list(range(1, 7))
+  assert [resumed[3], resumed[4]] == [first[3], first[4]]
+
+
+# --- agreeing on the outcome of checks (distributed.agreement) -----------------------------
+def test_one_process_agrees_without_exchanging(monkeypatch):
+  """One process: the body's error comes out unchanged, and nothing is exchanged."""
+  def no_exchange(value):
+    raise AssertionError("exchanged")
+  monkeypatch.setattr(distributed, "exchange", no_exchange)
+  error = config_lib.ConfigError("config field 'data.files': 'x' matches no file.")
+  with pytest.raises(config_lib.ConfigError) as raised:
+    with distributed.agreement(train.USER_ERRORS):
+      raise error
+  assert raised.value is error
+  with distributed.agreement(train.USER_ERRORS):
+    pass
+
+
+class _KeyValueStore:
+  """jax.distributed's key-value store, for processes simulated by threads."""
+
+  def __init__(self):
+    self.values, self.changed = {}, threading.Condition()
+
+  def key_value_set(self, key, value):
+    with self.changed:
+      self.values[key] = value
+      self.changed.notify_all()
+
+  def blocking_key_value_get(self, key, timeout_in_ms):
+    with self.changed:
+      if not self.changed.wait_for(lambda: key in self.values, timeout_in_ms / 1000):
+        raise jax.errors.JaxRuntimeError(f"DEADLINE_EXCEEDED: GetKeyValue() timed out "
+                                         f"with key: {key}")
+      return self.values[key]
+
+  def key_value_delete(self, key):
+    with self.changed:
+      del self.values[key]
+
+
+def _as_processes(monkeypatch, bodies) -> list:
+  """Runs bodies[i] as process i of len(bodies), each inside distributed.agreement, in
+  threads sharing one key-value store; [what each raised (None: nothing)]."""
+  store, local = _KeyValueStore(), threading.local()
+
+  class PerProcess:  # each process counts its own exchanges
+    def __next__(self):
+      return next(local.exchanges)
+
+  monkeypatch.setattr(distributed, "_client", lambda: store)
+  monkeypatch.setattr(distributed, "_exchanges", PerProcess())
+  monkeypatch.setattr(distributed, "EXCHANGE_TIMEOUT_S", 30)
+  monkeypatch.setattr(jax, "process_count", lambda: len(bodies))
+  monkeypatch.setattr(jax, "process_index", lambda: local.index)
+  outcomes = [None] * len(bodies)
+
+  def process(index):
+    local.index, local.exchanges = index, itertools.count()
+    try:
+      with distributed.agreement(train.USER_ERRORS):
+        bodies[index]()
+    except Exception as error:  # pylint: disable=broad-except
+      outcomes[index] = error
+
+  threads = [threading.Thread(target=process, args=(i,), daemon=True)
+             for i in range(len(bodies))]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join(timeout=60)
+  # Each exchange deletes the keys of the one before: only the last one's are left.
+  assert len({key.rsplit("/", 1)[0] for key in store.values}) <= 1, store.values
+  return outcomes
+
+
+def _fails(error):
+  def body():
+    raise error
+  return body
+
+
+def test_a_check_failing_on_one_process_fails_on_all_with_one_message(monkeypatch):
+  missing = "config field 'data.files': '/w1/x.txt' matches no file."
+  outcomes = _as_processes(monkeypatch, [
+      lambda: None, _fails(config_lib.ConfigError(missing)), lambda: None])
+  assert [type(o) for o in outcomes] == [config_lib.ConfigError] * 3
+  assert {str(o) for o in outcomes} == {f"process 1 of 3: {missing}"}
+
+  # Two failures: the first failing process's class, every message once.
+  locked = workdir_lib.WorkdirError("--workdir 'r' is locked.")
+  outcomes = _as_processes(monkeypatch, [
+      _fails(locked), _fails(config_lib.ConfigError(missing)),
+      _fails(config_lib.ConfigError(missing))])
+  assert [type(o) for o in outcomes] == [workdir_lib.WorkdirError] * 3
+  assert {str(o) for o in outcomes} == {
+      f"process 0 of 3: {locked}; processes 1, 2 of 3: {missing}"}
+
+  assert _as_processes(monkeypatch, [lambda: None, lambda: None]) == [None, None]
+
+
+def test_an_error_that_is_not_the_users_is_reported_by_the_others(monkeypatch):
+  bug = KeyError("position")
+  outcomes = _as_processes(monkeypatch, [lambda: None, _fails(bug)])
+  assert outcomes[1] is bug  # its own traceback
+  assert isinstance(outcomes[0], distributed.ProcessFailed)
+  assert str(outcomes[0]) == "process 1 of 2: KeyError: 'position'"
+
+
+def test_a_process_that_never_answers_is_named(monkeypatch):
+  monkeypatch.setattr(distributed, "EXCHANGE_TIMEOUT_S", 0.2)
+  store = _KeyValueStore()
+  monkeypatch.setattr(distributed, "_client", lambda: store)
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  monkeypatch.setattr(jax, "process_index", lambda: 0)
+  with pytest.raises(distributed.ProcessFailed, match="process 1 of 2 did not answer "
+                     r"\(DEADLINE_EXCEEDED"):
+    distributed.exchange(True)
+
+
+@pytest.mark.slow
+def test_a_file_missing_on_one_process_stops_every_process_with_one_message(tmp_path):
+  """Process 1 alone is given a corpus file that does not exist: both processes exit
+  with status 2 and print the same one-line error naming process 1 and the file, at
+  once instead of waiting in a collective for JAX's timeout."""
+  missing = tmp_path / "worker_1" / "corpus.txt"
+  port, started = _free_port(), time.monotonic()
+  outputs = _finish([_start(tmp_path / "run", port, 0),
+                     _start(tmp_path / "run", port, 1, f"--config.data.files={missing}")],
+                    status=2, timeout=600)
+  print(f"both exited after {time.monotonic() - started:.0f} s")
+  errors = [[line for line in err.splitlines() if line.startswith("encoderx: error:")]
+            for _, err in outputs]
+  assert errors[0] == errors[1] == [
+      f"encoderx: error: process 1 of 2: config field 'data.files': '{missing}' matches "
+      "no file. Check the path (it is resolved from the current directory)."]
+
+
+# --- evaluation over a whole split --------------------------------------------------------
+ONE_DEVICE = jax.devices()[:1]
+
+
+@pytest.mark.parametrize("name", ["bert_tiny", "electra_tiny", "xlnet_tiny"])
+def test_padding_rows_count_for_nothing_in_pretraining_evaluations(tiny_config, name):
+  """A batch of padding rows (zeros, example_weight 0.0, what completes a whole split's
+  last batch or feeds a process whose shard ran out) adds nothing to any sum the
+  evaluation is summarized from: no prediction, no sentence label, no token."""
+  from encoderx import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from encoderx.data import pipeline  # pylint: disable=g-import-not-at-top
+  config = tiny_config(name)
+  trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  state = trainer.init_state()
+  (batch,) = pipeline.take_batches(trainer.method.task(), "validation", 64, 8, count=1)
+  padding = {k: np.zeros_like(v) for k, v in batch.items()}
+  padding["example_weight"] = np.zeros(8, np.float32)
+  evaluate = trainer.evaluate_step()
+  key = jax.random.key(0)
+  sums = jax.device_get(evaluate(state.params, state.method_state,
+                                 trainer.device_batch(padding), key))
+  assert sums and all(float(x) == 0.0 for x in jax.tree_util.tree_leaves(sums)), sums
+  real = jax.device_get(evaluate(state.params, state.method_state,
+                                 trainer.device_batch(batch), key))
+  assert all(float(t["count"]) > 0 for t in real.values())  # the real batch counts
+
+
+def test_a_whole_split_evaluation_gives_the_metrics_of_its_examples(tiny_config):
+  """NSP alone (nothing masked: each example's metrics do not depend on its batch): the
+  validation split evaluated whole in batches of 8, the last padded, gives the metrics
+  of batches of 1, which need no padding."""
+  from encoderx import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from encoderx.data import pipeline  # pylint: disable=g-import-not-at-top
+  metrics = {}
+  for size in (8, 1):
+    config = tiny_config()
+    config.objective.names = ("nsp",)
+    config.eval.batches, config.eval.batch_size = 0, size
+    trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+    task, phase = trainer.method.task(), trainer.phases[0]
+    if size == 8:
+      *_, last = pipeline.whole_split(task, "validation", phase.seq_length, size)
+      assert 0 < last["example_weight"].sum() < size  # a padded last batch
+    metrics[size] = train.evaluate(trainer, task, trainer.init_state(), phase)
+  print("whole split, batches of 8 and of 1:", metrics)
+  assert metrics[8].keys() == {"nsp_loss", "nsp_accuracy"}
+  assert metrics[8]["nsp_accuracy"] == metrics[1]["nsp_accuracy"]
+  assert metrics[8]["nsp_loss"] == pytest.approx(metrics[1]["nsp_loss"], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_two_processes_evaluate_and_predict_a_whole_split_as_one_process(tmp_path,
+                                                                         austen_lines):
+  """Classification, each process reading its own shard of a 9-example dev file (5 and
+  4 examples: 2 and 1 batches of 4): the 2-process run's whole-split evaluation gives
+  the metrics of one process evaluating the same parameters, and --predict on two
+  processes writes one process's predictions, each row once, in input order."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  from encoderx import checkpoint, initialize  # pylint: disable=g-import-not-at-top
+  from encoderx import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from encoderx.data import pipeline  # pylint: disable=g-import-not-at-top
+  lines = [line.replace("\t", " ") for line in austen_lines(73)]
+  for name, part in (("train.tsv", lines[:64]), ("dev.tsv", lines[64:])):
+    (tmp_path / name).write_text("label\ttext\n" + "".join(
+        f"{'comma' if ',' in line else 'none'}\t{line}\n" for line in part))
+  dev, run = tmp_path / "dev.tsv", tmp_path / "run"
+  flags = [f"--config.finetune.train_file={tmp_path / 'train.tsv'}",
+           f"--config.finetune.dev_file={dev}", "--config.train.steps=2",
+           "--config.eval.batches=0",
+           "--config.model.initializer_range=0.5"]  # predictions that differ by row
+  start = lambda *extra: _finish([
+      _start(run, port, index, *flags, *extra, config="finetune_classify")
+      for index in range(2)])
+  port = _free_port()
+  start()
+  port = _free_port()
+  start(f"--predict={dev}", f"--predict_output={tmp_path / 'two.tsv'}")
+
+  # One process of 8 devices, the same config and parameters (the best checkpoint: the
+  # only evaluation's).
+  config = initialize.run_config(str(run / "config.json"))
+  trainer = trainer_lib.Trainer(config)
+  task = trainer.method.task()
+  assert [len(list(pipeline.whole_split(task, "validation", 64, 4,
+                                        shard_info=seqio.ShardInfo(i, 2))))
+          for i in range(2)] == [2, 1]
+  params, method_state = checkpoint.restore_for_inference(
+      str(run), trainer.describe(), trainer.abstract_state_with_shardings(),
+      config.eval.best_metric, config.eval.best_mode)
+  one = train.evaluate(trainer, task, trainer_lib.TrainState(
+      step=None, params=params, opt_state=None, rng=None, method_state=method_state,
+      skipped_in_a_row=None, skipped_total=None), trainer.phases[-1])
+  two = {tag.removeprefix("eval/"): values[-1]
+         for tag, (_, values) in plot.read_scalars(str(run)).items()
+         if tag.startswith("eval/")}
+  assert two.keys() == one.keys() == {"accuracy", "f1", "mcc", "loss"}
+  print("1 vs 2 processes:", {k: (one[k], two[k]) for k in one}, "largest difference:",
+        max(abs(one[k] - two[k]) for k in one))
+  # TensorBoard keeps float32: 6e-8 relative rounding.
+  np.testing.assert_allclose([two[k] for k in sorted(one)], [one[k] for k in sorted(one)],
+                             rtol=1e-6)
+
+  train.predict(config, str(run), str(dev), str(tmp_path / "one.tsv"))
+  predicted = (tmp_path / "two.tsv").read_text()
+  assert predicted == (tmp_path / "one.tsv").read_text()
+  lines = [line.split("\t") for line in predicted.splitlines()]
+  assert [line[0] for line in lines] == ["line"] + [str(n) for n in range(2, 11)]
+  assert len({line[3] for line in lines[1:]}) == 9  # the probabilities tell rows apart
+
+
+def test_a_checkpoint_one_process_cannot_read_is_damaged_for_every_process(monkeypatch):
+  """Process 1 cannot read a checkpoint that process 0 reads: both treat it as damaged,
+  with one message naming process 1, so that both go on to the same earlier step."""
+  problem = "/w/checkpoints/4/state cannot be read: a file is missing"
+  found = [None, None]
+
+  def process(index):
+    def read():
+      if index == 1:
+        raise checkpoint_lib._Damaged(problem)  # pylint: disable=protected-access
+      return "state"
+
+    def body():
+      try:
+        found[index] = checkpoint_lib._on_every_process(read)  # pylint: disable=protected-access
+      except checkpoint_lib._Damaged as error:  # pylint: disable=protected-access
+        found[index] = f"damaged: {error}"
+    return body
+
+  assert _as_processes(monkeypatch, [process(0), process(1)]) == [None, None]
+  assert found == [f"damaged: process 1 of 2: {problem}"] * 2
+
+  found[:] = [None, None]
+  def reads(index):
+    def body():
+      found[index] = checkpoint_lib._on_every_process(lambda: "state")  # pylint: disable=protected-access
+    return body
+  assert _as_processes(monkeypatch, [reads(0), reads(1)]) == [None, None]
+  assert found == ["state", "state"]
+
+
+def test_processes_that_see_different_checkpoints_are_stopped(monkeypatch):
+  """A work directory on each worker's own disk: process 1 sees no checkpoint where
+  process 0 sees step 6, and neither may start, resume or refuse on its own."""
+  from encoderx import checkpoint  # pylint: disable=g-import-not-at-top
+
+  class Seen:
+    directory = "runs/x/checkpoints"
+
+    def __init__(self, step):
+      self.step = step
+
+    def latest_step(self):
+      return self.step
+
+  seen = [Seen(6), Seen(None)]
+  outcomes = _as_processes(monkeypatch, [
+      lambda: train._latest_step(seen[0]), lambda: train._latest_step(seen[1])])  # pylint: disable=protected-access
+  assert [type(o) for o in outcomes] == [checkpoint.CheckpointError] * 2
+  assert str(outcomes[0]) == str(outcomes[1])
+  assert ("the processes see different checkpoints in runs/x/checkpoints (process 0: "
+          "step 6, process 1: none)") in str(outcomes[0])

@@ -15,7 +15,7 @@ import transformers
 from encoderx import checkpoint, initialize, train, trainer as trainer_lib
 from encoderx.data import labelled, resources
 from encoderx.export import hf
-from encoderx.models import common, pretraining
+from encoderx.models import common, embeddings, pretraining
 
 ONE_DEVICE = jax.devices()[:1]
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -165,11 +165,13 @@ def test_classifier_starts_from_a_hugging_face_directory(tmp_path, caplog):
   np.testing.assert_allclose(ours, _hf_pooled(directory, batch), atol=1e-5)
 
 
+@pytest.mark.parametrize("vocab_multiple", [1, 128])
 def test_pretraining_continues_from_a_hugging_face_checkpoint_with_its_heads(
-    tiny_config, tmp_path, caplog):
+    tiny_config, tmp_path, caplog, vocab_multiple):
+  """With model.vocab_multiple=128 the 8,000 rows are padded with zero rows to 8,064."""
   directory = _hf_bert_directory(tmp_path / "hf")
   config = tiny_config()
-  config.init_from = f"hf:{directory}"
+  config.init_from, config.model.vocab_multiple = f"hf:{directory}", vocab_multiple
   config = initialize.resolve_config(config)
   trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
   with caplog.at_level("INFO", logger="encoderx"):
@@ -180,6 +182,53 @@ def test_pretraining_continues_from_a_hugging_face_checkpoint_with_its_heads(
   np.testing.assert_array_equal(
       hf.to_hf(jax.device_get(state.params), model_config)["cls.predictions.bias"],
       reference["cls.predictions.bias"].numpy())
+  rows = model_config.padded_vocab_size
+  assert rows == (8064 if vocab_multiple == 128 else 8000)
+  _padded_rows(np.asarray(state.params["mlm_head"]["output_bias"]),
+               reference["cls.predictions.bias"].numpy())
+  _padded_rows(np.asarray(
+      state.params["encoder_model"]["embeddings"]["word_embeddings"]["embedding"]),
+      reference["bert.embeddings.word_embeddings.weight"].numpy())
+
+
+def _padded_rows(padded: np.ndarray, rows: np.ndarray) -> None:
+  """`padded` is `rows` with zero rows below."""
+  np.testing.assert_array_equal(padded[:len(rows)], rows)
+  assert not np.any(padded[len(rows):])
+
+
+def test_init_from_between_runs_of_different_vocab_multiples(pretrained_run, tiny_config,
+                                                             tmp_path, caplog):
+  """model.vocab_multiple is the run's own: an unpadded run starts a padded one (its
+  rows, zero rows below: 8,000 -> 8,064) and a padded run an unpadded one (its real
+  rows; its padding rows, perturbed off zero here, are dropped)."""
+  from export_checks import make_run  # pylint: disable=g-import-not-at-top
+  workdir, pretrained = pretrained_run
+  config = tiny_config()
+  config.init_from, config.model.vocab_multiple = str(workdir), 128
+  config = initialize.resolve_config(config)
+  assert config.model.vocab_multiple == 128
+  trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  with caplog.at_level("INFO", logger="encoderx"):
+    state = initialize.initial_state(trainer)
+  assert "initialized fresh: -; unused from the source: -" in caplog.text
+  ours, theirs = _flat(state.params), _flat(pretrained["params"])
+  assert ours.keys() == theirs.keys()
+  for name, value in theirs.items():
+    if embeddings.is_vocabulary_param(tuple(name.split("/"))):
+      assert ours[name].shape[0] == 8064
+      _padded_rows(ours[name], value)
+    else:
+      np.testing.assert_array_equal(ours[name], value, err_msg=name)
+
+  _, padded = make_run(config, str(tmp_path / "padded"))
+  config = tiny_config()
+  config.init_from = str(tmp_path / "padded")
+  trainer = trainer_lib.Trainer(initialize.resolve_config(config), devices=ONE_DEVICE)
+  ours = _flat(initialize.initial_state(trainer).params)
+  for name, value in _flat(padded).items():
+    np.testing.assert_array_equal(ours[name], value[:ours[name].shape[0]], err_msg=name)
+  assert ours["mlm_head/output_bias"].shape == (8000,)
 
 
 def test_init_from_the_released_minilm_matches_transformers(tmp_path):

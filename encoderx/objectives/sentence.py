@@ -32,6 +32,8 @@ class SentenceClassification:
     return jnp.asarray(batch["sentence_label"].shape[0], jnp.float32)
 
   def terms(self, outputs: dict, batch: dict) -> dict[str, jax.Array]:
+    """Over the batch's examples: padding rows of a whole split's evaluation
+    (`example_weight` 0.0) count for nothing."""
     labels = batch["sentence_label"]
-    return base.classification_terms(outputs["sentence_logits"], labels,
-                                     jnp.ones(labels.shape, jnp.float32))
+    weights = batch.get("example_weight", jnp.ones(labels.shape, jnp.float32))
+    return base.classification_terms(outputs["sentence_logits"], labels, weights)
