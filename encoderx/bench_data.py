@@ -2,7 +2,7 @@
 and examples/s per core for each example builder.
 
     python -m encoderx.bench_data [--scales=1,8,64] [--workdir=DIR] [--on_the_fly]
-        [--skip_builders] [--workers=N]
+        [--skip_builders | --skip_scales] [--workers=N]
 
 1. Corpora 1x, 8x, 64x the bundled one: copy r of each bundled novel, its chapters in an
    order drawn from r, is one file (3 files per 1x, 1.5 MB). Each is preprocessed for
@@ -25,10 +25,13 @@ and examples/s per core for each example builder.
    whole resumes RESUME_FRACTION into the first epoch, replaying the epoch up to there.
    The three should stay flat (within 1.5x) from 1x to 64x for the streamed sources; the
    table prints each one's ratio 64x / 1x (largest / smallest scale).
-3. For each example builder (one tiny config each), on the 1x corpus, in a process held
-   to one CPU core: examples/s building examples from the text (sentence breaking,
-   tokenization, the builder), and examples/s streaming the preprocessed examples, up
-   to BUILDER_EXAMPLES examples after each file's first (opening a file is not counted).
+3. For each example builder (one tiny config each; XLNet's row streams for 32 rows), on
+   the 1x corpus, in a process held to one CPU core: examples/s building examples from
+   the text (sentence breaking, tokenization, the builder), and examples/s streaming the
+   preprocessed examples, over every training example of the corpus, file after file.
+   Opening a file (its tf.data iterator; the first also traces the Task) is not counted;
+   its first example is: a file is one group of documents, so that example waits for the
+   whole file to be tokenized and built.
 
 Every figure depends on what else runs on the machine; the header prints the load, and
 each row of the scale table the 1-minute load average after its measurements.
@@ -47,7 +50,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from encoderx.configs import albert_tiny, bert_tiny, roberta_tiny, spanbert_tiny
+from encoderx.configs import albert_tiny, bert_tiny, roberta_tiny, spanbert_tiny, xlnet_tiny
 from encoderx.data import corpus, resources
 
 BATCH_SIZE = 32
@@ -55,10 +58,10 @@ SEQ_LENGTH = 128
 MEMORY_BATCHES = 50  # batches pulled before the peak resident memory is read
 RESUME_FRACTION = 0.9  # how far into the first epoch the text read whole resumes
 RESUME_LEFT = 800  # examples left in each shard open at a streamed resumed position
-BUILDER_EXAMPLES = 3000  # examples pulled per throughput measurement
 # One config per example builder (and per sentence objective of the pair builder).
 BUILDER_CONFIGS = {"sentence_pairs (nsp)": bert_tiny, "sentence_pairs (sop)": albert_tiny,
-                   "full_sentences": roberta_tiny, "doc_sentences": spanbert_tiny}
+                   "full_sentences": roberta_tiny, "doc_sentences": spanbert_tiny,
+                   "xlnet_streams": xlnet_tiny}
 SOURCES = ("preprocessed", "text stream", "on the fly")
 COPY_PREFIX = "copy%03d-"  # a corpus file's name: this prefix, then the novel's file name
 
@@ -197,17 +200,10 @@ def measure_builder(spec: dict) -> dict:
     task = tasks.register_pretraining_task(config)
     count, seconds = 0, 0.0
     for shard in pipeline.stream_shards(task, "train", SEQ_LENGTH, 0):
-      examples = shard.open(0, 0)
-      if next(examples, None) is None:  # opening a shard is timed apart: not throughput
-        continue
+      examples = shard.open(0, 0)  # opening a shard is not throughput; its first example is
       start = time.perf_counter()
-      for _ in examples:
-        count += 1
-        if count == BUILDER_EXAMPLES:
-          break
+      count += sum(1 for _ in examples)
       seconds += time.perf_counter() - start
-      if count == BUILDER_EXAMPLES:
-        break
     rates[name] = count / seconds
   return rates
 
@@ -299,6 +295,8 @@ def parse_args(argv=None):
                       "with the corpus: slow at 64x)")
   parser.add_argument("--skip_builders", action="store_true",
                       help="skip the per-builder examples/s table")
+  parser.add_argument("--skip_scales", action="store_true",
+                      help="skip the corpus-size table (measure the builders only)")
   parser.add_argument("--workers", type=int, default=None,
                       help="preprocessing processes (default: one per CPU core)")
   parser.add_argument("--measure", help=argparse.SUPPRESS)
@@ -325,8 +323,9 @@ def main(argv=None) -> None:
   from encoderx.bench import format_table  # pylint: disable=g-import-not-at-top
   sources = list(SOURCES if args.on_the_fly else SOURCES[:2])
   try:
-    rows = scale_rows(workdir, args.scales, sources, args.workers)
-    print("\n" + format_table(format_scale_rows(rows)))
+    if not args.skip_scales:
+      rows = scale_rows(workdir, args.scales, sources, args.workers)
+      print("\n" + format_table(format_scale_rows(rows)))
     if not args.skip_builders:
       print("\nexamples/s per core, bundled corpus (x1), length 128:", flush=True)
       print("\n" + format_table(builder_rows(workdir, args.workers)))

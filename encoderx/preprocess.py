@@ -3,7 +3,7 @@ examples, written once and streamed by runs (`--config.data.preprocessed=DIR`).
 
     python -m encoderx.preprocess --config=configs/bert_base.py --output=DIR \
         [--config.data.files='corpus/*.txt' | --config.data.tfds_name=NAME:VERSION] \
-        [--copies=1] [--workers=<CPU cores>]
+        [--copies=1] [--workers=<CPU cores>] [--processes=1]
 
 The work is one unit per (split, length, copy, input shard): an input shard (a text file,
 a file of the TFDS dataset) runs through the config's seqio Task (sentence breaking,
@@ -14,6 +14,10 @@ with a progress bar; `manifest.json` is written last, with the vocabulary's hash
 builder and its options, the lengths and every file's example count, and a run checks it
 against its own config. An interrupted run is continued by the same command: finished
 files are kept (each is written under a temporary name and renamed when complete).
+
+XLNet's row streams (method xlnet) are built for the rows each process of the training
+run reads, train.batch_size / --processes (XLNet's bsz_per_host); the manifest records
+them with reuse_len and bi_data, and a run checks them.
 
 Lengths: every length the config trains at (data.seq_length, and train.long_seq_length
 when train.long_fraction is set). Copies (BERT's dupe_factor): epoch e of a run reads
@@ -68,9 +72,15 @@ def source_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDic
   return source
 
 
+def source_task(config: ml_collections.ConfigDict, processes: int = 1):
+  """The config's seqio Task on the raw corpus (XLNet's row streams as each of
+  `processes` processes reads them)."""
+  return tasks.register_pretraining_task(source_config(config), process_count=processes)
+
+
 def plan(config: ml_collections.ConfigDict, copies: int) -> list[Unit]:
   """Every unit of work, in order: split, length, copy, shard."""
-  task = tasks.register_pretraining_task(source_config(config))
+  task = source_task(config)
   units = []
   for split in tasks.SPLITS:
     names = task.source.list_shards(split)
@@ -82,27 +92,28 @@ def plan(config: ml_collections.ConfigDict, copies: int) -> list[Unit]:
 
 
 def write_unit(config: ml_collections.ConfigDict, output: str, unit: Unit,
-               features: dict) -> int:
+               features: dict, processes: int = 1) -> int:
   """Writes one unit's examples to its file, records laid out as `features` says (a file
   already complete is kept); returns their number."""
   path = os.path.join(output, unit.file)
   if os.path.exists(path):
     return preprocessed.count_records(path)
-  task = tasks.register_pretraining_task(source_config(config))
+  task = source_task(config, processes)
   shards = pipeline.stream_shards(task, unit.split, unit.seq_length, config.train.seed)
   examples = shards[unit.shard].open(unit.copy, 0)
   return preprocessed.write_records(
       path, (preprocessed.encode(example, features) for example in examples))
 
 
-def record_features(config: ml_collections.ConfigDict, seq_length: int) -> dict:
+def record_features(config: ml_collections.ConfigDict, seq_length: int,
+                    processes: int = 1) -> dict:
   """The record layout at `seq_length`: the Task's output features, shapes and dtypes."""
-  task = tasks.register_pretraining_task(source_config(config))
+  task = source_task(config, processes)
   dataset = pipeline.build_dataset(task, "train", seq_length, False, 0, None)
   return preprocessed.feature_spec(dataset.element_spec)
 
 
-def _description(config, copies: int) -> dict:
+def _description(config, copies: int, processes: int = 1) -> dict:
   """What an output directory is written for (its plan, then its manifest's header)."""
   data = config.data
   if data.tfds_name:
@@ -113,10 +124,11 @@ def _description(config, copies: int) -> dict:
               "sentence_per_line": data.sentence_per_line,
               "invalid_utf8": data.invalid_utf8,
               "eval_every_nth_document": data.eval_every_nth_document}
+  streams = {"processes": processes} if tasks.builds_streams(config) else {}
   return {"format": preprocessed.FORMAT,
-          "examples": preprocessed.examples_description(config,
-                                                        tasks.sentence_objective(config)),
-          "source": source, "seed": config.train.seed, "copies": copies}
+          "examples": preprocessed.examples_description(
+              config, tasks.examples_options(config, processes)),
+          "source": source, "seed": config.train.seed, "copies": copies, **streams}
 
 
 def _start(output: str, description: dict) -> None:
@@ -140,10 +152,10 @@ def _start(output: str, description: dict) -> None:
 
 
 def write_manifest(config, output: str, copies: int, units: list[Unit], counts: list[int],
-                   features: dict) -> dict:
+                   features: dict, processes: int = 1) -> dict:
   """The manifest of finished units (`counts` in the order of `units`; `features`:
   {seq_length: record layout}); raises CorpusError for a split without examples."""
-  manifest = {**_description(config, copies), "lengths": {}}
+  manifest = {**_description(config, copies, processes), "lengths": {}}
   for unit, count in zip(units, counts):
     length = manifest["lengths"].setdefault(str(unit.seq_length), {
         "features": features[unit.seq_length], "splits": {}})
@@ -171,23 +183,41 @@ def _write_unit(arguments) -> int:
   return write_unit(*arguments)
 
 
+def _check_processes(config, processes: int) -> None:
+  """--processes: the process count of the training run (XLNet's rows per process)."""
+  if processes == 1:
+    return
+  if not tasks.builds_streams(config):
+    config_lib.fail("--processes", f"is {processes}, but only XLNet's row streams depend "
+                    "on the processes that read them; these examples serve any number.",
+                    "Leave it out.")
+  batch, bi_data = config.train.batch_size, config.objective.plm.bi_data
+  if processes < 1 or batch % processes or (bi_data and batch // processes % 2):
+    config_lib.fail("--processes", f"{processes} does not split train.batch_size={batch} "
+                    f"into {'an even' if bi_data else 'a whole'} number of rows per process"
+                    + (" (bi_data reads half of them backwards)." if bi_data else "."),
+                    "Give the process count of the run that will train on the examples.")
+
+
 def run(config: ml_collections.ConfigDict, output: str, copies: int = 1,
-        workers: int | None = None, show_progress: bool = True) -> dict:
+        workers: int | None = None, show_progress: bool = True, processes: int = 1) -> dict:
   """Preprocesses `config`'s corpus into `output` (see the module doc); returns the
-  manifest. `workers` processes (default: one per CPU core; 1: this process)."""
+  manifest. `workers` processes (default: one per CPU core; 1: this process); XLNet's
+  row streams for a run of `processes` processes."""
   from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
   config = config_lib.validate(config)
   if copies < 1:
     config_lib.fail("--copies", f"must be at least 1, got {copies}.")
+  _check_processes(config, processes)
   if config.data.preprocessed:
     config_lib.fail("data.preprocessed", "is set: preprocessing reads data.files or "
                     "data.tfds_name, and writes to --output.")
   preprocessed.check_local(output, "--output")
   output = str(files_lib.path(output))
   lengths = preprocessed.sequence_lengths(config)
-  _start(output, {**_description(config, copies), "lengths": lengths})
+  _start(output, {**_description(config, copies, processes), "lengths": lengths})
   units = plan(config, copies)
-  features = {n: record_features(config, n) for n in lengths}
+  features = {n: record_features(config, n, processes) for n in lengths}
   workers = max(1, min(workers or os.cpu_count() or 1, len(units)))
   counts = [0] * len(units)
   started = time.perf_counter()
@@ -201,16 +231,16 @@ def run(config: ml_collections.ConfigDict, output: str, copies: int = 1,
 
     if workers == 1:
       for index, unit in enumerate(units):
-        done(index, write_unit(config, output, unit, features[unit.seq_length]))
+        done(index, write_unit(config, output, unit, features[unit.seq_length], processes))
     else:
       context = multiprocessing.get_context("spawn")  # TensorFlow does not survive fork
       with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
         futures = {pool.submit(_write_unit, (config, output, unit,
-                                             features[unit.seq_length])): index
+                                             features[unit.seq_length], processes)): index
                    for index, unit in enumerate(units)}
         for future in concurrent.futures.as_completed(futures):
           done(futures[future], future.result())
-  return write_manifest(config, output, copies, units, counts, features)
+  return write_manifest(config, output, copies, units, counts, features, processes)
 
 
 def _summary(manifest: dict, output: str, seconds: float) -> str:
@@ -233,7 +263,7 @@ def main(argv) -> None:
   started = time.perf_counter()
   try:
     manifest = run(flags_.config, flags_.output, copies=flags_.copies,
-                   workers=flags_.workers)
+                   workers=flags_.workers, processes=flags_.processes)
   except train.USER_ERRORS as error:
     print(f"encoderx: error: {error}", file=sys.stderr)
     sys.exit(2)
@@ -251,6 +281,9 @@ def cli() -> None:
                        "its own seeds (epoch e reads copy e % copies).")
   flags.DEFINE_integer("workers", None, "Processes writing files in parallel (default: "
                        "one per CPU core).")
+  flags.DEFINE_integer("processes", 1, "XLNet (method xlnet): the processes of the run "
+                       "that will train on the examples; each reads train.batch_size / "
+                       "processes rows.")
   flags.mark_flags_as_required(["config", "output"])
   app.run(main, flags_parser=train._parse_flags)  # pylint: disable=protected-access
 

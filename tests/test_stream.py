@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import seqio
 
+from encoderx import config as config_lib
+from encoderx import method as method_lib
 from encoderx import preprocess, train
 from encoderx.data import pipeline, preprocessed, stream, tasks
 
@@ -223,36 +225,54 @@ def test_streams_resume_with_the_next_batch(written, tiny_config, corpus_dir):
   _resumed_equals_straight(text, 7, 3)
 
 
-def test_resuming_a_preprocessed_stream_reads_one_window_wherever_it_is(written,
-                                                                      monkeypatch):
-  task = tasks.register_pretraining_task(_preprocessed_config(written))
-  window, batch = task.shuffle_buffer_size, 8
-  decoded = collections.Counter()
-  real_decode = preprocessed.decode
+def _records_decoded_to_resume(task, batches_before, monkeypatch, batch=8) -> int:
+  """The records a preprocessed stream decodes to resume `batches_before` batches in and
+  give the next batch."""
+  straight = pipeline.batch_iterator(task, "train", 64, batch, seed=7)
+  for _ in range(batches_before):
+    next(straight)
+  straight.close()
+  decoded, real_decode = collections.Counter(), preprocessed.decode
 
   def counting_decode(record, features):
     decoded["records"] += 1
     return real_decode(record, features)
 
-  def records_to_resume(batches_before):
-    straight = pipeline.batch_iterator(task, "train", 64, batch, seed=7)
-    for _ in range(batches_before):
-      next(straight)
-    straight.close()
-    monkeypatch.setattr(preprocessed, "decode", counting_decode)
-    decoded.clear()
+  monkeypatch.setattr(preprocessed, "decode", counting_decode)
+  try:
     resumed = pipeline.batch_iterator(task, "train", 64, batch, seed=7,
                                       position=straight.position.to_dict())
     next(resumed)
     resumed.close()
+  finally:
     monkeypatch.setattr(preprocessed, "decode", real_decode)
-    return decoded["records"]
+  return decoded["records"]
 
+
+def test_resuming_a_preprocessed_stream_reads_one_window_wherever_it_is(written,
+                                                                      monkeypatch):
+  task = tasks.register_pretraining_task(_preprocessed_config(written))
   # What resuming reads: the current window (and the next, when the batches prefetched
   # after the position cross into it), wherever the position is.
-  bound = 2 * window + (stream.PREFETCH_BATCHES + 2) * batch
-  early, late = records_to_resume(3), records_to_resume(300)
+  bound = 2 * task.shuffle_buffer_size + (stream.PREFETCH_BATCHES + 2) * 8
+  early, late = (_records_decoded_to_resume(task, n, monkeypatch) for n in (3, 300))
   assert early <= bound and late <= bound, (early, late, bound)
+
+
+def _stopped_and_resumed(config, tmp_path, stop_at_step: int) -> tuple[dict, dict]:
+  """(straight, resumed): the results of a run and of the same run stopped at
+  `stop_at_step` and resumed, whose losses it checks are equal step for step."""
+  kwargs = dict(show_progress=False, devices=ONE_DEVICE)
+  straight = train.run(config, str(tmp_path / "straight"), **kwargs)
+  first = train.run(config, str(tmp_path / "resumed"), stop_at_step=stop_at_step, **kwargs)
+  saved = tmp_path / "resumed" / "checkpoints" / str(stop_at_step) / "data_per_process"
+  assert "stream" in json.loads((saved / "process_0-of-1.json").read_text())
+  second = train.run(config, str(tmp_path / "resumed"), resume=True, **kwargs)
+  assert first["stopped"] and second["step"] == config.train.steps
+  losses = {h["step"]: h["loss"] for h in first["history"] + second["history"]}
+  np.testing.assert_array_equal([losses[s] for s in range(1, config.train.steps + 1)],
+                                [h["loss"] for h in straight["history"]])
+  return straight, second
 
 
 def test_a_run_on_preprocessed_examples_stops_and_resumes_exactly(written, tmp_path):
@@ -260,13 +280,151 @@ def test_a_run_on_preprocessed_examples_stops_and_resumes_exactly(written, tmp_p
   config.train.steps = 6
   config.checkpoint.every_steps = 100
   config.eval.batches = 0  # the whole held-out split
-  kwargs = dict(show_progress=False, devices=ONE_DEVICE)
-  straight = train.run(config, str(tmp_path / "straight"), **kwargs)
-  first = train.run(config, str(tmp_path / "resumed"), stop_at_step=3, **kwargs)
-  saved = tmp_path / "resumed" / "checkpoints" / "3" / "data_per_process"
-  assert "stream" in json.loads((saved / "process_0-of-1.json").read_text())
-  second = train.run(config, str(tmp_path / "resumed"), resume=True, **kwargs)
-  losses = {h["step"]: h["loss"] for h in first["history"] + second["history"]}
-  np.testing.assert_array_equal([losses[s] for s in range(1, 7)],
-                                [h["loss"] for h in straight["history"]])
+  straight, second = _stopped_and_resumed(config, tmp_path, stop_at_step=3)
   assert second["eval"] == pytest.approx(straight["eval"]) and "mlm_accuracy" in second["eval"]
+
+
+# --- XLNet's row streams -------------------------------------------------------------------
+ROWS = 8  # xlnet_tiny's rows per process in these tests (train.batch_size, one process)
+
+
+@pytest.fixture(scope="session")
+def xlnet_written(tmp_path_factory, corpus_dir):
+  """(config, directory): the small corpus preprocessed as xlnet_tiny's row streams, in
+  document sets of 6 documents (two per file: memory restarts inside files too)."""
+  from conftest import _tiny_config  # pylint: disable=import-outside-toplevel
+  config = _config(lambda: _tiny_config("xlnet_tiny"), corpus_dir, document_pool=6)
+  output = tmp_path_factory.mktemp("xlnet") / "streams"
+  preprocess.run(config, str(output), workers=1, show_progress=False)
+  return config, str(output)
+
+
+def _stacked(batches, name="input_ids") -> np.ndarray:
+  return np.concatenate([batch[name] for batch in batches])
+
+
+def test_xlnet_streams_are_read_in_order_and_equal_streaming_the_text(xlnet_written):
+  config, directory = xlnet_written
+  manifest = preprocessed.read_manifest(directory)
+  assert manifest["processes"] == 1 and {
+      k: manifest["examples"][k] for k in ("builder", "rows_per_process", "reuse_len",
+                                           "bi_data")} == {
+      "builder": "xlnet_streams", "rows_per_process": ROWS, "reuse_len": 32, "bi_data": True}
+  assert manifest["lengths"]["64"]["features"]["stream_start"] == {"shape": [],
+                                                                   "dtype": "int32"}
+  text = tasks.register_pretraining_task(preprocess.source_config(config))
+  examples = tasks.register_pretraining_task(_preprocessed_config(xlnet_written))
+  assert isinstance(text, pipeline.OrderedTask) and isinstance(examples, pipeline.OrderedTask)
+  counts = [e["examples"] for e in
+            manifest["lengths"]["64"]["splits"]["train"]["copies"][0]]
+  assert all(count > 0 and count % ROWS == 0 for count in counts), counts
+  # Epoch 0 (copy 0) batch for batch, read from the files and built from the text.
+  seed, steps = config.train.seed, sum(counts) // ROWS
+  read = pipeline.take_batches(examples, "train", 64, ROWS, steps, seed)
+  built = pipeline.take_batches(text, "train", 64, ROWS, steps, seed)
+  for got, want in zip(read, built):
+    assert got.keys() == want.keys()
+    for name in want:
+      np.testing.assert_array_equal(got[name], want[name])
+  # In order: the shards one after another in the epoch's shard order (not the canonical
+  # one), each batch ROWS consecutive examples of one shard: no interleaving, no window.
+  shards = pipeline.stream_shards(examples, "train", 64, seed)
+  order = stream.shard_order(len(shards), seed, 0, shuffle=True)
+  assert list(order) != sorted(order)
+  in_order = [example for index in order for example in shards[index].open(0, 0)]
+  for name in ("input_ids", "stream_start", "reversed"):
+    np.testing.assert_array_equal(_stacked(read, name), [e[name] for e in in_order])
+  # A file starts a document set (memory restarts), and so does each set inside a file;
+  # rows start together.
+  starts = _stacked(read, "stream_start").reshape(steps, ROWS)
+  assert (starts.min(axis=1) == starts.max(axis=1)).all()
+  first_steps = np.cumsum([0] + [counts[i] // ROWS for i in order[:-1]])
+  assert starts[first_steps].all() and starts[:, 0].sum() > len(shards)
+  np.testing.assert_array_equal(read[1]["reversed"], [0] * (ROWS // 2) + [1] * (ROWS // 2))
+  # Evaluations read the held-out streams alike.
+  for got, want in zip(pipeline.evaluation_batches(examples, "validation", 64, ROWS, 2, seed),
+                       pipeline.evaluation_batches(text, "validation", 64, ROWS, 2, seed)):
+    np.testing.assert_array_equal(got["input_ids"], want["input_ids"])
+
+
+def test_xlnet_streams_refuse_a_run_with_other_rows_reuse_len_or_bi_data(xlnet_written,
+                                                                        tiny_config,
+                                                                        corpus_dir,
+                                                                        tmp_path):
+  config, directory = xlnet_written
+  other = _preprocessed_config(xlnet_written)
+  other.train.batch_size, other.objective.plm.reuse_len = 16, 16
+  other.objective.plm.bi_data = False
+  with pytest.raises(preprocessed.ManifestError, match="holds examples made for another "
+                     "config") as error:
+    tasks.register_pretraining_task(other)
+  for difference in ("rows_per_process: preprocessed 8, this config 16",
+                     "reuse_len: preprocessed 32, this config 16",
+                     "bi_data: preprocessed True, this config False"):
+    assert difference in str(error.value)
+  # The examples depend on the rows each process reads: batch 16 on two processes reads
+  # these files (each process its own), batch 16 on one does not.
+  twice = _preprocessed_config(xlnet_written)
+  twice.train.batch_size = 16
+  assert tasks.preprocessed_source(twice, process_count=2).manifest["processes"] == 1
+  with pytest.raises(preprocessed.ManifestError, match="rows_per_process: preprocessed 8, "
+                     "this config 16"):
+    tasks.preprocessed_source(twice, process_count=1)
+  # Sentence pairs are not row streams, nor the other way round.
+  pairs = preprocess.source_config(_config(tiny_config, corpus_dir))
+  pairs.data.streaming, pairs.data.preprocessed = False, directory
+  with pytest.raises(preprocessed.ManifestError, match="builder: preprocessed "
+                     "'xlnet_streams', this config 'sentence_pairs'"):
+    tasks.preprocessed_source(pairs)
+  # --processes: only row streams depend on it, and it must split the batch evenly.
+  with pytest.raises(Exception, match="flag --processes: is 2, but only XLNet's"):
+    preprocess.run(_config(tiny_config, corpus_dir), str(tmp_path / "a"), processes=2)
+  with pytest.raises(Exception, match="flag --processes: 8 does not split "
+                     "train.batch_size=8 into an even number"):
+    preprocess.run(config, str(tmp_path / "b"), processes=8)
+  assert not os.listdir(tmp_path)
+
+
+def test_xlnet_streams_resume_with_the_next_batch_at_a_seek(xlnet_written, tiny_config,
+                                                          corpus_dir, monkeypatch):
+  examples = tasks.register_pretraining_task(_preprocessed_config(xlnet_written))
+  epoch = examples.source.manifest["lengths"]["64"]["splits"]["train"]["examples"] // ROWS
+  # Inside a shard, and past an epoch where the next shard begins a new stream.
+  _resumed_equals_straight(examples, 5, 4, batch_size=ROWS)
+  position = _resumed_equals_straight(examples, epoch + 7, 3, batch_size=ROWS)
+  assert position["stream"]["epoch"] == 1 and len(position["stream"]["open"]) == 1
+  text = tasks.register_pretraining_task(
+      _config(lambda: tiny_config("xlnet_tiny"), corpus_dir, document_pool=6,
+              streaming=True))
+  _resumed_equals_straight(text, 9, 3, batch_size=ROWS)
+  # Resuming decodes the batches it gives and prefetches, wherever the position is.
+  bound = (stream.PREFETCH_BATCHES + 2) * ROWS
+  early, late = (_records_decoded_to_resume(examples, n, monkeypatch) for n in (3, 300))
+  assert early <= bound and late <= bound, (early, late, bound)
+
+
+@pytest.mark.slow
+def test_a_tiny_xlnet_trains_on_preprocessed_streams_and_resumes_exactly(xlnet_written,
+                                                                         tmp_path):
+  config = _preprocessed_config(xlnet_written)
+  config.train.steps = 20
+  config.optimizer.learning_rate, config.optimizer.warmup_steps = 3e-3, 3
+  config.checkpoint.every_steps = 100  # only the stop and the end save
+  config.eval.batches = 1
+  straight, resumed = _stopped_and_resumed(config, tmp_path, stop_at_step=9)
+  np.testing.assert_array_equal(np.asarray(resumed["method_state"]["hidden"]),
+                                np.asarray(straight["method_state"]["hidden"]))
+  assert resumed["eval"] == pytest.approx(straight["eval"]) and "plm_loss" in resumed["eval"]
+  history = straight["history"]
+  first, last = history[0]["plm_loss"], np.mean([h["plm_loss"] for h in history[-5:]])
+  assert last < first - 0.5, (first, last)
+
+
+def test_electra_checks_a_preprocessed_manifest_instead_of_reading_the_text(written,
+                                                                            tiny_config):
+  config = tiny_config("electra_tiny")
+  config.data.preprocessed = written[1]  # sentence pairs, which electra does not train on
+  method = method_lib.build(config_lib.validate(config))
+  with pytest.raises(preprocessed.ManifestError, match="builder: preprocessed "
+                     "'sentence_pairs', this config 'doc_sentences'"):
+    method.check_data()

@@ -166,6 +166,13 @@ class BatchIterator:
     self._executor.shutdown(wait=wait, cancel_futures=True)
 
 
+class OrderedTask(seqio.Task):
+  """A Task whose examples must be read in the order they are built (XLNet's row
+  streams: batch t holds every row's step t). Read whole, its shuffle buffer of one
+  keeps them in order; streamed, one shard is open at a time and no window shuffles
+  them, so a batch is consecutive examples of one shard (stream.py: ordered)."""
+
+
 def is_streamed(task: seqio.Task) -> bool:
   """Whether `task` is read shard by shard (stream) rather than as whole epochs."""
   return isinstance(task.source, stream.ShardedSource)
@@ -238,10 +245,12 @@ def batch_iterator(task: seqio.Task, split: str, seq_length: int, batch_size: in
   Tasks, a BatchIterator otherwise. Both have `position`, `close()` and are iterators."""
   if is_streamed(task):
     process_index, process_count = _process(shard_info)
+    ordered = isinstance(task, OrderedTask)
     return stream.StreamBatchIterator(
         stream_shards(task, split, seq_length, seed), batch_size, seed,
-        window=task.shuffle_buffer_size or 1, shuffle=shuffle,
-        process_index=process_index, process_count=process_count, position=position)
+        window=1 if ordered else task.shuffle_buffer_size or 1, shuffle=shuffle,
+        process_index=process_index, process_count=process_count, position=position,
+        open_shards=1 if ordered else stream.OPEN_SHARDS)
   return BatchIterator(task, split, seq_length, batch_size, seed, shuffle, shard_info,
                        DataPosition.from_dict(position) if position else None)
 

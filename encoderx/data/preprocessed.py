@@ -68,13 +68,11 @@ def sequence_lengths(config) -> list[int]:
       {train.long_seq_length} if train.long_fraction else set()))
 
 
-def examples_description(config, sentence_objective: str | None) -> dict:
-  """What a run must agree on with a manifest: the builder and its options, the sentence
-  objective that labels pairs, the vocabulary."""
-  data = config.data
-  return {"builder": data.builder, "sentence_objective": sentence_objective,
-          "short_seq_prob": data.short_seq_prob, "document_pool": data.document_pool,
-          **vocabulary_fingerprint(data.vocab)}
+def examples_description(config, options: dict) -> dict:
+  """What a run must agree on with a manifest: the builder and its `options`
+  (tasks.examples_options: e.g. the sentence objective that labels pairs, XLNet's rows
+  per process), the vocabulary."""
+  return {**options, **vocabulary_fingerprint(config.data.vocab)}
 
 
 # --- records -------------------------------------------------------------------------------
@@ -170,14 +168,14 @@ def read_manifest(directory: str) -> dict:
   return manifest
 
 
-def check_manifest(manifest: dict, config, sentence_objective: str | None,
-                   directory: str) -> None:
+def check_manifest(manifest: dict, config, options: dict, directory: str) -> None:
   """Raises ManifestError, listing every difference, unless the examples in `directory`
-  are what `config` would build at every length it trains at."""
+  are what `config` would build (the builder with `options`) at every length it trains
+  at."""
   written = manifest["examples"]
   differences = [f"{name}: preprocessed {written.get(name, '<absent>')!r}, this config "
                  f"{value!r}" for name, value in
-                 examples_description(config, sentence_objective).items()
+                 examples_description(config, options).items()
                  if written.get(name, "<absent>") != value]
   missing = [n for n in sequence_lengths(config) if str(n) not in manifest["lengths"]]
   if missing:

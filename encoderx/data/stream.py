@@ -9,6 +9,9 @@ with a position (Grain's iterator state) that restores the next batch in constan
     shuffle   grain's WindowShuffleIterDataset: windows of `window` consecutive examples,
               each permuted with its own seed (the bounded buffer)
     batches   grain's batch, then a prefetch thread (ThreadPrefetchIterDataset)
+    ordered   one open shard and no window (Tasks whose examples must stay in their
+              order, XLNet's row streams: batch t holds every row's step t): a batch is
+              consecutive examples of one shard, shards follow one another
 
 A `Shard` opens its examples of one epoch from any example on: a file of preprocessed
 examples seeks there (encoderx/data/preprocessed.py); a text file or a TFDS file run
@@ -161,8 +164,8 @@ class StreamBatchIterator:
 
   def __init__(self, shards: list[Shard], batch_size: int, seed: int, window: int,
                shuffle: bool = True, process_index: int = 0, process_count: int = 1,
-               position: dict | None = None):
-    dataset = ShardStream(shards, seed, shuffle, process_index, process_count)
+               position: dict | None = None, open_shards: int = OPEN_SHARDS):
+    dataset = ShardStream(shards, seed, shuffle, process_index, process_count, open_shards)
     if shuffle and window > 1:
       dataset = grain.experimental.WindowShuffleIterDataset(dataset, window_size=window,
                                                            seed=seed % 2**31)

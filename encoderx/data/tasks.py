@@ -25,7 +25,8 @@ import tensorflow as tf
 from encoderx import config as config_lib
 from encoderx import files as files_lib
 from encoderx import objectives
-from encoderx.data import bpe_vocabulary, corpus, preprocessed, preprocessors, resources
+from encoderx.data import bpe_vocabulary, corpus, pipeline, preprocessed, preprocessors
+from encoderx.data import resources
 from encoderx.data import segment_pairs, sentencepiece_vocabulary, stream
 from encoderx.data import vocabulary as vocabulary_lib
 
@@ -68,6 +69,40 @@ def _cached_vocabulary(description: str) -> seqio.Vocabulary:
 def sentence_objective(config) -> str | None:
   """The sentence-level objective of a config ('nsp', 'sop'), which labels the pairs."""
   return objectives.sentence_objective(config.objective.names)
+
+
+STREAMS_BUILDER = "xlnet_streams"  # what a manifest names XLNet's row streams
+
+
+def builds_streams(config) -> bool:
+  """Whether a config's examples are XLNet's row streams (method 'xlnet',
+  encoderx/data/streams.py) rather than data.builder's."""
+  return config.method == "xlnet"
+
+
+def stream_rows(config, process_count: int) -> int:
+  """The rows of the row streams each process reads (a batch row each): its share of
+  train.batch_size, or all of it with data.process_split='rows' (every process reads the
+  global stream and keeps its own rows of each batch)."""
+  if config.data.process_split == "rows":
+    return config.train.batch_size
+  return config.train.batch_size // process_count
+
+
+def examples_options(config, process_count: int = 1) -> dict:
+  """What a config's examples depend on besides the vocabulary and the lengths (what a
+  preprocessed manifest records and a run compares): the builder and its options; for
+  XLNet's row streams, the rows each of `process_count` processes reads, reuse_len and
+  bi_data."""
+  data = config.data
+  if builds_streams(config):
+    plm = config.objective.plm
+    return {"builder": STREAMS_BUILDER,
+            "rows_per_process": stream_rows(config, process_count),
+            "reuse_len": plm.reuse_len, "bi_data": bool(plm.bi_data),
+            "document_pool": data.document_pool}
+  return {"builder": data.builder, "sentence_objective": sentence_objective(config),
+          "short_seq_prob": data.short_seq_prob, "document_pool": data.document_pool}
 
 
 def corpus_files(data_config) -> list[str]:
@@ -217,10 +252,20 @@ def output_features(vocabulary: seqio.Vocabulary) -> dict[str, seqio.Feature]:
   return features
 
 
-def _register(name: str, data_config, builder, shuffle_buffer_size: int) -> seqio.Task:
-  """Registers (once) the Task: the config's documents, tokenized, then `builder`."""
+def _register(name: str, config, builder, shuffle_buffer_size: int,
+              process_count: int = 1, task_cls: type[seqio.Task] = seqio.Task
+              ) -> seqio.Task:
+  """Registers (once) the Task: the config's documents, tokenized, then `builder`; or the
+  examples `builder` made into data.preprocessed (checked against the config)."""
   if name in seqio.TaskRegistry.names():
     return seqio.get_mixture_or_task(name)
+  data_config = config.data
+  if data_config.preprocessed:
+    return seqio.TaskRegistry.add(
+        name, task_cls=task_cls, source=preprocessed_source(config, process_count),
+        preprocessors=[],
+        output_features=output_features(build_vocabulary(data_config.vocab)),
+        shuffle_buffer_size=shuffle_buffer_size)
   if data_config.tfds_name:
     source = tfds_source(data_config)
     documents = [functools.partial(_tfds_documents, text_key=data_config.tfds_text_key)]
@@ -233,6 +278,7 @@ def _register(name: str, data_config, builder, shuffle_buffer_size: int) -> seqi
     documents = []
   return seqio.TaskRegistry.add(
       name,
+      task_cls=task_cls,
       source=source,
       preprocessors=documents + [
           functools.partial(preprocessors.tokenize_documents,
@@ -245,45 +291,45 @@ def _register(name: str, data_config, builder, shuffle_buffer_size: int) -> seqi
   )
 
 
-def register_pretraining_task(config, name: str | None = None) -> seqio.Task:
+def register_pretraining_task(config, name: str | None = None, process_count: int = 1
+                              ) -> seqio.Task:
   """Registers (once) and returns the seqio Task of a pretraining config: its `data`
-  section, with sentence pairs labelled for its sentence objective (NSP or SOP), or the
+  section, with sentence pairs labelled for its sentence objective (NSP or SOP), XLNet's
+  row streams for method 'xlnet' (as `process_count` processes read them), or the
   examples of `data.preprocessed`."""
+  if builds_streams(config):
+    return register_stream_task(config, process_count)
   data_config = config.data
-  name = name or task_name(config)
-  if data_config.preprocessed and name not in seqio.TaskRegistry.names():
-    return seqio.TaskRegistry.add(
-        name, source=preprocessed_source(config), preprocessors=[],
-        output_features=output_features(build_vocabulary(data_config.vocab)),
-        shuffle_buffer_size=data_config.shuffle_buffer)
   builder = BUILDERS[data_config.builder](data_config, sentence_objective(config))
-  return _register(name, data_config, builder, data_config.shuffle_buffer)
+  return _register(name or task_name(config), config, builder, data_config.shuffle_buffer)
 
 
-def preprocessed_source(config) -> preprocessed.PreprocessedSource:
+def preprocessed_source(config, process_count: int = 1) -> preprocessed.PreprocessedSource:
   """The examples of `config.data.preprocessed`, checked against the config (its manifest
   must list the same vocabulary, builder and options, and every length it trains at)."""
   directory = config.data.preprocessed
   manifest = preprocessed.read_manifest(directory)
-  preprocessed.check_manifest(manifest, config, sentence_objective(config), directory)
+  preprocessed.check_manifest(manifest, config, examples_options(config, process_count),
+                              directory)
   return preprocessed.PreprocessedSource(str(files_lib.path(directory)), manifest,
                                          config.data.seq_length)
 
 
-def register_stream_task(config, rows: int) -> seqio.Task:
-  """Registers (once) and returns XLNet's Task for a config and this process's batch
-  size `rows`: every row a stream of consecutive chunks (encoderx/data/streams.py), with
-  `config.objective.plm`'s reuse_len and bidirectional data. Its examples keep their
-  stream order (a shuffle buffer of one moves nothing); the documents are shuffled at
-  the source, every epoch."""
-  plm = config.objective.plm
+def register_stream_task(config, process_count: int = 1) -> seqio.Task:
+  """Registers (once) and returns XLNet's Task for a config read by `process_count`
+  processes: every row of a process's batch a stream of consecutive chunks
+  (encoderx/data/streams.py), with `config.objective.plm`'s reuse_len and bidirectional
+  data, built from the corpus or read from data.preprocessed. Its examples keep their
+  stream order (an OrderedTask); the documents are shuffled at the source, every epoch,
+  and streamed shards are read one after another in an order drawn per epoch."""
+  plm, rows = config.objective.plm, stream_rows(config, process_count)
   blob = json.dumps([config.data.to_dict(), rows, plm.reuse_len, plm.bi_data],
                     sort_keys=True, default=str)
   name = f"encoderx_xlnet_streams_{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
   builder = functools.partial(preprocessors.build_streams, reuse_len=plm.reuse_len,
                               rows=rows, bi_data=plm.bi_data,
                               document_pool=config.data.document_pool)
-  return _register(name, config.data, builder, shuffle_buffer_size=1)
+  return _register(name, config, builder, 1, process_count, pipeline.OrderedTask)
 
 
 def _register_default():

@@ -150,8 +150,7 @@ class ReplacedTokenDetection(method_lib.Method):
     return tasks.register_pretraining_task(self.config)
 
   def check_data(self) -> None:
-    if not self.config.data.tfds_name:
-      tasks.check_text_corpus(self.config)
+    pretrain.check_corpus(self.config)
 
   # --- parameters ------------------------------------------------------------------------
   def init(self, key: jax.Array) -> dict:

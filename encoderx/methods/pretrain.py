@@ -54,6 +54,18 @@ def validate_corpus(config) -> None:
     config_lib.resolve_file_patterns(data.files)
 
 
+def check_corpus(config, process_count: int = 1, examples: str = "") -> None:
+  """What a pretraining run checks before its first batch: the manifest of
+  data.preprocessed against the config (as `process_count` processes read it), or the
+  text read whole (tasks.check_text_corpus; `examples` names what its documents
+  become). Streams are never read whole."""
+  data = config.data
+  if data.preprocessed:
+    tasks.preprocessed_source(config, process_count)
+  elif not data.tfds_name and not data.streaming:
+    tasks.check_text_corpus(config, examples)
+
+
 def validate_data(config) -> None:
   """Checks the pretraining data fields (config.data); raises config.ConfigError."""
   data, fail = config.data, config_lib.fail
@@ -140,11 +152,7 @@ class Pretraining(method_lib.Method):
     return tasks.register_pretraining_task(self.config)
 
   def check_data(self) -> None:
-    data = self.config.data
-    if data.preprocessed:
-      tasks.preprocessed_source(self.config)  # the manifest agrees with the config
-    elif not data.tfds_name and not data.streaming:  # streams are never read whole
-      tasks.check_text_corpus(self.config)
+    check_corpus(self.config)
 
   # --- parameters ------------------------------------------------------------------------
   def init(self, key: jax.Array) -> dict:

@@ -2,10 +2,11 @@
 relative attention and a memory of previous segments.
 
 The data are XLNet's row streams (encoderx/data/streams.py: every batch row continues
-the row before it), `prepare` samples each row's targets and factorization order on
-device (encoderx/objectives/plm.py), the model is encoderx/models/xlnet.py's, and the
-loss is the mean cross-entropy of the predictions (zihangdai/xlnet function_builder.py
-`two_stream_loss`).
+the row before it), built from the corpus or read from files `encoderx.preprocess` made
+for the same rows per process, reuse_len and bi_data; `prepare` samples each row's
+targets and factorization order on device (encoderx/objectives/plm.py), the model is
+encoderx/models/xlnet.py's, and the loss is the mean cross-entropy of the predictions
+(zihangdai/xlnet function_builder.py `two_stream_loss`).
 
 The memory is method state with a row per example: what entered each layer at the
 reused positions of the previous steps, {'hidden': [batch, layers, mem_len, hidden],
@@ -37,7 +38,7 @@ MEMORY_AXES = {"hidden": ("activation_batch", None, None, "activation_embed"),
 
 def _process_rows(config) -> int:
   """The rows of the batch this process loads (each process streams its own)."""
-  return config.train.batch_size // jax.process_count()
+  return tasks.stream_rows(config, jax.process_count())
 
 
 class PermutationLanguageModelling(method_lib.Method):
@@ -63,9 +64,6 @@ class PermutationLanguageModelling(method_lib.Method):
   def validate(cls, config) -> None:
     fail, fields, model = config_lib.fail, config.objective.plm, config.model
     pretrain.validate_corpus(config)
-    if config.data.preprocessed:
-      fail("data.preprocessed", "holds sentence-pair examples; xlnet builds its row "
-           "streams from the corpus.", "Leave data.preprocessed empty.")
     if model.attention != two_stream_attention.NAME:
       fail("model.attention", f"xlnet needs {two_stream_attention.NAME!r}, got "
            f"{model.attention!r}.")
@@ -94,11 +92,10 @@ class PermutationLanguageModelling(method_lib.Method):
 
   # --- data ------------------------------------------------------------------------------
   def task(self):
-    return tasks.register_stream_task(self.config, _process_rows(self.config))
+    return tasks.register_stream_task(self.config, jax.process_count())
 
   def check_data(self) -> None:
-    if not self.config.data.tfds_name:
-      tasks.check_text_corpus(self.config, examples="XLNet's row streams")
+    pretrain.check_corpus(self.config, jax.process_count(), examples="XLNet's row streams")
 
   # --- parameters and memory -------------------------------------------------------------
   def init(self, key: jax.Array) -> dict:
