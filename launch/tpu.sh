@@ -131,7 +131,18 @@ if [ "$queued" = 1 ] && [ "$reuse" = 0 ]; then
     run "${state[@]}"
   else
     echo "launch/tpu.sh: waiting for the queued resource $name to become ACTIVE"
-    until [ "$("${state[@]}")" = ACTIVE ]; do sleep 30; done
+    # A request that capacity will never meet ends FAILED or SUSPENDED: stop waiting.
+    while :; do
+      current="$("${state[@]}")"
+      case "$current" in
+        ACTIVE) break ;;
+        FAILED|SUSPENDED|SUSPENDING)
+          echo "launch/tpu.sh: the queued resource $name is $current; see" \
+               "'gcloud compute tpus queued-resources describe $name'" >&2
+          exit 1 ;;
+      esac
+      sleep 30
+    done
   fi
 fi
 

@@ -87,3 +87,22 @@ def test_missing_arguments_are_named(tmp_path):
   assert code == 2 and "give the training flags after --" in stderr
   code, _, stderr = _dry_run(tmp_path, "--name=n", "--zone=z", "--type=v9-8")
   assert code == 2 and "no default runtime for --type=v9-8" in stderr
+
+
+def test_a_queued_resource_that_fails_stops_the_wait_and_is_deleted(tmp_path):
+  """Not a dry run: gcloud is a stub whose queued resource ends FAILED. The script stops
+  waiting with a message, runs nothing more, and deletes the resource."""
+  stubs = tmp_path / "bin"
+  stubs.mkdir()
+  (stubs / "gcloud").write_text(
+      f"#!/bin/sh\necho \"$*\" >> {tmp_path}/calls\n"
+      "case \"$*\" in *describe*) echo FAILED ;; esac\n")
+  (stubs / "gcloud").chmod(0o755)
+  result = subprocess.run(
+      ["bash", str(SCRIPT), "--name=n", "--zone=z", "--type=v4-8", "--queued", "--",
+       *TRAIN_ARGS], capture_output=True, text=True, timeout=60,
+      env={**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}"})
+  assert result.returncode == 1
+  assert "the queued resource n is FAILED" in result.stderr
+  calls = (tmp_path / "calls").read_text().splitlines()
+  assert [call.split()[3] for call in calls] == ["create", "describe", "delete"]
