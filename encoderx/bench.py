@@ -22,8 +22,12 @@ For each model, at sequence length 128 (its tiny config's data settings):
   drawn on the host before timing) and the sentence label (`next_sentence_label`,
   `sentence_order_label`) where the family has one; backward, `AdamW.step()` (PyTorch
   has no LAMB), `zero_grad()`. Same warm-up and timed steps.
-- tokens/s = batch * 128 / mean step time; the ratio is encoderx / PyTorch, both
-  measured in this process one after the other (never concurrently).
+- tokens/s = batch * 128 / mean step time; the ratio is encoderx / PyTorch. On CPU
+  the two frameworks' timed steps are interleaved (one encoderx step, one PyTorch step,
+  the first of each pair alternating; never concurrently), so that a change in the
+  machine's speed during the run (a shared host, frequency scaling) reaches both
+  alike; the line of each model also gives the ratio of each pair of steps (median and
+  range). On GPU they run one after the other (each framework holds its own memory).
 - MFU: model FLOPs per token (encoderx/flops.py, from the config: 6 x the layers'
   matmul parameters + attention scores + the MLM head on what each framework scores)
   x tokens/s, over the machine's peak: the best of a few large float32 matmuls
@@ -206,13 +210,24 @@ def model_flops_per_token(config, method, scores_every_position: bool = False) -
 
 def time_steps(step: Callable[[int], None], warmup: int, steps: int) -> list[float]:
   """Runs `step(i)` warmup + steps times; returns the wall time of the timed ones."""
-  for index in range(warmup):
-    step(index)
-  times = []
+  return time_interleaved([step], warmup, steps)[0]
+
+
+def time_interleaved(steps_of: list[Callable[[int], None]], warmup: int, steps: int
+                     ) -> list[list[float]]:
+  """The wall times of `steps` timed steps of each of `steps_of` (after `warmup` untimed
+  ones each), taken in turn: round i runs step i of each, one at a time, the order
+  reversed every other round, so that the machine's changing speed reaches all alike."""
+  for step in steps_of:
+    for index in range(warmup):
+      step(index)
+  times = [[] for _ in steps_of]
   for index in range(warmup, warmup + steps):
-    start = time.perf_counter()
-    step(index)
-    times.append(time.perf_counter() - start)
+    order = range(len(steps_of)) if index % 2 == 0 else reversed(range(len(steps_of)))
+    for which in order:
+      start = time.perf_counter()
+      steps_of[which](index)
+      times[which].append(time.perf_counter() - start)
   return times
 
 
@@ -265,9 +280,17 @@ def measure_padding(lengths=(128, 512), num_batches: int = 8) -> list[dict]:
 
 
 # --- encoderx ---------------------------------------------------------------------------
-def bench_encoderx(config, batches: list[dict], steps: int):
-  """(timing, the trainer's method: its model configs are the sizes PyTorch must match,
-  the compiled step's StepCost)."""
+@dataclasses.dataclass
+class Stepper:
+  """A framework's train step ready to run: `run_step(index)` trains on batch `index`
+  (modulo the batches) and returns when the step is done."""
+  run_step: Callable[[int], None]
+  num_params: int
+
+
+def encoderx_stepper(config, batches: list[dict]):
+  """(its Stepper, the trainer's method: its model configs are the sizes PyTorch must
+  match, the compiled step's StepCost)."""
   trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
   state = trainer.init_state()
   train_step, cost = trainer.compile_train_step(state, trainer.device_batch(batches[0]))
@@ -278,8 +301,14 @@ def bench_encoderx(config, batches: list[dict], steps: int):
     jax.block_until_ready(metrics)
 
   num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
-  times = time_steps(run_step, WARMUP_STEPS, steps)
-  return StepTiming(times, cost.compile_seconds, num_params), trainer.method, cost
+  return Stepper(run_step, num_params), trainer.method, cost
+
+
+def bench_encoderx(config, batches: list[dict], steps: int):
+  """(timing, the trainer's method, the compiled step's StepCost): encoderx alone."""
+  stepper, method, cost = encoderx_stepper(config, batches)
+  times = time_steps(stepper.run_step, WARMUP_STEPS, steps)
+  return StepTiming(times, cost.compile_seconds, stepper.num_params), method, cost
 
 
 # --- PyTorch / Hugging Face -------------------------------------------------------------
@@ -340,13 +369,14 @@ def torch_adamw(config, parameters):
       weight_decay=optimizer_config.weight_decay)
 
 
-def bench_torch(family: str, config, method, batches: list[dict],
-                steps: int, device: str = "cpu") -> StepTiming:
-  """On `device` "cuda": the model and inputs there, bf16 autocast, SDPA attention
+def torch_stepper(family: str, config, method, batches: list[dict],
+                  device: str = "cpu") -> Stepper:
+  """Hugging Face's model of `family` at `method`'s sizes, its AdamW step on `batches`.
+  On `device` "cuda": the model and inputs there, bf16 autocast, SDPA attention
   (transformers' default), each step synchronized."""
   import torch  # pylint: disable=g-import-not-at-top
   if family == "electra":
-    return bench_torch_electra(config, method, batches, steps)
+    return torch_electra_stepper(config, method, batches)
   torch.manual_seed(0)
   overrides = {}
   if family == "xlnet":  # its memory as the config's: HF keeps mems when mem_len is set
@@ -378,9 +408,7 @@ def bench_torch(family: str, config, method, batches: list[dict],
     if device == "cuda":
       torch.cuda.synchronize()
 
-  times = time_steps(run_step, WARMUP_STEPS, steps)
-  num_params = sum(p.numel() for p in model.parameters())
-  return StepTiming(times, num_params=num_params)
+  return Stepper(run_step, sum(p.numel() for p in model.parameters()))
 
 
 # --- attention cost ---------------------------------------------------------------------
@@ -452,7 +480,7 @@ def attention_cost(args) -> list[dict]:
                    "disentangled ms": f"{relative * 1e3:.1f}",
                    "disentangled / BERT": f"{relative / standard:.2f}x"})
   return rows
-def bench_torch_electra(config, method, batches: list[dict], steps: int) -> StepTiming:
+def torch_electra_stepper(config, method, batches: list[dict]) -> Stepper:
   """ELECTRA's step in PyTorch (see the module docstring), the sizes of `method`'s
   generator and discriminator."""
   import torch  # pylint: disable=g-import-not-at-top
@@ -493,8 +521,7 @@ def bench_torch_electra(config, method, batches: list[dict], steps: int) -> Step
     optimizer.step()
     optimizer.zero_grad()
 
-  times = time_steps(run_step, WARMUP_STEPS, steps)
-  return StepTiming(times, num_params=sum(p.numel() for p in parameters.values()))
+  return Stepper(run_step, sum(p.numel() for p in parameters.values()))
 
 
 # --- report -----------------------------------------------------------------------------
@@ -551,6 +578,11 @@ class ModelFigures:
   def tokens_per_step(self) -> int:
     return self.batch_size * self.seq_length
 
+  def paired_ratios(self) -> list[float]:
+    """encoderx's speed over PyTorch's for each pair of steps timed side by side."""
+    return [theirs / ours for ours, theirs in zip(self.jax_timing.times,
+                                                  self.torch_timing.times)]
+
 
 def mfu(flops_per_token: float, tokens_per_second: float, peak: float) -> str:
   return f"{flops_per_token * tokens_per_second / peak:.0%}"
@@ -584,18 +616,35 @@ def table_row(figures: ModelFigures, peak: float, pipeline_rate: float | None) -
 def measure_model(name: str, family: str | None, config, batches: list[dict], steps: int,
                   torch_device: str | None = "cpu") -> ModelFigures:
   """Times encoderx's step, and PyTorch's on `torch_device` (None: not) where the
-  Hugging Face `family` has a model."""
-  jax_timing, method, cost = bench_encoderx(config, batches, steps)
+  Hugging Face `family` has a model: interleaved with encoderx's on CPU, after it on an
+  accelerator (see the module doc)."""
+  jax_stepper, method, cost = encoderx_stepper(config, batches)
+  with_torch = bool(family and torch_device)
+  interleave = with_torch and torch_device == "cpu"
+  if interleave:
+    torch_step = torch_stepper(family, config, method, batches, torch_device)
+    jax_times, torch_times = time_interleaved(
+        [jax_stepper.run_step, torch_step.run_step], WARMUP_STEPS, steps)
+  else:
+    jax_times = time_steps(jax_stepper.run_step, WARMUP_STEPS, steps)
+  jax_timing = StepTiming(jax_times, cost.compile_seconds, jax_stepper.num_params)
   figures = ModelFigures(name, config.train.batch_size, config.data.seq_length,
                          jax_timing, cost, model_flops_per_token(config, method))
   print(describe_timing("encoderx", jax_timing, figures.tokens_per_step), flush=True)
-  if family and torch_device:
-    figures.torch_timing = bench_torch(family, config, method, batches, steps,
-                                       torch_device)
+  if with_torch:
+    if not interleave:
+      torch_step = torch_stepper(family, config, method, batches, torch_device)
+      torch_times = time_steps(torch_step.run_step, WARMUP_STEPS, steps)
+    figures.torch_timing = StepTiming(torch_times, num_params=torch_step.num_params)
     figures.torch_flops_per_token = model_flops_per_token(config, method,
                                                           scores_every_position=True)
     print(describe_timing("pytorch", figures.torch_timing, figures.tokens_per_step),
           flush=True)
+    if interleave:
+      ratios = figures.paired_ratios()
+      print(f"  encoderx / pytorch, step by step: median {statistics.median(ratios):.2f}x "
+            f"({min(ratios):.2f}x .. {max(ratios):.2f}x over {len(ratios)} pairs)",
+            flush=True)
   return figures
 
 

@@ -1,6 +1,7 @@
 """The benchmark's measures: the FLOP formula against XLA's count, the ahead-of-time
 compiled step, MFU and the training-loop comparison, the accelerator path on CPU."""
 import dataclasses
+import time
 
 import jax
 import numpy as np
@@ -58,6 +59,25 @@ def test_compiled_step_computes_what_the_jitted_step_does(tiny_config):
     np.testing.assert_array_equal(a, b)
 
 
+def test_interleaved_steps_take_turns_and_are_timed_each():
+  """Round i runs step i of each framework, the order reversed every other round; each
+  step's own wall time is kept."""
+  calls = []
+
+  def quick(index):
+    calls.append(("quick", index))
+
+  def slow(index):
+    calls.append(("slow", index))
+    time.sleep(0.02)
+
+  quick_times, slow_times = bench.time_interleaved([quick, slow], warmup=1, steps=3)
+  assert calls == [("quick", 0), ("slow", 0), ("slow", 1), ("quick", 1), ("quick", 2),
+                   ("slow", 2), ("slow", 3), ("quick", 3)]
+  assert len(quick_times) == len(slow_times) == 3
+  assert min(slow_times) >= 0.02 > max(quick_times)
+
+
 def test_published_peaks_by_device_kind():
   assert bench.published_peak("NVIDIA H100 80GB HBM3") == 989e12
   assert bench.published_peak("TPU v5 lite") == 197e12
@@ -80,6 +100,7 @@ def test_bench_prints_mfu_and_the_training_loop(capsys):
               "--train_loop_steps=8"])
   out = capsys.readouterr().out
   assert "machine peak:" in out and "MFU" in out and "torch MFU" in out
+  assert "encoderx / pytorch, step by step: median" in out  # timed side by side
   assert "loop / bench" in out
   loop_line = out.split("loop / bench")[1].splitlines()[2]
   assert float(loop_line.split()[-1]) > 0
