@@ -304,13 +304,6 @@ def encoderx_stepper(config, batches: list[dict]):
   return Stepper(run_step, num_params), trainer.method, cost
 
 
-def bench_encoderx(config, batches: list[dict], steps: int):
-  """(timing, the trainer's method, the compiled step's StepCost): encoderx alone."""
-  stepper, method, cost = encoderx_stepper(config, batches)
-  times = time_steps(stepper.run_step, WARMUP_STEPS, steps)
-  return StepTiming(times, cost.compile_seconds, stepper.num_params), method, cost
-
-
 # --- PyTorch / Hugging Face -------------------------------------------------------------
 # The keyword of each family's sentence-level label (RoBERTa has none).
 SENTENCE_LABEL = {"bert": "next_sentence_label", "albert": "sentence_order_label"}
