@@ -38,10 +38,13 @@ For each model, at sequence length 128 (its tiny config's data settings):
   each model and prints the loop's own tokens/s (its logged intervals after the first,
   which includes compilation) beside the bench step's; their ratio shows what the loop
   costs.
-- --device=gpu|tpu: BERT-base and BERT-large (BERT_ACCELERATOR_SIZES) at lengths 128
-  and 512 in bfloat16 (float32 parameters), the same train step, MFU against the
-  device's published dense bf16 peak (PUBLISHED_PEAKS), and on GPU Hugging Face PyTorch
-  (SDPA attention, bf16 autocast) beside it.
+- --device=gpu|tpu: BERT-base and BERT-large (BERT_ACCELERATOR_SIZES) at --lengths (128
+  and 512) in bfloat16 (float32 parameters), the same train step, each with the config's
+  attention dropout and without it (only then is the attention cuDNN's fused kernel on
+  GPU), ACCELERATOR_WARMUP_STEPS untimed steps, MFU against the device's published dense
+  bf16 peak (PUBLISHED_PEAKS), and on GPU Hugging Face PyTorch (SDPA attention, bf16
+  autocast, the same dropouts) beside it. launch/gpu_bench.py runs these rows on a GPU
+  host without the text stack.
 - electra_tiny (method 'electra': the generator's MLM, sampling, the discriminator's
   replaced-token detection): PyTorch runs `ElectraForMaskedLM` (the generator) and
   `ElectraForPreTraining` (the discriminator) sharing one embeddings module: the
@@ -108,6 +111,9 @@ from encoderx.models import common, pretraining
 SEQ_LENGTH = 128
 PEAK_MATMUL_SIZE = 2048  # the square f32 matmul whose speed is the machine's peak
 WARMUP_STEPS = 2  # untimed steps after compilation (allocator, caches, thread pools)
+# On GPU PyTorch's first steps after these are still slow (cuBLAS and SDPA pick their
+# kernels): a BERT-base step's spread was 293 ms about a 29 ms minimum with 2.
+ACCELERATOR_WARMUP_STEPS = 5
 PIPELINE_MIN_BATCHES = 40  # timed pipeline batches; more if the train steps need more
 MLM_RATE = 0.15
 
@@ -141,6 +147,10 @@ BERT_ACCELERATOR_SIZES = {
     "bert_large": dict(num_layers=24, hidden_size=1024, num_heads=16,
                        intermediate_size=4096)}
 ACCELERATOR_LENGTHS = (128, 512)
+# --device=gpu|tpu times each row with the config's attention dropout and without it:
+# jax has no fused attention with a usable dropout (encoderx/models/attention.py), so
+# only the second runs cuDNN's flash attention on GPU.
+ACCELERATOR_ATTENTION_DROPOUTS = (None, 0.0)  # None: the config's
 # Dense bf16 peak FLOP/s per device, as published, by a substring of jax's device_kind.
 PUBLISHED_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12,
                    "TPU v4": 275e12, "TPU v5 lite": 197e12, "TPU v5e": 197e12,
@@ -522,7 +532,7 @@ def header(args) -> str:
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   lengths = (" and ".join(map(str, ATTENTION_LENGTHS)) if args.attention_cost else
-             " and ".join(map(str, ACCELERATOR_LENGTHS)) if args.device != "cpu" else
+             " and ".join(map(str, args.lengths)) if args.device != "cpu" else
              SEQ_LENGTH)
   return (f"encoderx bench: batch {args.batch_size} x length {lengths}, "
           f"{WARMUP_STEPS} warm-up + {args.steps} timed steps\n"
@@ -607,7 +617,8 @@ def table_row(figures: ModelFigures, peak: float, pipeline_rate: float | None) -
 
 
 def measure_model(name: str, family: str | None, config, batches: list[dict], steps: int,
-                  torch_device: str | None = "cpu") -> ModelFigures:
+                  torch_device: str | None = "cpu", warmup: int = WARMUP_STEPS
+                  ) -> ModelFigures:
   """Times encoderx's step, and PyTorch's on `torch_device` (None: not) where the
   Hugging Face `family` has a model: interleaved with encoderx's on CPU, after it on an
   accelerator (see the module doc)."""
@@ -617,9 +628,9 @@ def measure_model(name: str, family: str | None, config, batches: list[dict], st
   if interleave:
     torch_step = torch_stepper(family, config, method, batches, torch_device)
     jax_times, torch_times = time_interleaved(
-        [jax_stepper.run_step, torch_step.run_step], WARMUP_STEPS, steps)
+        [jax_stepper.run_step, torch_step.run_step], warmup, steps)
   else:
-    jax_times = time_steps(jax_stepper.run_step, WARMUP_STEPS, steps)
+    jax_times = time_steps(jax_stepper.run_step, warmup, steps)
   jax_timing = StepTiming(jax_times, cost.compile_seconds, jax_stepper.num_params)
   figures = ModelFigures(name, config.train.batch_size, config.data.seq_length,
                          jax_timing, cost, model_flops_per_token(config, method))
@@ -627,7 +638,7 @@ def measure_model(name: str, family: str | None, config, batches: list[dict], st
   if with_torch:
     if not interleave:
       torch_step = torch_stepper(family, config, method, batches, torch_device)
-      torch_times = time_steps(torch_step.run_step, WARMUP_STEPS, steps)
+      torch_times = time_steps(torch_step.run_step, warmup, steps)
     figures.torch_timing = StepTiming(torch_times, num_params=torch_step.num_params)
     figures.torch_flops_per_token = model_flops_per_token(config, method,
                                                           scores_every_position=True)
@@ -668,8 +679,10 @@ def published_peak(device_kind: str) -> float | None:
               None)
 
 
-def accelerator_config(size: str, length: int, batch_size: int):
-  """BERT of `size` (BERT_ACCELERATOR_SIZES, or a bench MODELS name) at `length`, bf16."""
+def accelerator_config(size: str, length: int, batch_size: int,
+                       attention_dropout: float | None = None):
+  """BERT of `size` (BERT_ACCELERATOR_SIZES, or a bench MODELS name) at `length`, bf16;
+  `attention_dropout` replaces the config's unless None."""
   if size in BERT_ACCELERATOR_SIZES:
     config = build_config("bert_tiny", batch_size, length)
     for field, value in BERT_ACCELERATOR_SIZES[size].items():
@@ -677,14 +690,17 @@ def accelerator_config(size: str, length: int, batch_size: int):
   else:
     config = build_config(size, batch_size, length)
   config.model.dtype = "bfloat16"
+  if attention_dropout is not None:
+    config.model.attention_dropout = attention_dropout
   config.objective.mlm.max_predictions = round(length * MLM_RATE)
   return config
 
 
-def accelerator_rows(sizes, lengths, batch_size: int, steps: int, with_torch: bool
-                     ) -> list[dict]:
+def accelerator_rows(sizes, lengths, batch_size: int, steps: int, with_torch: bool,
+                     attention_dropouts=ACCELERATOR_ATTENTION_DROPOUTS) -> list[dict]:
   """BERT train steps in bf16 on jax's default device: MFU against its published peak
-  (else its measured bf16 matmul peak), with PyTorch on CUDA beside it on GPU."""
+  (else its measured bf16 matmul peak), with PyTorch on CUDA beside it on GPU (the same
+  attention dropout: Hugging Face's SDPA fuses attention with dropout too)."""
   device = jax.devices()[0]
   peak = published_peak(device.device_kind)
   peak_source = "published"
@@ -696,15 +712,21 @@ def accelerator_rows(sizes, lengths, batch_size: int, steps: int, with_torch: bo
   rows = []
   for size in sizes:
     for length in lengths:
-      config = accelerator_config(size, length, batch_size)
-      batches = pipeline.take_batches(pretraining_task(config), "train", length,
-                                      batch_size, 1 + WARMUP_STEPS + steps)
-      print(f"\n{size} @{length}:", flush=True)
-      family = "bert" if size in BERT_ACCELERATOR_SIZES else MODELS[size][0]
-      figures = measure_model(f"{size} @{length}", family, config, batches, steps,
-                              torch_device if with_torch else None)
-      rows.append(table_row(figures, peak, None))
-      gc.collect()
+      batches = None
+      for attention_dropout in attention_dropouts:
+        config = accelerator_config(size, length, batch_size, attention_dropout)
+        if batches is None:
+          batches = pipeline.take_batches(pretraining_task(config), "train", length,
+                                          batch_size, 1 + ACCELERATOR_WARMUP_STEPS + steps)
+        name = (f"{size} @{length}, attention dropout "
+                f"{config.model.attention_dropout:g}")
+        print(f"\n{name}:", flush=True)
+        family = "bert" if size in BERT_ACCELERATOR_SIZES else MODELS[size][0]
+        figures = measure_model(name, family, config, batches, steps,
+                                torch_device if with_torch else None,
+                                ACCELERATOR_WARMUP_STEPS)
+        rows.append(table_row(figures, peak, None))
+        gc.collect()
   return rows
 
 
@@ -729,6 +751,8 @@ def parse_args(argv=None):
                       help="gpu|tpu: BERT-base and BERT-large at lengths "
                       f"{' and '.join(map(str, ACCELERATOR_LENGTHS))} in bfloat16, MFU "
                       "against the device's published peak")
+  parser.add_argument("--lengths", default=",".join(map(str, ACCELERATOR_LENGTHS)),
+                      help="with --device=gpu|tpu: the sequence lengths, in this order")
   args = parser.parse_args(argv)
   accelerator = args.device != "cpu"
   if args.models is None:
@@ -739,9 +763,14 @@ def parse_args(argv=None):
   unknown = [m for m in args.models if m not in known]
   if unknown:
     parser.error(f"unknown model(s) {unknown}; choose among {list(known)}")
-  if args.steps < 1 or args.batch_size < 1 or args.train_loop_steps < 0:
+  try:
+    args.lengths = [int(length) for length in args.lengths.split(",")]
+  except ValueError:
+    parser.error(f"--lengths: comma-separated integers, got {args.lengths!r}")
+  if args.steps < 1 or args.batch_size < 1 or args.train_loop_steps < 0 or min(
+      args.lengths) < 8:
     parser.error("--steps and --batch_size must be positive, --train_loop_steps not "
-                 "negative")
+                 "negative, --lengths at least 8")
   return args
 
 
@@ -756,7 +785,7 @@ def main(argv=None) -> None:
                        f"{jax.default_backend()} (devices {jax.devices()})")
     print("\nBERT train steps in bfloat16:", flush=True)
     print("\n" + format_table(accelerator_rows(
-        args.models, ACCELERATOR_LENGTHS, args.batch_size, args.steps,
+        args.models, args.lengths, args.batch_size, args.steps,
         with_torch=not args.skip_torch)))
     return
   if args.attention_cost:

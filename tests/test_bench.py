@@ -85,12 +85,15 @@ def test_published_peaks_by_device_kind():
 
 
 def test_accelerator_path_runs_on_cpu(capsys):
-  """--device=gpu|tpu's functions (bf16 steps, fused attention with implementation=None,
-  MFU against a peak) run here on CPU, a tiny model standing in for BERT-base."""
-  (row,) = bench.accelerator_rows(["bert_tiny"], (64,), batch_size=2, steps=1,
-                                  with_torch=False)
-  assert row["model"] == "bert_tiny @64" and row["MFU"].endswith("%")
-  assert float(row["jax tok/s"].replace(",", "")) > 0
+  """--device=gpu|tpu's functions (bf16 steps, with the config's attention dropout and
+  without it, the fused attention choosing XLA here; MFU against a peak) run here on CPU,
+  a tiny model standing in for BERT-base."""
+  rows = bench.accelerator_rows(["bert_tiny"], (64,), batch_size=2, steps=1,
+                                with_torch=False)
+  assert [row["model"] for row in rows] == ["bert_tiny @64, attention dropout 0.1",
+                                            "bert_tiny @64, attention dropout 0"]
+  for row in rows:
+    assert row["MFU"].endswith("%") and float(row["jax tok/s"].replace(",", "")) > 0
   assert "measured bf16 matmul" in capsys.readouterr().out
 
 
@@ -104,3 +107,11 @@ def test_bench_prints_mfu_and_the_training_loop(capsys):
   assert "loop / bench" in out
   loop_line = out.split("loop / bench")[1].splitlines()[2]
   assert float(loop_line.split()[-1]) > 0
+
+
+def test_accelerator_lengths_flag():
+  assert bench.parse_args(["--device=gpu", "--lengths=512,128"]).lengths == [512, 128]
+  assert bench.parse_args(["--device=gpu"]).lengths == list(bench.ACCELERATOR_LENGTHS)
+  for bad in ("--lengths=512,x", "--lengths=4"):
+    with pytest.raises(SystemExit):
+      bench.parse_args(["--device=gpu", bad])

@@ -102,3 +102,24 @@ def test_attend_in_bfloat16_follows_float32():
   half = attention.attend(*as_bf16, mask)
   assert half.dtype == jnp.bfloat16
   np.testing.assert_allclose(half.astype(jnp.float32), full, atol=5e-2)
+
+
+def test_fused_implementation_is_cudnn_only_where_it_applies(monkeypatch):
+  """cuDNN's flash attention is asked for on GPU, for half-precision heads it supports
+  (head_dim <= 128, a multiple of 8, even lengths, no bias); XLA everywhere else. On this
+  CPU host the choice is XLA."""
+  heads = lambda length, head_dim, dtype=jnp.bfloat16: jnp.zeros((2, length, 4, head_dim),
+                                                                 dtype)
+  assert attention.fused_implementation(heads(128, 64), heads(128, 64), None) is None
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  assert attention.fused_implementation(heads(128, 64), heads(128, 64), None) == "cudnn"
+  assert attention.fused_implementation(heads(512, 128), heads(512, 128), None) == "cudnn"
+  not_fused = [
+      (heads(128, 64, jnp.float32), heads(128, 64, jnp.float32), None),  # float32
+      (heads(128, 160), heads(128, 160), None),  # head_dim > 128
+      (heads(128, 36), heads(128, 36), None),  # not a multiple of 8
+      (heads(127, 64), heads(127, 64), None),  # odd length
+      (heads(128, 64), heads(128, 64), jnp.zeros((2, 4, 128, 128))),  # a bias
+  ]
+  for query, key, bias in not_fused:
+    assert attention.fused_implementation(query, key, bias) is None

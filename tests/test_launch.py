@@ -3,7 +3,10 @@ command it starts on every worker (run here by bash as a worker's shell would)."
 import os
 import shlex
 import subprocess
+import sys
 import time
+
+import pytest
 
 from conftest import REPO
 
@@ -106,3 +109,33 @@ def test_a_queued_resource_that_fails_stops_the_wait_and_is_deleted(tmp_path):
   assert "the queued resource n is FAILED" in result.stderr
   calls = (tmp_path / "calls").read_text().splitlines()
   assert [call.split()[3] for call in calls] == ["create", "describe", "delete"]
+
+
+@pytest.mark.slow
+def test_gpu_bench_runs_the_bench_rows_without_the_text_stack(tmp_path):
+  """launch/gpu_bench.py: batches recorded with the real pipeline, then the bench's
+  accelerator rows run in a process where tensorflow, tensorflow_text and seqio are
+  stand-ins (as on a GPU image without them): here on CPU, a tiny model."""
+  script = str(REPO / "launch" / "gpu_bench.py")
+  env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+  recorded = subprocess.run(
+      [sys.executable, script, "record", str(tmp_path), "--lengths=64", "--batch_size=2"],
+      capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+  assert recorded.returncode == 0, recorded.stderr
+  assert (tmp_path / "batches_64.npz").exists() and (tmp_path / "vocabulary.json").exists()
+  probe = ("import sys, runpy; sys.argv = sys.argv[1:]; "
+           "runpy.run_path(sys.argv[0], run_name='__main__'); "
+           "import tensorflow; print('tensorflow is', type(tensorflow).__name__)")
+  ran = subprocess.run(
+      [sys.executable, "-c", probe, script, "rows", str(tmp_path), "bert_tiny@64",
+       "--batch_size=2", "--skip_torch"], capture_output=True, text=True, env=env,
+      timeout=300, cwd=REPO)
+  assert ran.returncode == 0, ran.stderr
+  assert "tensorflow is _StandInModule" in ran.stdout
+  assert "bert_tiny @64, attention dropout 0 " in ran.stdout
+  assert "bert_tiny @64, attention dropout 0.1" in ran.stdout
+  missing = subprocess.run(
+      [sys.executable, script, "rows", str(tmp_path), "bert_tiny@128", "--batch_size=2",
+       "--skip_torch", "--dropouts=0"], capture_output=True, text=True, env=env,
+      timeout=300, cwd=REPO)
+  assert "no recorded batches of length 128" in missing.stdout + missing.stderr

@@ -125,21 +125,38 @@ def attention_probabilities(query: jax.Array, key: jax.Array, mask: jax.Array,
   return jax.nn.softmax(logits, axis=-1)
 
 
+def fused_implementation(query: jax.Array, key: jax.Array, bias: jax.Array | None
+                         ) -> str | None:
+  """The `implementation` of `jax.nn.dot_product_attention` for these heads: "cudnn"
+  (its fused flash attention) on GPU for bfloat16/float16 heads of at most 128 dims, a
+  multiple of 8, over even lengths (cuDNN's condition for a mask in training), without a
+  bias (cuDNN would also compute the bias's gradient); None (XLA) elsewhere. jax picks
+  XLA for None on every platform, cuDNN only when asked."""
+  head_dim = query.shape[-1]
+  if (jax.default_backend() == "gpu" and bias is None
+      and query.dtype in (jnp.bfloat16, jnp.float16)
+      and head_dim <= 128 and head_dim % 8 == 0
+      and query.shape[1] % 2 == 0 and key.shape[1] % 2 == 0):
+    return "cudnn"
+  return None
+
+
 def attend(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array,
            bias: jax.Array | None = None, dropout_rate: float = 0.0,
            dropout_key: jax.Array | None = None) -> jax.Array:
   """Scaled dot-product attention, [batch, length, heads, head_dim] in and out.
 
-  Without dropout on the probabilities, this is `jax.nn.dot_product_attention`, which
-  picks the fastest implementation the platform has (cuDNN's fused flash attention on
-  GPU where the shapes allow, XLA elsewhere). It has no dropout, so with attention
-  dropout the probabilities are computed here, dropped (8 bits per element,
-  encoderx/models/dropout.py) and applied to the values: the same arithmetic, checked
-  against it in tests/test_dropout.py.
+  Without dropout on the probabilities, this is `jax.nn.dot_product_attention`: cuDNN's
+  fused flash attention on GPU where `fused_implementation` allows (the mask, padding and
+  packed documents alike, goes in as its additive bias), XLA elsewhere. Neither has a
+  usable dropout (jax's cuDNN call fixes the dropout seed at 42, so every step would
+  drop the same elements), so with attention dropout the probabilities are computed here,
+  dropped (8 bits per element, encoderx/models/dropout.py) and applied to the values:
+  the same arithmetic, checked against it in tests/test_dropout.py.
   """
   if dropout_key is None or dropout_lib.effective_rate(dropout_rate) == 0:
     return jax.nn.dot_product_attention(query, key, value, bias=bias, mask=mask,
-                                        implementation=None)
+                                        implementation=fused_implementation(query, key, bias))
   probabilities = dropout_lib.dropout(attention_probabilities(query, key, mask, bias),
                                       dropout_rate, dropout_key)
   return jnp.einsum("bnqk,bknd->bqnd", probabilities.astype(value.dtype), value)

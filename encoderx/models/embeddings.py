@@ -51,6 +51,22 @@ def output_bias(module: nn.Module, config: common.ModelConfig) -> jax.Array:
                       config.weights_dtype)
 
 
+class Embed(nn.Embed):
+  """`nn.Embed` whose rows are gathered from the table in its own dtype (float32) and
+  cast to the compute dtype after. `nn.Embed` casts the whole table first, so in a
+  bfloat16 model the gradient's scatter-add summed every occurrence of an id in
+  bfloat16: imprecise for ids that repeat thousands of times in a batch (token type 0,
+  padding, position 0), and on GPU the slowest part of the step (the profile of a
+  BERT-large step at 32 x 512 on an H200: 56 of its 143 ms in these scatters). The
+  forward values are the same either way."""
+
+  def __call__(self, inputs: jax.Array) -> jax.Array:
+    if not jnp.issubdtype(inputs.dtype, jnp.integer):
+      raise ValueError(f"Input type must be an integer, got {inputs.dtype}")
+    dtype = self.embedding.dtype if self.dtype is None else self.dtype
+    return jnp.take(self.embedding, inputs, axis=0).astype(dtype)
+
+
 class Embeddings(nn.Module):
   """[batch, length] ids -> [batch, length, hidden].
 
@@ -68,7 +84,7 @@ class Embeddings(nn.Module):
 
   def setup(self):
     config = self.config
-    embed = lambda n, axes, name, drawn=None: nn.Embed(  # pylint: disable=g-long-lambda
+    embed = lambda n, axes, name, drawn=None: Embed(  # pylint: disable=g-long-lambda
         n, config.embedding_size, dtype=config.compute_dtype,
         param_dtype=config.weights_dtype,
         embedding_init=common.initializer(config, axes, drawn), name=name)

@@ -66,7 +66,7 @@ class SboHead(nn.Module):
   def __call__(self, hidden: jax.Array, left: jax.Array, right: jax.Array,
                offsets: jax.Array, embeddings: embeddings_lib.Embeddings) -> jax.Array:
     config = self.config
-    position_embeddings = nn.Embed(
+    position_embeddings = embeddings_lib.Embed(
         self.max_offsets, self.position_size, dtype=config.compute_dtype,
         param_dtype=config.weights_dtype,
         embedding_init=common.initializer(config, ("positions", "embed")),

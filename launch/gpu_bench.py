@@ -1,0 +1,298 @@
+"""encoderx.bench's accelerator rows on a GPU host whose image has jax, PyTorch and
+transformers but not the text stack (tensorflow, tensorflow-text, seqio): NVIDIA's JAX
+containers, for one, and the GPU machines this project is lent, which have no network.
+
+    # where the text stack is installed: record the bench's batches and vocabulary facts
+    python launch/gpu_bench.py record DIR [--lengths=128,512] [--batch_size=32]
+    # on the GPU host, with DIR copied there (encoderx importable, e.g. PYTHONPATH=.)
+    python launch/gpu_bench.py rows DIR bert_large@512,bert_base@128 [--dropouts=0,config]
+    python launch/gpu_bench.py profile DIR bert_large@512 [--dropouts=0] [--trace_out=D]
+
+`rows` prints the table of `python -m encoderx.bench --device=gpu` (the same functions:
+encoderx's jitted train step, Hugging Face PyTorch with SDPA and bf16 autocast beside it)
+and first checks cuDNN's fused attention against XLA's on the device. `profile` traces a
+few encoderx steps (jax.profiler) and sums the GPU's time by kernel.
+
+What stands in for the text stack, and only here: tensorflow, tensorflow_text, seqio and
+tensorflow_datasets are import-time stand-ins (any attribute, call or base class is
+accepted, nothing runs), `tasks.build_vocabulary` returns the recorded facts (size, mask
+id, special ids: all the model and objectives read of it), the corpus checks are skipped,
+and the batches are the recorded ones, which the real pipeline made. Everything timed is
+the bench's own code.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+import types
+
+import numpy as np
+
+TEXT_STACK = ("tensorflow", "tensorflow_text", "seqio", "tensorflow_datasets")
+VOCABULARY_FILE = "vocabulary.json"
+STEPS = 10
+
+
+# --- the text stack's stand-ins (rows and profile only) ---------------------------------
+class _StandInBase:
+  """The base a class gets in place of a stood-in module's class."""
+
+  def __init__(self, *args, **kwargs):
+    pass
+
+
+class _StandIn:
+  """Any attribute of a stood-in module, at import time."""
+
+  def __init__(self, *args, **kwargs):
+    pass
+
+  def __call__(self, *args, **kwargs):
+    return _StandIn()
+
+  def __getattr__(self, name):
+    return _StandIn()
+
+  def __mro_entries__(self, bases):
+    return (_StandInBase,)
+
+  def __iter__(self):
+    return iter(())
+
+
+class _StandInModule(types.ModuleType):
+  def __getattr__(self, name):
+    if name.startswith("__"):
+      raise AttributeError(name)
+    return _StandIn()
+
+
+class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+  def find_spec(self, name, path, target=None):
+    if name.split(".")[0] in TEXT_STACK:
+      return importlib.machinery.ModuleSpec(name, self, is_package=True)
+    return None
+
+  def create_module(self, spec):
+    module = _StandInModule(spec.name)
+    module.__path__ = []
+    return module
+
+  def exec_module(self, module):
+    pass
+
+
+def _import_encoderx():
+  """encoderx.configs as setup.py installs it, when running from a checkout."""
+  if "encoderx.configs" not in sys.modules:
+    try:
+      import encoderx.configs  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    except ImportError:
+      sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+      import configs  # pylint: disable=g-import-not-at-top
+      sys.modules["encoderx.configs"] = configs
+  from encoderx import bench  # pylint: disable=g-import-not-at-top
+  return bench
+
+
+def bench_on_recordings(directory: str):
+  """encoderx.bench with the text stack stood in for and the recordings of `directory`
+  as its vocabulary and batches."""
+  sys.meta_path.insert(0, _StandInFinder())
+  bench = _import_encoderx()
+  from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
+  from encoderx.methods import pretrain  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(directory, VOCABULARY_FILE)) as f:
+    facts = json.load(f)
+  vocabulary = types.SimpleNamespace(vocab_size=facts["vocab_size"],
+                                     mask_id=facts["mask_id"],
+                                     special_ids=tuple(facts["special_ids"]))
+  tasks.build_vocabulary = lambda vocab_config: vocabulary
+  pretrain.validate_data = lambda config, *args, **kwargs: None
+
+  def recorded_batches(task, split, length, batch_size, count, seed=0):
+    del task, split, seed
+    path = os.path.join(directory, f"batches_{length}.npz")
+    if not os.path.exists(path):
+      raise SystemExit(f"no recorded batches of length {length} in {directory}")
+    arrays = np.load(path)
+    batches = collections.defaultdict(dict)
+    for key in arrays.files:
+      index, name = key.split("/")
+      batches[int(index)][name] = arrays[key]
+    recorded = [batches[i] for i in sorted(batches)]
+    if len(recorded) < count or recorded[0]["input_ids"].shape[0] < batch_size:
+      raise SystemExit(f"{path} holds {len(recorded)} batches of "
+                       f"{recorded[0]['input_ids'].shape[0]}; {count} of {batch_size} "
+                       "are needed: record more")
+    return [{k: v[:batch_size] for k, v in b.items()} for b in recorded[:count]]
+
+  bench.pipeline.take_batches = recorded_batches
+  bench.pretraining_task = lambda config: None
+  return bench
+
+
+# --- record -----------------------------------------------------------------------------
+def record(directory: str, lengths: list[int], batch_size: int) -> None:
+  bench = _import_encoderx()
+  from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
+  os.makedirs(directory, exist_ok=True)
+  for length in lengths:
+    config = bench.accelerator_config("bert_base", length, batch_size)
+    batches = bench.pipeline.take_batches(bench.pretraining_task(config), "train", length,
+                                          batch_size, 1 + bench.ACCELERATOR_WARMUP_STEPS
+                                          + STEPS)
+    np.savez(os.path.join(directory, f"batches_{length}.npz"),
+             **{f"{i}/{k}": v for i, b in enumerate(batches) for k, v in b.items()})
+  vocabulary = tasks.build_vocabulary(config.data.vocab)
+  facts = dict(vocab_size=int(vocabulary.vocab_size), mask_id=int(vocabulary.mask_id),
+               special_ids=[int(i) for i in vocabulary.special_ids])
+  with open(os.path.join(directory, VOCABULARY_FILE), "w") as f:
+    json.dump(facts, f)
+  print(f"recorded {len(lengths)} length(s) x {1 + bench.ACCELERATOR_WARMUP_STEPS + STEPS} "
+        f"batches of {batch_size} in {directory}; vocabulary {facts}")
+
+
+# --- rows -------------------------------------------------------------------------------
+def check_fused_attention() -> None:
+  """cuDNN's attention against XLA's on this device (bf16, padded rows, BERT-large's
+  heads): relative error of the outputs and of the three gradients."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from encoderx.models import attention  # pylint: disable=g-import-not-at-top
+  shape = (8, 512, 16, 64)
+  keys = jax.random.split(jax.random.key(1), 4)
+  query, key, value = (jax.random.normal(k, shape, jnp.bfloat16) for k in keys[:3])
+  print("fused attention:", attention.fused_implementation(query, key, None), flush=True)
+  lengths = jax.random.randint(keys[3], (shape[0],), 100, shape[1] + 1)
+  segment_ids = (jnp.arange(shape[1])[None] < lengths[:, None]).astype(jnp.int32)
+  mask = attention.padding_and_packing_mask(segment_ids)
+  real = segment_ids[:, :, None, None] > 0
+
+  def outputs_and_gradients(implementation):
+    def loss(q, k, v):
+      out = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=implementation)
+      return jnp.sum(jnp.where(real, out.astype(jnp.float32), 0) ** 2), out
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True))(
+        query, key, value)
+    return [out, *grads]
+
+  def relative_error(a, b):
+    a, b = (jnp.where(real, x, 0).astype(jnp.float32) for x in (a, b))
+    return float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b))
+
+  errors = [relative_error(a, b) for a, b in zip(outputs_and_gradients("cudnn"),
+                                                 outputs_and_gradients("xla"))]
+  print("cuDNN against XLA (bf16, padded rows), relative error: "
+        + ", ".join(f"{n} {e:.1e}" for n, e in zip(("out", "dq", "dk", "dv"), errors)),
+        flush=True)
+
+
+def rows(bench, plan, dropouts, batch_size: int, with_torch: bool) -> None:
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.default_backend() == "gpu":
+    check_fused_attention()
+  table = []
+  for size, length in plan:
+    for dropout in dropouts:
+      start = time.perf_counter()
+      try:  # one failing row (memory, say) must not lose the others
+        table += bench.accelerator_rows([size], [length], batch_size, STEPS, with_torch,
+                                        [dropout])
+      except Exception:  # pylint: disable=broad-except
+        traceback.print_exc()
+      print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
+  print("\n" + bench.format_table(table), flush=True)
+
+
+# --- profile ----------------------------------------------------------------------------
+def kernel_times(trace_path: str, steps: int, top: int = 40) -> None:
+  """The GPU's busy time per step, by kernel, from a perfetto trace of `steps` steps."""
+  with gzip.open(trace_path) as f:
+    events = json.load(f)
+  events = events["traceEvents"] if isinstance(events, dict) else events
+  process = {e["pid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+  kernels = [e for e in events if e.get("ph") == "X" and "GPU" in process.get(e["pid"], "")]
+  if not kernels:
+    print("no GPU kernels in the trace")
+    return
+  totals = collections.Counter()
+  for e in kernels:
+    totals[e["name"][:100]] += e["dur"]
+  busy = sum(totals.values())
+  print(f"\nGPU busy {busy / 1e3 / steps:.1f} ms per step, {len(totals)} kernels:")
+  for name, duration in totals.most_common(top):
+    print(f"  {duration / 1e3 / steps:8.2f} ms  {100 * duration / busy:5.1f}%  {name}")
+
+
+def profile(bench, plan, dropouts, batch_size: int, trace_out: str | None) -> None:
+  import jax  # pylint: disable=g-import-not-at-top
+  for size, length in plan:
+    for dropout in dropouts:
+      config = bench.accelerator_config(size, length, batch_size, dropout)
+      batches = bench.pipeline.take_batches(None, "train", length, batch_size, 8)
+      stepper, _, cost = bench.encoderx_stepper(config, batches)
+      times = bench.time_steps(stepper.run_step, bench.ACCELERATOR_WARMUP_STEPS, STEPS)
+      print(f"\n{size} @{length}, attention dropout {config.model.attention_dropout:g} "
+            f"(prng {jax.config.jax_default_prng_impl}): compile "
+            f"{cost.compile_seconds:.0f} s, step median "
+            f"{1e3 * sorted(times)[len(times) // 2]:.1f} ms", flush=True)
+      trace_dir = f"/tmp/encoderx_trace_{size}_{length}_{dropout}"
+      traced = 5
+      with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+        for index in range(traced):
+          stepper.run_step(index)
+      (path,) = glob.glob(f"{trace_dir}/**/perfetto_trace.json.gz", recursive=True)
+      if trace_out:
+        os.makedirs(trace_out, exist_ok=True)
+        shutil.copy(path, os.path.join(trace_out, f"{size}_{length}_{dropout}.json.gz"))
+      kernel_times(path, traced)
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+  parser.add_argument("mode", choices=("record", "rows", "profile"))
+  parser.add_argument("directory")
+  parser.add_argument("plan", nargs="?", default="bert_large@512,bert_base@128",
+                      help="size@length, comma-separated (rows, profile)")
+  parser.add_argument("--lengths", default="128,512", help="record: lengths")
+  parser.add_argument("--batch_size", type=int, default=32)
+  parser.add_argument("--dropouts", default="0,config",
+                      help="attention dropouts: numbers, or 'config' for the config's")
+  parser.add_argument("--skip_torch", action="store_true")
+  parser.add_argument("--trace_out", default=None, help="profile: copy the traces here")
+  args = parser.parse_args(argv)
+  args.lengths = [int(length) for length in args.lengths.split(",")]
+  args.plan = [(size, int(length)) for size, length in
+               (item.split("@") for item in args.plan.split(","))]
+  args.dropouts = [None if d == "config" else float(d) for d in args.dropouts.split(",")]
+  return args
+
+
+def main(argv=None) -> None:
+  args = parse_args(argv)
+  if args.mode == "record":
+    record(args.directory, args.lengths, args.batch_size)
+    return
+  bench = bench_on_recordings(args.directory)
+  import jax  # pylint: disable=g-import-not-at-top
+  print(f"jax {jax.__version__}, {jax.devices()}", flush=True)
+  if args.mode == "rows":
+    rows(bench, args.plan, args.dropouts, args.batch_size, not args.skip_torch)
+  else:
+    profile(bench, args.plan, args.dropouts, args.batch_size, args.trace_out)
+
+
+if __name__ == "__main__":
+  main()
