@@ -534,8 +534,9 @@ def header(args) -> str:
   lengths = (" and ".join(map(str, ATTENTION_LENGTHS)) if args.attention_cost else
              " and ".join(map(str, args.lengths)) if args.device != "cpu" else
              SEQ_LENGTH)
+  warmup = ACCELERATOR_WARMUP_STEPS if args.device != "cpu" else WARMUP_STEPS
   return (f"encoderx bench: batch {args.batch_size} x length {lengths}, "
-          f"{WARMUP_STEPS} warm-up + {args.steps} timed steps\n"
+          f"{warmup} warm-up + {args.steps} timed steps\n"
           f"  jax {jax.__version__}: platform {jax.default_backend()}, "
           f"{jax.device_count()} device(s) (the step runs on 1)\n"
           f"  torch {torch.__version__}, transformers {transformers.__version__}: "
