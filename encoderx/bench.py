@@ -712,17 +712,17 @@ def accelerator_rows(sizes, lengths, batch_size: int, steps: int, with_torch: bo
   torch_device = "cuda" if jax.default_backend() == "gpu" else "cpu"
   rows = []
   for size in sizes:
+    family = "bert" if size in BERT_ACCELERATOR_SIZES else MODELS[size][0]
     for length in lengths:
-      batches = None
+      # The data config is the same whatever the dropout: one set of batches for all.
+      batches = pipeline.take_batches(
+          pretraining_task(accelerator_config(size, length, batch_size)), "train", length,
+          batch_size, 1 + ACCELERATOR_WARMUP_STEPS + steps)
       for attention_dropout in attention_dropouts:
         config = accelerator_config(size, length, batch_size, attention_dropout)
-        if batches is None:
-          batches = pipeline.take_batches(pretraining_task(config), "train", length,
-                                          batch_size, 1 + ACCELERATOR_WARMUP_STEPS + steps)
         name = (f"{size} @{length}, attention dropout "
                 f"{config.model.attention_dropout:g}")
         print(f"\n{name}:", flush=True)
-        family = "bert" if size in BERT_ACCELERATOR_SIZES else MODELS[size][0]
         figures = measure_model(name, family, config, batches, steps,
                                 torch_device if with_torch else None,
                                 ACCELERATOR_WARMUP_STEPS)

@@ -31,7 +31,9 @@ import importlib.machinery
 import json
 import os
 import shutil
+import statistics
 import sys
+import tempfile
 import time
 import traceback
 import types
@@ -247,8 +249,8 @@ def profile(bench, plan, dropouts, batch_size: int, trace_out: str | None) -> No
       print(f"\n{size} @{length}, attention dropout {config.model.attention_dropout:g} "
             f"(prng {jax.config.jax_default_prng_impl}): compile "
             f"{cost.compile_seconds:.0f} s, step median "
-            f"{1e3 * sorted(times)[len(times) // 2]:.1f} ms", flush=True)
-      trace_dir = f"/tmp/encoderx_trace_{size}_{length}_{dropout}"
+            f"{1e3 * statistics.median(times):.1f} ms", flush=True)
+      trace_dir = tempfile.mkdtemp(prefix="encoderx_trace_")  # one trace in it
       traced = 5
       with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
         for index in range(traced):
