@@ -93,6 +93,8 @@ import time
 from typing import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# PyTorch runs beside jax on a GPU: jax must not reserve 75% of its memory up front.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import jax  # pylint: disable=g-import-not-at-top
 import numpy as np

@@ -1,6 +1,9 @@
 """The benchmark's measures: the FLOP formula against XLA's count, the ahead-of-time
 compiled step, MFU and the training-loop comparison, the accelerator path on CPU."""
 import dataclasses
+import os
+import subprocess
+import sys
 import time
 
 import jax
@@ -115,3 +118,17 @@ def test_accelerator_lengths_flag():
   for bad in ("--lengths=512,x", "--lengths=4"):
     with pytest.raises(SystemExit):
       bench.parse_args(["--device=gpu", bad])
+
+
+@pytest.mark.parametrize("preset, expected", [(None, "false"), ("true", "true")])
+def test_bench_leaves_gpu_memory_to_pytorch_unless_told_otherwise(preset, expected):
+  """jax reserves 75% of a GPU's memory at its first use unless told not to; the bench
+  runs PyTorch beside it, so it tells it not to, and a user's own setting stands."""
+  env = {k: v for k, v in os.environ.items() if k != "XLA_PYTHON_CLIENT_PREALLOCATE"}
+  if preset is not None:
+    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = preset
+  out = subprocess.run(
+      [sys.executable, "-c", "import os, encoderx.bench; "
+       "print(os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])"],
+      env=env, capture_output=True, text=True, check=True).stdout
+  assert out.split()[-1] == expected
