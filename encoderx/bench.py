@@ -43,8 +43,10 @@ For each model, at sequence length 128 (its tiny config's data settings):
   attention dropout and without it (only then is the attention cuDNN's fused kernel on
   GPU), ACCELERATOR_WARMUP_STEPS untimed steps, MFU against the device's published dense
   bf16 peak (PUBLISHED_PEAKS), and on GPU Hugging Face PyTorch (SDPA attention, bf16
-  autocast, the same dropouts) beside it. launch/gpu_bench.py runs these rows on a GPU
-  host without the text stack.
+  autocast, the same dropouts) beside it. --attention_kernels=auto,pallas adds rows with
+  model.attention_kernel="pallas" (encoderx/models/flash_attention.py: attention with
+  dropout in one kernel). launch/gpu_bench.py runs these rows on a GPU host without the
+  text stack.
 - electra_tiny (method 'electra': the generator's MLM, sampling, the discriminator's
   replaced-token detection): PyTorch runs `ElectraForMaskedLM` (the generator) and
   `ElectraForPreTraining` (the discriminator) sharing one embeddings module: the
@@ -87,6 +89,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import itertools
 import os
 import statistics
 import time
@@ -683,7 +686,8 @@ def published_peak(device_kind: str) -> float | None:
 
 
 def accelerator_config(size: str, length: int, batch_size: int,
-                       attention_dropout: float | None = None):
+                       attention_dropout: float | None = None,
+                       attention_kernel: str = "auto"):
   """BERT of `size` (BERT_ACCELERATOR_SIZES, or a bench MODELS name) at `length`, bf16;
   `attention_dropout` replaces the config's unless None."""
   if size in BERT_ACCELERATOR_SIZES:
@@ -693,6 +697,7 @@ def accelerator_config(size: str, length: int, batch_size: int,
   else:
     config = build_config(size, batch_size, length)
   config.model.dtype = "bfloat16"
+  config.model.attention_kernel = attention_kernel
   if attention_dropout is not None:
     config.model.attention_dropout = attention_dropout
   config.objective.mlm.max_predictions = round(length * MLM_RATE)
@@ -700,10 +705,12 @@ def accelerator_config(size: str, length: int, batch_size: int,
 
 
 def accelerator_rows(sizes, lengths, batch_size: int, steps: int, with_torch: bool,
-                     attention_dropouts=ACCELERATOR_ATTENTION_DROPOUTS) -> list[dict]:
+                     attention_dropouts=ACCELERATOR_ATTENTION_DROPOUTS,
+                     attention_kernels=("auto",)) -> list[dict]:
   """BERT train steps in bf16 on jax's default device: MFU against its published peak
   (else its measured bf16 matmul peak), with PyTorch on CUDA beside it on GPU (the same
-  attention dropout: Hugging Face's SDPA fuses attention with dropout too)."""
+  attention dropout: Hugging Face's SDPA fuses attention with dropout too); a row for
+  each attention dropout and `model.attention_kernel`."""
   device = jax.devices()[0]
   peak = published_peak(device.device_kind)
   peak_source = "published"
@@ -720,10 +727,12 @@ def accelerator_rows(sizes, lengths, batch_size: int, steps: int, with_torch: bo
       batches = pipeline.take_batches(
           pretraining_task(accelerator_config(size, length, batch_size)), "train", length,
           batch_size, 1 + ACCELERATOR_WARMUP_STEPS + steps)
-      for attention_dropout in attention_dropouts:
-        config = accelerator_config(size, length, batch_size, attention_dropout)
+      for attention_dropout, kernel in itertools.product(attention_dropouts,
+                                                         attention_kernels):
+        config = accelerator_config(size, length, batch_size, attention_dropout, kernel)
         name = (f"{size} @{length}, attention dropout "
-                f"{config.model.attention_dropout:g}")
+                f"{config.model.attention_dropout:g}"
+                + ("" if kernel == "auto" else f", {kernel} kernel"))
         print(f"\n{name}:", flush=True)
         figures = measure_model(name, family, config, batches, steps,
                                 torch_device if with_torch else None,
@@ -756,6 +765,10 @@ def parse_args(argv=None):
                       "against the device's published peak")
   parser.add_argument("--lengths", default=",".join(map(str, ACCELERATOR_LENGTHS)),
                       help="with --device=gpu|tpu: the sequence lengths, in this order")
+  parser.add_argument("--attention_kernels", default="auto",
+                      help="with --device=gpu|tpu: model.attention_kernel of each row, "
+                      f"comma-separated among {', '.join(common.ATTENTION_KERNELS)} "
+                      "(pallas: the fused attention with dropout, GPU)")
   args = parser.parse_args(argv)
   accelerator = args.device != "cpu"
   if args.models is None:
@@ -770,6 +783,10 @@ def parse_args(argv=None):
     args.lengths = [int(length) for length in args.lengths.split(",")]
   except ValueError:
     parser.error(f"--lengths: comma-separated integers, got {args.lengths!r}")
+  args.attention_kernels = [k.strip() for k in args.attention_kernels.split(",")]
+  if set(args.attention_kernels) - set(common.ATTENTION_KERNELS):
+    parser.error(f"--attention_kernels: among {', '.join(common.ATTENTION_KERNELS)}, got "
+                 f"{','.join(args.attention_kernels)}")
   if args.steps < 1 or args.batch_size < 1 or args.train_loop_steps < 0 or min(
       args.lengths) < 8:
     parser.error("--steps and --batch_size must be positive, --train_loop_steps not "
@@ -789,7 +806,7 @@ def main(argv=None) -> None:
     print("\nBERT train steps in bfloat16:", flush=True)
     print("\n" + format_table(accelerator_rows(
         args.models, args.lengths, args.batch_size, args.steps,
-        with_torch=not args.skip_torch)))
+        with_torch=not args.skip_torch, attention_kernels=args.attention_kernels)))
     return
   if args.attention_cost:
     print("\nencoder forward + backward, BERT's attention against DeBERTa's disentangled "

@@ -417,6 +417,11 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   check_choice("model.hidden_act", model.hidden_act, tuple(common.ACTIVATIONS))
   check_choice("model.pooler_act", model.pooler_act, tuple(common.ACTIVATIONS))
   check_choice("model.attention", model.attention, tuple(attention.VARIANTS))
+  check_choice("model.attention_kernel", model.attention_kernel, common.ATTENTION_KERNELS)
+  if model.attention_kernel != "auto" and model.attention != "standard":
+    fail("model.attention_kernel", f"{model.attention_kernel!r} is a kernel of the "
+         f"standard attention; model.attention={model.attention!r} computes its own.",
+         "Use 'auto'.")
   check_choice("model.position_embedding", model.position_embedding,
                 common.POSITION_EMBEDDINGS)
   check_choice("model.layer_sharing", model.layer_sharing, common.LAYER_SHARING)

@@ -51,9 +51,11 @@ class Embedder:
       raise ValueError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}.")
     source = initialize.open_source(init_from)
     self.vocabulary = tasks.build_vocabulary(ml_collections.ConfigDict(source.vocab))
-    # The source's params come unscanned and without the vocabulary's padding rows.
+    # The source's params come unscanned and without the vocabulary's padding rows;
+    # without dropout, the default attention is the fast one.
     fields = {**dataclasses.asdict(common.ModelConfig()), **source.model,
-              "scan_layers": False, "remat": False, "vocab_multiple": 1}
+              "scan_layers": False, "remat": False, "vocab_multiple": 1,
+              "attention_kernel": "auto"}
     self.model_config = common.ModelConfig.from_config(fields, self.vocabulary.vocab_size)
     limit = self.model_config.max_position_embeddings - self.model_config.position_offset
     self.max_length = min(max_length, limit)

@@ -42,8 +42,8 @@ logger = logging.getLogger("encoderx")
 HF_PREFIX = "hf:"
 # Model fields a run keeps from its own config when it starts from another's weights
 # (the source's vocabulary padding is dropped and the run's added: vocab_multiple).
-RUN_MODEL_FIELDS = ("hidden_dropout", "attention_dropout", "dtype", "param_dtype",
-                    "scan_layers", "remat", "vocab_multiple")
+RUN_MODEL_FIELDS = ("hidden_dropout", "attention_dropout", "attention_kernel", "dtype",
+                    "param_dtype", "scan_layers", "remat", "vocab_multiple")
 # Parameters of the encoder proper; everything else (pooler, heads) may be new or unused.
 ENCODER_SCOPES = (("encoder_model", "embeddings"), ("encoder_model", "encoder"))
 

@@ -6,11 +6,14 @@ containers, for one, and the GPU machines this project is lent, which have no ne
     python launch/gpu_bench.py record DIR [--lengths=128,512] [--batch_size=32]
     # on the GPU host, with DIR copied there (encoderx importable, e.g. PYTHONPATH=.)
     python launch/gpu_bench.py rows DIR bert_large@512,bert_base@128 [--dropouts=0,config]
+        [--kernels=auto,pallas]
     python launch/gpu_bench.py profile DIR bert_large@512 [--dropouts=0] [--trace_out=D]
 
 `rows` prints the table of `python -m encoderx.bench --device=gpu` (the same functions:
 encoderx's jitted train step, Hugging Face PyTorch with SDPA and bf16 autocast beside it)
-and first checks cuDNN's fused attention against XLA's on the device. `profile` traces a
+and first checks cuDNN's fused attention against XLA's on the device (and, with
+--kernels=...,pallas, encoderx's Pallas attention with dropout against its XLA
+reference). `profile` traces a
 few encoderx steps (jax.profiler) and sums the GPU's time by kernel.
 
 What stands in for the text stack, and only here: tensorflow, tensorflow_text, seqio and
@@ -28,6 +31,7 @@ import glob
 import gzip
 import importlib.abc
 import importlib.machinery
+import itertools
 import json
 import os
 import shutil
@@ -166,51 +170,103 @@ def record(directory: str, lengths: list[int], batch_size: int) -> None:
 
 
 # --- rows -------------------------------------------------------------------------------
-def check_fused_attention() -> None:
-  """cuDNN's attention against XLA's on this device (bf16, padded rows, BERT-large's
-  heads): relative error of the outputs and of the three gradients."""
+def _attention_inputs():
+  """BERT-large's heads in bf16 over 8 padded rows of 512: q, k, v, segment ids."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from encoderx.models import attention  # pylint: disable=g-import-not-at-top
   shape = (8, 512, 16, 64)
   keys = jax.random.split(jax.random.key(1), 4)
   query, key, value = (jax.random.normal(k, shape, jnp.bfloat16) for k in keys[:3])
-  print("fused attention:", attention.fused_implementation(query, key, None), flush=True)
   lengths = jax.random.randint(keys[3], (shape[0],), 100, shape[1] + 1)
   segment_ids = (jnp.arange(shape[1])[None] < lengths[:, None]).astype(jnp.int32)
-  mask = attention.padding_and_packing_mask(segment_ids)
+  return query, key, value, segment_ids
+
+
+def _compare_attention(title: str, candidate, reference) -> None:
+  """Relative errors of `candidate(q, k, v, segment_ids)`'s output and gradients against
+  `reference`'s, over the real (unpadded) rows; then each one's forward + backward time."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  query, key, value, segment_ids = _attention_inputs()
   real = segment_ids[:, :, None, None] > 0
 
-  def outputs_and_gradients(implementation):
+  def outputs_and_gradients(attention):
     def loss(q, k, v):
-      out = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=implementation)
+      out = attention(q, k, v, segment_ids)
       return jnp.sum(jnp.where(real, out.astype(jnp.float32), 0) ** 2), out
-    (_, out), grads = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True))(
-        query, key, value)
-    return [out, *grads]
+    step = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True))
+    (_, out), grads = step(query, key, value)
+    times = []
+    for _ in range(10):
+      start = time.perf_counter()
+      jax.block_until_ready(step(query, key, value))
+      times.append(time.perf_counter() - start)
+    return [out, *grads], 1e3 * statistics.median(times)
 
   def relative_error(a, b):
     a, b = (jnp.where(real, x, 0).astype(jnp.float32) for x in (a, b))
     return float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b))
 
-  errors = [relative_error(a, b) for a, b in zip(outputs_and_gradients("cudnn"),
-                                                 outputs_and_gradients("xla"))]
-  print("cuDNN against XLA (bf16, padded rows), relative error: "
-        + ", ".join(f"{n} {e:.1e}" for n, e in zip(("out", "dq", "dk", "dv"), errors)),
-        flush=True)
+  (got, got_ms), (want, want_ms) = (outputs_and_gradients(f) for f in (candidate,
+                                                                       reference))
+  errors = [relative_error(a, b) for a, b in zip(got, want)]
+  print(f"{title}, relative error: "
+        + ", ".join(f"{n} {e:.1e}" for n, e in zip(("out", "dq", "dk", "dv"), errors))
+        + f"; forward + backward {got_ms:.2f} ms against {want_ms:.2f} ms", flush=True)
 
 
-def rows(bench, plan, dropouts, batch_size: int, with_torch: bool) -> None:
+def check_fused_attention() -> None:
+  """cuDNN's attention against XLA's on this device (bf16, padded rows, BERT-large's
+  heads): relative error of the outputs and of the three gradients."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from encoderx.models import attention  # pylint: disable=g-import-not-at-top
+  query, key, _, _ = _attention_inputs()
+  print("fused attention:", attention.fused_implementation(query, key, None), flush=True)
+
+  def dot_product_attention(implementation):
+    return lambda q, k, v, segment_ids: jax.nn.dot_product_attention(
+        q, k, v, mask=attention.padding_and_packing_mask(segment_ids),
+        implementation=implementation)
+  _compare_attention("cuDNN against XLA (bf16, padded rows)",
+                     dot_product_attention("cudnn"), dot_product_attention("xla"))
+
+
+def check_flash_attention() -> None:
+  """encoderx's Pallas kernel with attention dropout 0.1 against the same computation in
+  XLA (`flash_attention.reference_attention`: the same dropout bits), then its time
+  against the model's XLA attention with dropout."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from encoderx.models import attention  # pylint: disable=g-import-not-at-top
+  from encoderx.models import flash_attention  # pylint: disable=g-import-not-at-top
+  dropout_key = jax.random.key(5)
+  _compare_attention(
+      "Pallas flash attention against XLA, dropout 0.1 (bf16, padded rows)",
+      lambda *inputs: flash_attention.flash_attention(*inputs, 0.1, dropout_key),
+      lambda *inputs: flash_attention.reference_attention(*inputs, 0.1, dropout_key))
+  _compare_attention(
+      "(timing only: the model's XLA attention draws other bits)",
+      lambda *inputs: flash_attention.flash_attention(*inputs, 0.1, dropout_key),
+      lambda q, k, v, segment_ids: attention.attend(
+          q, k, v, attention.padding_and_packing_mask(segment_ids), None, 0.1,
+          dropout_key))
+
+
+def rows(bench, plan, dropouts, kernels, batch_size: int, with_torch: bool) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   if jax.default_backend() == "gpu":
     check_fused_attention()
+    if "pallas" in kernels:
+      try:  # the kernel's first compile on a GPU: report a failure, keep the rows
+        check_flash_attention()
+      except Exception:  # pylint: disable=broad-except
+        traceback.print_exc()
   table = []
   for size, length in plan:
     for dropout in dropouts:
       start = time.perf_counter()
       try:  # one failing row (memory, say) must not lose the others
         table += bench.accelerator_rows([size], [length], batch_size, STEPS, with_torch,
-                                        [dropout])
+                                        [dropout], kernels)
       except Exception:  # pylint: disable=broad-except
         traceback.print_exc()
       print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
@@ -238,16 +294,17 @@ def kernel_times(trace_path: str, steps: int, top: int = 40) -> None:
     print(f"  {duration / 1e3 / steps:8.2f} ms  {100 * duration / busy:5.1f}%  {name}")
 
 
-def profile(bench, plan, dropouts, batch_size: int, trace_out: str | None) -> None:
+def profile(bench, plan, dropouts, kernels, batch_size: int, trace_out: str | None
+            ) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   for size, length in plan:
-    for dropout in dropouts:
-      config = bench.accelerator_config(size, length, batch_size, dropout)
+    for dropout, kernel in itertools.product(dropouts, kernels):
+      config = bench.accelerator_config(size, length, batch_size, dropout, kernel)
       batches = bench.pipeline.take_batches(None, "train", length, batch_size, 8)
       stepper, _, cost = bench.encoderx_stepper(config, batches)
       times = bench.time_steps(stepper.run_step, bench.ACCELERATOR_WARMUP_STEPS, STEPS)
-      print(f"\n{size} @{length}, attention dropout {config.model.attention_dropout:g} "
-            f"(prng {jax.config.jax_default_prng_impl}): compile "
+      print(f"\n{size} @{length}, attention dropout {config.model.attention_dropout:g}, "
+            f"{kernel} kernel (prng {jax.config.jax_default_prng_impl}): compile "
             f"{cost.compile_seconds:.0f} s, step median "
             f"{1e3 * statistics.median(times):.1f} ms", flush=True)
       trace_dir = tempfile.mkdtemp(prefix="encoderx_trace_")  # one trace in it
@@ -258,7 +315,8 @@ def profile(bench, plan, dropouts, batch_size: int, trace_out: str | None) -> No
       (path,) = glob.glob(f"{trace_dir}/**/perfetto_trace.json.gz", recursive=True)
       if trace_out:
         os.makedirs(trace_out, exist_ok=True)
-        shutil.copy(path, os.path.join(trace_out, f"{size}_{length}_{dropout}.json.gz"))
+        shutil.copy(path, os.path.join(trace_out,
+                                       f"{size}_{length}_{dropout}_{kernel}.json.gz"))
       kernel_times(path, traced)
 
 
@@ -272,6 +330,9 @@ def parse_args(argv=None):
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--dropouts", default="0,config",
                       help="attention dropouts: numbers, or 'config' for the config's")
+  parser.add_argument("--kernels", default="auto",
+                      help="model.attention_kernel of each row: auto, pallas (the fused "
+                      "attention with dropout)")
   parser.add_argument("--skip_torch", action="store_true")
   parser.add_argument("--trace_out", default=None, help="profile: copy the traces here")
   args = parser.parse_args(argv)
@@ -279,6 +340,7 @@ def parse_args(argv=None):
   args.plan = [(size, int(length)) for size, length in
                (item.split("@") for item in args.plan.split(","))]
   args.dropouts = [None if d == "config" else float(d) for d in args.dropouts.split(",")]
+  args.kernels = args.kernels.split(",")
   return args
 
 
@@ -291,9 +353,11 @@ def main(argv=None) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   print(f"jax {jax.__version__}, {jax.devices()}", flush=True)
   if args.mode == "rows":
-    rows(bench, args.plan, args.dropouts, args.batch_size, not args.skip_torch)
+    rows(bench, args.plan, args.dropouts, args.kernels, args.batch_size,
+         not args.skip_torch)
   else:
-    profile(bench, args.plan, args.dropouts, args.batch_size, args.trace_out)
+    profile(bench, args.plan, args.dropouts, args.kernels, args.batch_size,
+            args.trace_out)
 
 
 if __name__ == "__main__":

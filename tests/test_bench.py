@@ -90,11 +90,14 @@ def test_published_peaks_by_device_kind():
 def test_accelerator_path_runs_on_cpu(capsys):
   """--device=gpu|tpu's functions (bf16 steps, with the config's attention dropout and
   without it, the fused attention choosing XLA here; MFU against a peak) run here on CPU,
-  a tiny model standing in for BERT-base."""
+  a tiny model standing in for BERT-base; and the rows of --attention_kernels=pallas,
+  the kernel interpreted here."""
   rows = bench.accelerator_rows(["bert_tiny"], (64,), batch_size=2, steps=1,
-                                with_torch=False)
-  assert [row["model"] for row in rows] == ["bert_tiny @64, attention dropout 0.1",
-                                            "bert_tiny @64, attention dropout 0"]
+                                with_torch=False, attention_kernels=("auto", "pallas"))
+  assert [row["model"] for row in rows] == [
+      "bert_tiny @64, attention dropout 0.1", "bert_tiny @64, attention dropout 0.1, "
+      "pallas kernel", "bert_tiny @64, attention dropout 0",
+      "bert_tiny @64, attention dropout 0, pallas kernel"]
   for row in rows:
     assert row["MFU"].endswith("%") and float(row["jax tok/s"].replace(",", "")) > 0
   assert "measured bf16 matmul" in capsys.readouterr().out
@@ -115,7 +118,9 @@ def test_bench_prints_mfu_and_the_training_loop(capsys):
 def test_accelerator_lengths_flag():
   assert bench.parse_args(["--device=gpu", "--lengths=512,128"]).lengths == [512, 128]
   assert bench.parse_args(["--device=gpu"]).lengths == list(bench.ACCELERATOR_LENGTHS)
-  for bad in ("--lengths=512,x", "--lengths=4"):
+  assert bench.parse_args(["--device=gpu", "--attention_kernels=auto,pallas"]
+                          ).attention_kernels == ["auto", "pallas"]
+  for bad in ("--lengths=512,x", "--lengths=4", "--attention_kernels=auto,triton"):
     with pytest.raises(SystemExit):
       bench.parse_args(["--device=gpu", bad])
 

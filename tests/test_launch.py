@@ -128,12 +128,12 @@ def test_gpu_bench_runs_the_bench_rows_without_the_text_stack(tmp_path):
            "import tensorflow; print('tensorflow is', type(tensorflow).__name__)")
   ran = subprocess.run(
       [sys.executable, "-c", probe, script, "rows", str(tmp_path), "bert_tiny@64",
-       "--batch_size=2", "--skip_torch"], capture_output=True, text=True, env=env,
-      timeout=300, cwd=REPO)
+       "--batch_size=2", "--skip_torch", "--dropouts=config", "--kernels=auto,pallas"],
+      capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
   assert ran.returncode == 0, ran.stderr
   assert "tensorflow is _StandInModule" in ran.stdout
-  assert "bert_tiny @64, attention dropout 0 " in ran.stdout
-  assert "bert_tiny @64, attention dropout 0.1" in ran.stdout
+  assert "bert_tiny @64, attention dropout 0.1 " in ran.stdout
+  assert "bert_tiny @64, attention dropout 0.1, pallas kernel" in ran.stdout
   missing = subprocess.run(
       [sys.executable, script, "rows", str(tmp_path), "bert_tiny@128", "--batch_size=2",
        "--skip_torch", "--dropouts=0"], capture_output=True, text=True, env=env,

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 
 from encoderx.models import common
 from encoderx.models import dropout as dropout_lib
+from encoderx.models import flash_attention
 
 # Logical shape of per-head activations: [batch, length, heads, head_dim].
 HEADS_AXES = ("activation_batch", "activation_length", "activation_heads", "activation_kv")
@@ -152,7 +153,9 @@ def attend(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array,
   usable dropout (jax's cuDNN call fixes the dropout seed at 42, so every step would
   drop the same elements), so with attention dropout the probabilities are computed here,
   dropped (8 bits per element, encoderx/models/dropout.py) and applied to the values:
-  the same arithmetic, checked against it in tests/test_dropout.py.
+  the same arithmetic, checked against it in tests/test_dropout.py. (On GPU,
+  `model.attention_kernel="pallas"` keeps them on chip instead: SelfAttention then calls
+  `fused_attention_with_dropout`.)
   """
   if dropout_key is None or dropout_lib.effective_rate(dropout_rate) == 0:
     return jax.nn.dot_product_attention(query, key, value, bias=bias, mask=mask,
@@ -172,13 +175,41 @@ class SelfAttention(nn.Module):
     """`query` [batch, queries, hidden] replaces the query stream; keys and values are
     x's."""
     config = self.config
+    query_given = query is not None
     query, key, value = (nn.with_logical_constraint(heads_projection(config, n)(y),
                                                     HEADS_AXES)
                          for n, y in (("query", x if query is None else query),
                                       ("key", x), ("value", x)))
-    attended = attend(query, key, value, context.mask,
-                      **attention_dropout(self, config, deterministic))
+    dropout = attention_dropout(self, config, deterministic)
+    # Initialization traces a dummy batch of any length; the parameters are the same.
+    if config.attention_kernel == "pallas" and not self.is_initializing():
+      attended = fused_attention_with_dropout(query, key, value, context, query_given,
+                                              **dropout)
+    else:
+      attended = attend(query, key, value, context.mask, **dropout)
     return output_projection(config)(attended)
+
+
+def fused_attention_with_dropout(query: jax.Array, key: jax.Array, value: jax.Array,
+                                 context: LayerContext, query_given: bool,
+                                 dropout_rate: float = 0.0,
+                                 dropout_key: jax.Array | None = None) -> jax.Array:
+  """`model.attention_kernel="pallas"`: encoderx/models/flash_attention.py's kernel,
+  which rebuilds the mask from the segment ids block by block (so it takes the whole
+  sequence's self-attention only). On GPU its Triton kernels; elsewhere Pallas's
+  interpreter (slow: for tests on CPU). TPU would need a Mosaic kernel of its own."""
+  if query_given or not flash_attention.supports(query, key, value):
+    raise ValueError(
+        "model.attention_kernel='pallas' takes self-attention over whole sequences with "
+        "a head size that is a power of 2 (>= 16) and a length that is a power of 2 "
+        f"(>= 16) or a multiple of 64; got queries {query.shape} and keys {key.shape}"
+        f"{' of a separate query stream' if query_given else ''}. Use 'auto'.")
+  if jax.default_backend() == "tpu":
+    raise ValueError("model.attention_kernel='pallas' is a GPU (Triton) kernel; use "
+                     "'auto' on TPU.")
+  return flash_attention.flash_attention(
+      query, key, value, context.segment_ids, dropout_rate, dropout_key,
+      interpret=jax.default_backend() != "gpu")
 
 
 def attention_dropout(module: nn.Module, config: common.ModelConfig,

@@ -27,6 +27,9 @@ ACTIVATIONS = {
 }
 LAYER_SHARING = ("none", "all", "ffn", "attention")
 POSITION_EMBEDDINGS = ("absolute", "none")
+# "auto": jax.nn.dot_product_attention (cuDNN on GPU) without attention dropout, XLA
+# with it; "pallas": encoderx/models/flash_attention.py, the fused kernel with dropout.
+ATTENTION_KERNELS = ("auto", "pallas")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -56,6 +59,8 @@ class ModelConfig:
   pooler_act: str = "tanh"
   # The attention variant, by name (encoderx/models/attention.py: VARIANTS).
   attention: str = "standard"
+  # How the standard attention is computed (ATTENTION_KERNELS; README, Model).
+  attention_kernel: str = "auto"
   # Disentangled attention (DeBERTa, encoderx/models/disentangled.py): the relative
   # distance terms beside content->content ("c2p" content->position, "p2c"
   # position->content); distances in log buckets (256 rows each side of 0 in v2/v3; 0:

@@ -25,14 +25,14 @@ import jax.numpy as jnp
 LEVELS = 256  # values of one random byte
 
 
-def _threshold(rate: float) -> int:
+def threshold(rate: float) -> int:
   """Bytes below it are dropped; at least 1 for a positive rate, so it never vanishes."""
   return min(LEVELS, max(1, round(rate * LEVELS))) if rate > 0 else 0
 
 
 def effective_rate(rate: float) -> float:
   """The rate `dropout` applies for `rate`: a multiple of 1/256."""
-  return _threshold(rate) / LEVELS
+  return threshold(rate) / LEVELS
 
 
 def random_bytes(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
@@ -48,13 +48,13 @@ def random_bytes(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
 def dropout(x: jax.Array, rate: float, key: jax.Array) -> jax.Array:
   """`x` with a fraction `effective_rate(rate)` of its elements zeroed, the others
   scaled to keep the expectation."""
-  threshold = _threshold(rate)
-  if threshold == 0:
+  cut = threshold(rate)
+  if cut == 0:
     return x
-  if threshold == LEVELS:
+  if cut == LEVELS:
     return jnp.zeros_like(x)
-  keep = random_bytes(key, x.shape) >= threshold
-  scale = jnp.asarray(LEVELS / (LEVELS - threshold), x.dtype)
+  keep = random_bytes(key, x.shape) >= cut
+  scale = jnp.asarray(LEVELS / (LEVELS - cut), x.dtype)
   return jnp.where(keep, x * scale, jnp.zeros((), x.dtype))
 
 
@@ -64,6 +64,6 @@ class Dropout(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
-    if deterministic or _threshold(self.rate) == 0:
+    if deterministic or threshold(self.rate) == 0:
       return x
     return dropout(x, self.rate, self.make_rng("dropout"))

@@ -1,0 +1,328 @@
+"""Flash attention with dropout for GPU: a Pallas (Triton) kernel, forward and backward.
+
+Why it exists: with attention dropout, `attend` (encoderx/models/attention.py) cannot use
+cuDNN's fused attention (jax fixes its dropout seed at compile time, so every step would
+drop the same elements) and XLA writes the probabilities [batch, heads, query, key] out
+and reads them back: on an H200 that costs BERT-large @512 39.5 ms of a 134.5 ms step
+(README, "On a GPU"). Here the probabilities never leave the chip, and neither does the
+dropout mask: each element's keep bit is hashed from the step's seed and the element's
+coordinates (`keep_mask`), so the backward pass recomputes it block by block instead of
+reading it. PyTorch's SDPA and FlashAttention do the same with Philox; a stateless hash is
+what fits a Triton kernel written in jnp.
+
+The kernels follow `jax.experimental.pallas.ops.gpu.attention` (Apache 2.0): its
+FlashAttention-2 forward (online softmax in base 2) and the Triton tutorial's fused
+backward (dK and dV over query blocks, then dQ over key blocks, in one program). What
+differs: dropout on the probabilities; encoderx's mask (a query attends to the keys of its
+own packed sequence, and a key of segment 0 is never attended: padding); and the softmax's
+row maximum and sum are kept apart, not as one log-sum-exp, so that a row with no key to
+attend to (a padding query) comes out uniform over the keys, exactly as XLA's softmax of
+`finfo.min` logits does (in a log-sum-exp, log2(keys) vanishes beside that maximum).
+
+Dropout draws what `encoderx.models.dropout` draws: 8 bits per element (the hash's top
+byte), kept when at least `dropout.threshold(rate)`, survivors scaled by 256 / (256 -
+threshold). `reference_attention` is the same function in plain jnp over whole arrays;
+tests/test_flash_attention.py checks the kernels against it (forward and gradients, with
+Pallas's interpreter on CPU) and the mask's statistics.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from encoderx.models import dropout as dropout_lib
+
+MASK_VALUE = float(jnp.finfo(jnp.float32).min)
+LOG2_E = math.log2(math.e)
+_GOLDEN = 0x9E3779B9  # 2^32 / golden ratio: the Weyl step of splitmix
+
+
+def _fmix32(x: jax.Array) -> jax.Array:
+  """MurmurHash3's 32-bit finalizer: a bijection whose every output bit depends on
+  every input bit."""
+  x = x ^ (x >> 16)
+  x = x * jnp.uint32(0x85EBCA6B)
+  x = x ^ (x >> 13)
+  x = x * jnp.uint32(0xC2B2AE35)
+  return x ^ (x >> 16)
+
+
+def element_counter(rows: jax.Array, cols: jax.Array, key_length: int) -> jax.Array:
+  """[rows, cols] uint32: each element's index in its head's [query, key] matrix."""
+  return (rows.astype(jnp.uint32)[:, None] * jnp.uint32(key_length)
+          + cols.astype(jnp.uint32)[None, :])
+
+
+def keep_mask(seed0: jax.Array, seed1: jax.Array, batch_head: jax.Array,
+              counter: jax.Array, threshold: int) -> jax.Array:
+  """Which elements dropout keeps: splitmix32 of the head's stream (from the two seed
+  words and batch * heads + head) stepped to the element's `counter`; its top byte
+  against `threshold`. Broadcasts: a scalar head in a kernel, [batch, heads, 1, 1] over
+  whole arrays."""
+  stream = _fmix32(seed0 ^ _fmix32(batch_head.astype(jnp.uint32) * jnp.uint32(_GOLDEN)
+                                   + seed1))
+  bits = _fmix32(stream + counter * jnp.uint32(_GOLDEN))
+  return (bits >> 24) >= jnp.uint32(threshold)
+
+
+def attention_mask(query_segments: jax.Array, key_segments: jax.Array) -> jax.Array:
+  """[queries, keys]: same packed sequence, and the key not padding (segment 0); as
+  `attention.padding_and_packing_mask`."""
+  return ((query_segments[:, None] == key_segments[None, :])
+          & (key_segments[None, :] > 0))
+
+
+def _scale(threshold: int) -> float:
+  return dropout_lib.LEVELS / (dropout_lib.LEVELS - threshold)
+
+
+def _forward_kernel(seed_ref, q_ref, k_ref, v_ref, segments_ref, o_ref, max_ref,
+                    inverse_sum_ref, *, num_heads, block_q, block_k, threshold):
+  """One block of queries of one head: online softmax over the key blocks."""
+  key_length, head_dim = k_ref.shape
+  start_q = pl.program_id(0)
+  batch_head = pl.program_id(1) * num_heads + pl.program_id(2)
+  seed0, seed1 = seed_ref[0], seed_ref[1]
+  rows = start_q * block_q + jnp.arange(block_q)
+  q = q_ref[...]
+  q_segments = segments_ref[pl.ds(start_q * block_q, block_q)]
+  qk_scale = LOG2_E / math.sqrt(head_dim)
+
+  def body(start_k, carry):
+    o, row_max, row_sum = carry
+    keys = pl.ds(start_k * block_k, block_k)
+    qk = plgpu.dot(q, k_ref[keys, :].T) * qk_scale
+    qk = jnp.where(attention_mask(q_segments, segments_ref[keys]), qk, MASK_VALUE)
+    new_max = jnp.maximum(row_max, jnp.max(qk, axis=-1))
+    correction = jnp.exp2(row_max - new_max)
+    p = jnp.exp2(qk - new_max[:, None])
+    row_sum = correction * row_sum + p.sum(axis=-1)
+    if threshold:
+      cols = start_k * block_k + jnp.arange(block_k)
+      keep = keep_mask(seed0, seed1, batch_head,
+                       element_counter(rows, cols, key_length), threshold)
+      p = jnp.where(keep, p * _scale(threshold), 0.0)
+    v = v_ref[keys, :]
+    o = correction[:, None] * o + plgpu.dot(p.astype(v.dtype), v)
+    return o, new_max, row_sum
+
+  o = jnp.zeros((block_q, head_dim), jnp.float32)
+  row_max = jnp.full((block_q,), -jnp.inf, jnp.float32)
+  row_sum = jnp.zeros((block_q,), jnp.float32)
+  o, row_max, row_sum = lax.fori_loop(0, key_length // block_k, body,
+                                      (o, row_max, row_sum))
+  inverse_sum = 1.0 / row_sum
+  o_ref[...] = (o * inverse_sum[:, None]).astype(o_ref.dtype)
+  max_ref[...] = row_max
+  inverse_sum_ref[...] = inverse_sum
+
+
+def _backward_kernel(seed_ref, q_ref, k_ref, v_ref, segments_ref, do_ref, max_ref,
+                     inverse_sum_ref, delta_ref, dq_ref, dk_ref, dv_ref, *, num_heads,
+                     block, threshold):
+  """dK and dV of one block of keys (over all query blocks), then dQ of the query block
+  of the same index (over all key blocks)."""
+  length, head_dim = q_ref.shape
+  batch_head = pl.program_id(0) * num_heads + pl.program_id(1)
+  seed0, seed1 = seed_ref[0], seed_ref[1]
+  scale = 1.0 / math.sqrt(head_dim)
+  num_blocks = length // block
+  start = pl.program_id(2)
+  own = pl.ds(start * block, block)
+  own_span = start * block + jnp.arange(block)
+
+  def probabilities(q, k, q_segments, k_segments, row_max, inverse_sum, rows, cols):
+    """Softmax probabilities of a [queries, keys] block, the mask and the dropout
+    factor."""
+    mask = attention_mask(q_segments, k_segments)
+    qk = jnp.where(mask, plgpu.dot(q, k.T) * (scale * LOG2_E), MASK_VALUE)
+    p = jnp.exp2(qk - row_max[:, None]) * inverse_sum[:, None]
+    if not threshold:
+      return p, mask, None
+    keep = keep_mask(seed0, seed1, batch_head, element_counter(rows, cols, length),
+                     threshold)
+    return p, mask, jnp.where(keep, _scale(threshold), 0.0)
+
+  def score_gradient(p, mask, factor, do, v, delta):
+    """dS: the softmax's backward of dP = dO . V^T through the dropout; none reaches
+    a masked logit (a padding query's uniform row included)."""
+    dp = plgpu.dot(do, v.T)
+    if factor is not None:
+      dp = dp * factor
+    return jnp.where(mask, p * (dp - delta[:, None]) * scale, 0.0)
+
+  k, v = k_ref[own, :], v_ref[own, :]
+  k_segments = segments_ref[own]
+
+  def over_queries(i, carry):
+    dk, dv = carry
+    queries = pl.ds(i * block, block)
+    q, do = q_ref[queries, :], do_ref[queries, :]
+    p, mask, factor = probabilities(q, k, segments_ref[queries], k_segments,
+                                    max_ref[queries], inverse_sum_ref[queries],
+                                    i * block + jnp.arange(block), own_span)
+    dropped = p if factor is None else p * factor
+    dv = dv + plgpu.dot(dropped.astype(do.dtype).T, do)
+    ds = score_gradient(p, mask, factor, do, v, delta_ref[queries])
+    dk = dk + plgpu.dot(ds.astype(q.dtype).T, q)
+    return dk, dv
+
+  zeros = jnp.zeros((block, head_dim), jnp.float32)
+  dk, dv = lax.fori_loop(0, num_blocks, over_queries, (zeros, zeros))
+  dk_ref[...] = dk.astype(dk_ref.dtype)
+  dv_ref[...] = dv.astype(dv_ref.dtype)
+
+  q, do = q_ref[own, :], do_ref[own, :]
+  q_segments = segments_ref[own]
+  row_max, inverse_sum, delta = max_ref[own], inverse_sum_ref[own], delta_ref[own]
+
+  def over_keys(j, dq):
+    keys = pl.ds(j * block, block)
+    k, v = k_ref[keys, :], v_ref[keys, :]
+    p, mask, factor = probabilities(q, k, q_segments, segments_ref[keys], row_max,
+                                    inverse_sum, own_span, j * block + jnp.arange(block))
+    ds = score_gradient(p, mask, factor, do, v, delta)
+    return dq + plgpu.dot(ds.astype(k.dtype), k)
+
+  dq = lax.fori_loop(0, num_blocks, over_keys, zeros)
+  dq_ref[...] = dq.astype(dq_ref.dtype)
+
+
+def _heads_spec(length: int, head_dim: int, index_map) -> pl.BlockSpec:
+  """[batch, length, heads, head_dim] -> one head's [length, head_dim] block."""
+  return pl.BlockSpec((None, length, None, head_dim), index_map)
+
+
+def _power_of_2(n: int) -> bool:
+  return n > 0 and n & (n - 1) == 0
+
+
+def supports(query: jax.Array, key: jax.Array, value: jax.Array,
+             block: int = 64) -> bool:
+  """Whether `flash_attention` takes these heads: self-attention (one shape for all
+  three), a head size that is a power of 2 (>= 16, Triton's smallest dot), and a length
+  that is a multiple of `block` or a power of 2 below it, from 16 (Triton's blocks are
+  powers of 2, its dots at least 16 wide)."""
+  length, head_dim = query.shape[1], query.shape[3]
+  return (query.shape == key.shape == value.shape
+          and _power_of_2(head_dim) and head_dim >= 16 and block >= 32
+          and (length % block == 0 if length >= block
+               else _power_of_2(length) and length >= 16))
+
+
+def _forward(query, key, value, segment_ids, seed, rate, block, interpret):
+  batch, length, num_heads, head_dim = query.shape
+  if not supports(query, key, value, block):
+    raise ValueError(f"flash attention takes self-attention with a head size that is a "
+                     f"power of 2 (>= 16) and a length that is a multiple of {block} or "
+                     f"a power of 2 from 16 below it; got {query.shape}, {key.shape}, "
+                     f"{value.shape} [batch, length, heads, head_dim]")
+  block = min(block, length)
+  heads = lambda i, b, h: (b, 0, h, 0)
+  stats_spec = pl.BlockSpec((None, None, block), lambda i, b, h: (b, h, i))
+  stats_shape = jax.ShapeDtypeStruct((batch, num_heads, length), jnp.float32)
+  kernel = functools.partial(_forward_kernel, num_heads=num_heads, block_q=block,
+                             block_k=block, threshold=dropout_lib.threshold(rate))
+  out, row_max, inverse_sum = pl.pallas_call(
+      kernel,
+      grid=(length // block, batch, num_heads),
+      in_specs=[pl.BlockSpec((2,), lambda i, b, h: (0,)),
+                pl.BlockSpec((None, block, None, head_dim), lambda i, b, h: (b, i, h, 0)),
+                _heads_spec(length, head_dim, heads),
+                _heads_spec(length, head_dim, heads),
+                pl.BlockSpec((None, length), lambda i, b, h: (b, 0))],
+      out_specs=[pl.BlockSpec((None, block, None, head_dim),
+                              lambda i, b, h: (b, i, h, 0)), stats_spec, stats_spec],
+      out_shape=[jax.ShapeDtypeStruct(query.shape, query.dtype), stats_shape,
+                 stats_shape],
+      compiler_params=plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8,
+                                           num_stages=2),
+      interpret=interpret, name="encoderx_flash_attention_forward",
+  )(seed, query, key, value, segment_ids)
+  return out, (query, key, value, segment_ids, seed, out, row_max, inverse_sum)
+
+
+def _backward(rate, block, interpret, residuals, d_out):
+  query, key, value, segment_ids, seed, out, row_max, inverse_sum = residuals
+  batch, length, num_heads, head_dim = query.shape
+  # Half the forward's block: the backward holds k, v, dk and dv of its key block and
+  # q, dO and dq of its query block at once (jax's kernel defaults to 32 here, too).
+  block = min(block // 2, length)
+  # D = rowsum(dO * O): with dropout too, since O already is the dropped P times V.
+  delta = jnp.einsum("blhd,blhd->bhl", d_out.astype(jnp.float32),
+                     out.astype(jnp.float32))
+  whole = lambda b, h, i: (b, 0, h, 0)
+  stats = pl.BlockSpec((None, None, length), lambda b, h, i: (b, h, 0))
+  own = pl.BlockSpec((None, block, None, head_dim), lambda b, h, i: (b, i, h, 0))
+  kernel = functools.partial(_backward_kernel, num_heads=num_heads, block=block,
+                             threshold=dropout_lib.threshold(rate))
+  dq, dk, dv = pl.pallas_call(
+      kernel,
+      grid=(batch, num_heads, length // block),
+      in_specs=[pl.BlockSpec((2,), lambda b, h, i: (0,)),
+                _heads_spec(length, head_dim, whole),
+                _heads_spec(length, head_dim, whole),
+                _heads_spec(length, head_dim, whole),
+                pl.BlockSpec((None, length), lambda b, h, i: (b, 0)),
+                _heads_spec(length, head_dim, whole), stats, stats, stats],
+      out_specs=[own, own, own],
+      out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (query, key, value)],
+      compiler_params=plgpu.CompilerParams(num_warps=4 if block * block < 128 * 128
+                                           else 8, num_stages=2),
+      interpret=interpret, name="encoderx_flash_attention_backward",
+  )(seed, query, key, value, segment_ids, d_out, row_max, inverse_sum, delta)
+  return dq, dk, dv, None, None
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def _flash_attention(query, key, value, segment_ids, seed, rate, block, interpret):
+  return _forward(query, key, value, segment_ids, seed, rate, block, interpret)[0]
+
+
+_flash_attention.defvjp(_forward, _backward)
+
+
+def flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
+                    segment_ids: jax.Array, dropout_rate: float = 0.0,
+                    dropout_key: jax.Array | None = None, *, block: int = 64,
+                    interpret: bool = False) -> jax.Array:
+  """softmax(q . k / sqrt(d)) over the keys of each query's own packed sequence
+  (`segment_ids` [batch, length], 0 padding), dropped at `dropout_rate` with bits hashed
+  from `dropout_key`, times v. [batch, length, heads, head_dim] in and out (`supports`
+  says which shapes). `block`: the forward's block of queries and of keys; the
+  backward's is half. `interpret`: Pallas's interpreter, which runs anywhere (tests, on
+  CPU)."""
+  if dropout_key is None:
+    seed = jnp.zeros((2,), jnp.uint32)
+    dropout_rate = 0.0
+  else:
+    seed = jax.random.bits(dropout_key, (2,), jnp.uint32)
+  return _flash_attention(query, key, value, segment_ids.astype(jnp.int32), seed,
+                          float(dropout_rate), block, interpret)
+
+
+def reference_attention(query: jax.Array, key: jax.Array, value: jax.Array,
+                        segment_ids: jax.Array, dropout_rate: float = 0.0,
+                        dropout_key: jax.Array | None = None) -> jax.Array:
+  """`flash_attention` in plain jnp over whole arrays: the same softmax, mask and
+  dropout bits, for tests."""
+  batch, length, num_heads, head_dim = query.shape
+  logits = jnp.einsum("bqnd,bknd->bnqk", query, key,
+                      preferred_element_type=jnp.float32) / math.sqrt(head_dim)
+  mask = jax.vmap(attention_mask)(segment_ids, segment_ids)[:, None]
+  probabilities = jax.nn.softmax(jnp.where(mask, logits, MASK_VALUE), axis=-1)
+  threshold = dropout_lib.threshold(dropout_rate) if dropout_key is not None else 0
+  if threshold:
+    seed = jax.random.bits(dropout_key, (2,), jnp.uint32)
+    batch_head = jnp.arange(batch * num_heads).reshape(batch, num_heads, 1, 1)
+    positions = jnp.arange(length)
+    keep = keep_mask(seed[0], seed[1], batch_head,
+                     element_counter(positions, positions, length), threshold)
+    probabilities = jnp.where(keep, probabilities * _scale(threshold), 0.0)
+  return jnp.einsum("bnqk,bknd->bqnd", probabilities.astype(value.dtype), value)

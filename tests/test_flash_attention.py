@@ -1,0 +1,186 @@
+"""The Pallas flash attention with dropout (encoderx/models/flash_attention.py), run by
+Pallas's interpreter on CPU: against its jnp reference and the model's own attention,
+forward and gradients; its dropout bits' statistics; its lowering to Triton for GPU; and
+`model.attention_kernel="pallas"` in a training step."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import export
+
+from encoderx import config as config_lib
+from encoderx import trainer as trainer_lib
+from encoderx.models import attention
+from encoderx.models import dropout as dropout_lib
+from encoderx.models import flash_attention as fa
+from tests.test_training import ONE_DEVICE, _batches, _losses
+
+# Two rows of 128: one sequence then padding; two packed sequences then padding.
+SEGMENTS = jnp.array([[1] * 100 + [0] * 28, [1] * 60 + [2] * 50 + [0] * 18])
+
+
+def _heads(dtype=jnp.float32, shape=(2, 128, 2, 32)):
+  keys = jax.random.split(jax.random.key(0), 4)
+  q, k, v, d_out = (jax.random.normal(key, shape, dtype) for key in keys)
+  return q, k, v, d_out
+
+
+def _outputs_and_gradients(function, q, k, v, d_out):
+  out, vjp = jax.vjp(function, q, k, v)
+  return (out, *vjp(d_out))
+
+
+def _max_errors(got, want):
+  return [float(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32)).max())
+          for a, b in zip(got, want)]
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.1, 0.5])
+def test_kernel_matches_its_reference_forward_and_backward(rate):
+  """Blocks of 32 over 128 positions (4 x 4 blocks), padding and packed rows: the
+  kernels' outputs and dq, dk, dv equal the whole-array computation with the same bits."""
+  q, k, v, d_out = _heads()
+  key = jax.random.key(7)
+  kernel = lambda *qkv: fa.flash_attention(*qkv, SEGMENTS, rate, key, block=32,
+                                           interpret=True)
+  reference = lambda *qkv: fa.reference_attention(*qkv, SEGMENTS, rate, key)
+  got = _outputs_and_gradients(kernel, q, k, v, d_out)
+  want = _outputs_and_gradients(reference, q, k, v, d_out)
+  assert max(_max_errors(got, want)) < 5e-6
+  assert min(float(jnp.abs(g).max()) for g in want) > 0.1  # nothing vacuous
+  if rate:  # the dropout really applies: without it the output differs
+    undropped = fa.reference_attention(q, k, v, SEGMENTS)
+    assert float(jnp.abs(got[0] - undropped).max()) > 0.1
+
+
+def test_kernel_without_dropout_is_the_models_attention():
+  """Rate 0: the model's `attend` (jax.nn.dot_product_attention under the padding and
+  packing mask), padding queries' uniform rows included, forward and gradients."""
+  q, k, v, d_out = _heads()
+  mask = attention.padding_and_packing_mask(SEGMENTS)
+  got = _outputs_and_gradients(
+      lambda *qkv: fa.flash_attention(*qkv, SEGMENTS, block=64, interpret=True),
+      q, k, v, d_out)
+  want = _outputs_and_gradients(lambda *qkv: attention.attend(*qkv, mask), q, k, v, d_out)
+  assert max(_max_errors(got, want)) < 5e-6
+  padding_query = got[0][0, 110]  # attends to nothing: the mean of all values
+  np.testing.assert_allclose(padding_query, v[0].mean(axis=0), atol=1e-5)
+
+
+def test_kernel_in_bfloat16_is_close_to_float32():
+  """bf16 heads (the GPU's dtype): float32 accumulation, errors of bf16's order."""
+  q, k, v, d_out = _heads(jnp.bfloat16)
+  key = jax.random.key(3)
+  got = _outputs_and_gradients(
+      lambda *qkv: fa.flash_attention(*qkv, SEGMENTS, 0.1, key, block=64, interpret=True),
+      q, k, v, d_out)
+  assert all(g.dtype == jnp.bfloat16 for g in got)
+  want = _outputs_and_gradients(
+      lambda *qkv: fa.reference_attention(*qkv, SEGMENTS, 0.1, key),
+      *(x.astype(jnp.float32) for x in (q, k, v, d_out)))
+  errors = _max_errors(got, want)
+  scales = [float(jnp.abs(w).max()) for w in want]
+  assert all(e < 0.03 * s for e, s in zip(errors, scales)), (errors, scales)
+
+
+def _keep(seed, batch_heads=4, length=512, rate=0.1):
+  positions = jnp.arange(length)
+  return np.asarray(fa.keep_mask(
+      jnp.uint32(seed[0]), jnp.uint32(seed[1]),
+      jnp.arange(batch_heads).reshape(batch_heads, 1, 1),
+      fa.element_counter(positions, positions, length), dropout_lib.threshold(rate)))
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_dropout_bits_drop_the_effective_rate_independently(rate):
+  """The fraction dropped is dropout.effective_rate (as the XLA path drops), and
+  neighbours along both axes, heads of one step and steps of one head are independent
+  (their agreement is p^2 + (1 - p)^2)."""
+  keep = _keep((12345, 678), rate=rate)
+  p = dropout_lib.effective_rate(rate)
+  standard_error = np.sqrt(p * (1 - p) / keep.size)
+  assert abs((1 - keep.mean()) - p) < 5 * standard_error
+  agreement = p * p + (1 - p) * (1 - p)
+  pairs = {"next key": (keep[:, :, 1:], keep[:, :, :-1]),
+           "next query": (keep[:, 1:], keep[:, :-1]),
+           "next head": (keep[1:], keep[:-1]),
+           "next step": (keep, _keep((12346, 678), rate=rate))}
+  for name, (a, b) in pairs.items():
+    error = np.sqrt(agreement * (1 - agreement) / a.size)
+    assert abs(np.mean(a == b) - agreement) < 5 * error, name
+
+
+def test_different_dropout_keys_give_different_masks_and_one_key_the_same():
+  q, k, v, _ = _heads()
+  run = lambda key: fa.flash_attention(q, k, v, SEGMENTS, 0.1, key, block=64,
+                                       interpret=True)
+  first, again, other = run(jax.random.key(1)), run(jax.random.key(1)), run(
+      jax.random.key(2))
+  assert np.array_equal(first, again) and not np.allclose(first, other)
+
+
+def test_unsupported_shapes_are_refused_clearly():
+  q = jnp.zeros((1, 96, 2, 32))  # 96: not a multiple of 64 nor a power of 2
+  with pytest.raises(ValueError, match="multiple of 64"):
+    fa.flash_attention(q, q, q, jnp.ones((1, 96), jnp.int32), interpret=True)
+  q = jnp.zeros((1, 64, 2, 24))
+  with pytest.raises(ValueError, match="power of 2"):
+    fa.flash_attention(q, q, q, jnp.ones((1, 64), jnp.int32), interpret=True)
+
+
+def test_kernels_lower_to_triton_for_gpu():
+  """Lowered for CUDA on this CPU-only machine (jax.export), BERT-large's heads in bf16:
+  the forward and the backward are Triton kernels, and no attention matrix is left to
+  XLA. (Compiling them to GPU code needs a GPU: README, "On a GPU".)"""
+  heads = jax.ShapeDtypeStruct((2, 512, 16, 64), jnp.bfloat16)
+  segments = jax.ShapeDtypeStruct((2, 512), jnp.int32)
+
+  def loss(q, k, v, segment_ids):
+    out = fa.flash_attention(q, k, v, segment_ids, 0.1, jax.random.key(0))
+    return out.astype(jnp.float32).sum()
+
+  exported = export.export(
+      jax.jit(jax.grad(loss, argnums=(0, 1, 2))), platforms=["cuda"],
+      disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")],
+  )(heads, heads, heads, segments)
+  module = exported.mlir_module()
+  assert module.count("__gpu$xla.gpu.triton") == 2
+  assert "encoderx_flash_attention_forward" in module
+  assert "encoderx_flash_attention_backward" in module
+  assert "512x512" not in module  # no [query, key] array in XLA's part
+
+
+def test_config_refuses_the_kernel_for_other_attentions(tiny_config):
+  config = tiny_config("deberta_tiny")
+  config.model.attention_kernel = "pallas"
+  with pytest.raises(config_lib.ConfigError, match="attention_kernel"):
+    config_lib.validate(config)
+  config.model.attention_kernel = "triton"
+  with pytest.raises(config_lib.ConfigError, match="'auto', 'pallas'"):
+    config_lib.validate(config)
+
+
+def test_training_with_the_kernel_matches_the_default_attention(tiny_config):
+  """BERT-tiny's train steps with model.attention_kernel="pallas" (interpreted here):
+  without attention dropout, the same losses as the default attention (hidden dropout
+  on, the same draws) and parameters; with it, the kernel's dropout changes the
+  gradients."""
+  config = tiny_config()
+  config.model.attention_dropout = 0.0
+  batches = _batches(config, 3)
+  default_losses, default_state = _losses(
+      trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
+  config.model.attention_kernel = "pallas"
+  kernel_losses, kernel_state = _losses(
+      trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
+  np.testing.assert_allclose(kernel_losses, default_losses, rtol=1e-5)
+  differences = jax.tree_util.tree_map(lambda a, b: float(np.abs(a - b).max()),
+                                       default_state.params, kernel_state.params)
+  assert max(jax.tree_util.tree_leaves(differences)) < 1e-5
+  config.model.attention_dropout = 0.1
+  dropped_losses, dropped_state = _losses(trainer_lib.Trainer(config, devices=ONE_DEVICE),
+                                          batches)
+  assert np.all(np.isfinite(dropped_losses))
+  differences = jax.tree_util.tree_map(lambda a, b: float(np.abs(a - b).max()),
+                                       dropped_state.params, kernel_state.params)
+  assert max(jax.tree_util.tree_leaves(differences)) > 1e-4
