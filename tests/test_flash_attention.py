@@ -1,13 +1,18 @@
 """The Pallas flash attention with dropout (encoderx/models/flash_attention.py), run by
 Pallas's interpreter on CPU: against its jnp reference and the model's own attention,
-forward and gradients; its dropout bits' statistics; its lowering to Triton for GPU; and
+forward and gradients; its dropout bits' statistics; its lowering to Triton for GPU and
+that IR's compilation to H100 code (the `triton` package); and
 `model.attention_kernel="pallas"` in a training step."""
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import export
 
+from conftest import REPO
 from encoderx import config as config_lib
 from encoderx import trainer as trainer_lib
 from encoderx.models import attention
@@ -150,6 +155,22 @@ def test_kernels_lower_to_triton_for_gpu():
   assert "512x512" not in module  # no [query, key] array in XLA's part
 
 
+def test_kernels_compile_to_gpu_code_that_fits_an_h100():
+  """launch/triton_check.py: the Triton IR jax builds for BERT-large's heads, compiled by
+  the `triton` package for sm_90 on this machine: both kernels compile, spill nothing
+  to local memory and fit the H100's 227 KB of shared memory a block."""
+  ran = subprocess.run([sys.executable, str(REPO / "launch" / "triton_check.py")],
+                       capture_output=True, text=True, timeout=600, cwd=REPO)
+  assert ran.returncode == 0, ran.stderr
+  lines = [line for line in ran.stdout.splitlines() if "compiled for sm_90" in line]
+  assert [line.split(":")[0] for line in lines] == ["encoderx_flash_attention_forward",
+                                                    "encoderx_flash_attention_backward"]
+  for line in lines:
+    assert "STACK:0" in line and "LOCAL:0" in line, line
+    shared = int(line.rsplit("shared memory ", 1)[1].split()[0].replace(",", ""))
+    assert 0 < shared <= 227 * 1024, line
+
+
 def test_config_refuses_the_kernel_for_other_attentions(tiny_config):
   config = tiny_config("deberta_tiny")
   config.model.attention_kernel = "pallas"
@@ -184,3 +205,45 @@ def test_training_with_the_kernel_matches_the_default_attention(tiny_config):
   differences = jax.tree_util.tree_map(lambda a, b: float(np.abs(a - b).max()),
                                        dropped_state.params, kernel_state.params)
   assert max(jax.tree_util.tree_leaves(differences)) > 1e-4
+
+
+def test_sharded_kernel_draws_one_devices_bits():
+  """`sharded_flash_attention` under a 2 x 2 x 2 mesh (rows over data and fsdp, heads
+  over tensor; jax.shard_map): each device hashes the bits of its rows' and heads' place
+  in the whole batch, so outputs and gradients are one device's, dropout 0.5 included."""
+  mesh = jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor"),
+                       axis_types=(jax.sharding.AxisType.Auto,) * 3)
+  spec = jax.sharding.PartitionSpec(("data", "fsdp"), None, "tensor", None)
+  q, k, v, d_out = _heads(shape=(4, 128, 2, 32))
+  segments = jnp.concatenate([SEGMENTS, SEGMENTS[::-1]])
+  key = jax.random.key(9)
+  one_device = _outputs_and_gradients(
+      lambda *qkv: fa.flash_attention(*qkv, segments, 0.5, key, interpret=True),
+      q, k, v, d_out)
+  with jax.set_mesh(mesh):
+    placed = [jax.device_put(x, jax.sharding.NamedSharding(mesh, spec))
+              for x in (q, k, v, d_out)]
+    step = lambda *args: _outputs_and_gradients(
+        lambda *qkv: fa.sharded_flash_attention(*qkv, segments, 0.5, key, spec,
+                                                interpret=True), *args)
+    assert "shard_map" in str(jax.make_jaxpr(step)(*placed))  # per device, not gathered
+    sharded = jax.jit(step)(*placed)
+  assert sharded[0].sharding.spec == spec
+  assert max(_max_errors(sharded, one_device)) < 1e-6
+  shifted = fa.flash_attention(q, k, v, segments, 0.5, key, interpret=True,
+                               shard=(0, 1, 2))  # other heads' bits: other outputs
+  assert float(jnp.abs(shifted - one_device[0]).max()) > 0.1
+
+
+def test_sharded_training_with_the_kernel_matches_one_device(tiny_config):
+  """A 2 x 2 x 2 mesh trains with the kernel (attention dropout on) to one device's
+  losses."""
+  config = tiny_config()
+  config.model.attention_kernel = "pallas"
+  batches = _batches(config, 2)
+  single_losses, _ = _losses(trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
+  config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
+  sharded = trainer_lib.Trainer(config)
+  assert sharded.mesh.devices.shape == (2, 2, 2)
+  sharded_losses, _ = _losses(sharded, batches)
+  np.testing.assert_allclose(sharded_losses, single_losses, atol=1e-5, rtol=0)

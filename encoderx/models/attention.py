@@ -207,9 +207,9 @@ def fused_attention_with_dropout(query: jax.Array, key: jax.Array, value: jax.Ar
   if jax.default_backend() == "tpu":
     raise ValueError("model.attention_kernel='pallas' is a GPU (Triton) kernel; use "
                      "'auto' on TPU.")
-  return flash_attention.flash_attention(
+  return flash_attention.sharded_flash_attention(
       query, key, value, context.segment_ids, dropout_rate, dropout_key,
-      interpret=jax.default_backend() != "gpu")
+      nn.logical_to_mesh_axes(HEADS_AXES), interpret=jax.default_backend() != "gpu")
 
 
 def attention_dropout(module: nn.Module, config: common.ModelConfig,

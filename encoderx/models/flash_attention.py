@@ -24,6 +24,10 @@ byte), kept when at least `dropout.threshold(rate)`, survivors scaled by 256 / (
 threshold). `reference_attention` is the same function in plain jnp over whole arrays;
 tests/test_flash_attention.py checks the kernels against it (forward and gradients, with
 Pallas's interpreter on CPU) and the mask's statistics.
+
+Under a mesh, `sharded_flash_attention` runs the kernel on each device's rows and heads
+(`jax.shard_map`); the hash takes their place in the whole batch, so the bits are the
+same on any mesh.
 """
 from __future__ import annotations
 
@@ -35,12 +39,14 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
+from jax.sharding import PartitionSpec
 
 from encoderx.models import dropout as dropout_lib
 
 MASK_VALUE = float(jnp.finfo(jnp.float32).min)
 LOG2_E = math.log2(math.e)
 _GOLDEN = 0x9E3779B9  # 2^32 / golden ratio: the Weyl step of splitmix
+BLOCK = 64  # the forward's blocks of queries and keys (the backward's: backward_block)
 
 
 def _fmix32(x: jax.Array) -> jax.Array:
@@ -82,13 +88,22 @@ def _scale(threshold: int) -> float:
   return dropout_lib.LEVELS / (dropout_lib.LEVELS - threshold)
 
 
-def _forward_kernel(seed_ref, q_ref, k_ref, v_ref, segments_ref, o_ref, max_ref,
-                    inverse_sum_ref, *, num_heads, block_q, block_k, threshold):
+def _batch_head(stream_ref, batch: jax.Array, head: jax.Array, total_heads: int
+                ) -> jax.Array:
+  """The index of this program's head among all heads of the whole batch: its shard's
+  first row and head (`stream_ref[2:4]`) plus its own, so that a sharded run hashes the
+  bits one device would."""
+  return ((stream_ref[2] + batch.astype(jnp.uint32)) * jnp.uint32(total_heads)
+          + stream_ref[3] + head.astype(jnp.uint32))
+
+
+def _forward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, o_ref, max_ref,
+                    inverse_sum_ref, *, total_heads, block_q, block_k, threshold):
   """One block of queries of one head: online softmax over the key blocks."""
   key_length, head_dim = k_ref.shape
   start_q = pl.program_id(0)
-  batch_head = pl.program_id(1) * num_heads + pl.program_id(2)
-  seed0, seed1 = seed_ref[0], seed_ref[1]
+  batch_head = _batch_head(stream_ref, pl.program_id(1), pl.program_id(2), total_heads)
+  seed0, seed1 = stream_ref[0], stream_ref[1]
   rows = start_q * block_q + jnp.arange(block_q)
   q = q_ref[...]
   q_segments = segments_ref[pl.ds(start_q * block_q, block_q)]
@@ -123,14 +138,14 @@ def _forward_kernel(seed_ref, q_ref, k_ref, v_ref, segments_ref, o_ref, max_ref,
   inverse_sum_ref[...] = inverse_sum
 
 
-def _backward_kernel(seed_ref, q_ref, k_ref, v_ref, segments_ref, do_ref, max_ref,
-                     inverse_sum_ref, delta_ref, dq_ref, dk_ref, dv_ref, *, num_heads,
+def _backward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, do_ref, max_ref,
+                     inverse_sum_ref, delta_ref, dq_ref, dk_ref, dv_ref, *, total_heads,
                      block, threshold):
   """dK and dV of one block of keys (over all query blocks), then dQ of the query block
   of the same index (over all key blocks)."""
   length, head_dim = q_ref.shape
-  batch_head = pl.program_id(0) * num_heads + pl.program_id(1)
-  seed0, seed1 = seed_ref[0], seed_ref[1]
+  batch_head = _batch_head(stream_ref, pl.program_id(0), pl.program_id(1), total_heads)
+  seed0, seed1 = stream_ref[0], stream_ref[1]
   scale = 1.0 / math.sqrt(head_dim)
   num_blocks = length // block
   start = pl.program_id(2)
@@ -204,7 +219,7 @@ def _power_of_2(n: int) -> bool:
 
 
 def supports(query: jax.Array, key: jax.Array, value: jax.Array,
-             block: int = 64) -> bool:
+             block: int = BLOCK) -> bool:
   """Whether `flash_attention` takes these heads: self-attention (one shape for all
   three), a head size that is a power of 2 (>= 16, Triton's smallest dot), and a length
   that is a multiple of `block` or a power of 2 below it, from 16 (Triton's blocks are
@@ -216,7 +231,21 @@ def supports(query: jax.Array, key: jax.Array, value: jax.Array,
                else _power_of_2(length) and length >= 16))
 
 
-def _forward(query, key, value, segment_ids, seed, rate, block, interpret):
+def backward_block(block: int, length: int) -> int:
+  """Half the forward's block: the backward holds k, v, dk and dv of its key block and
+  q, dO and dq of its query block at once (jax's kernel defaults to 32 here, too)."""
+  return min(block // 2, length)
+
+
+def num_warps(backward: bool, block: int, head_dim: int) -> int:
+  """Warps per program, as jax's kernel picks them: the forward 4 for heads of at most
+  64 dims, else 8; the backward 4 for blocks below 128 x 128, else 8."""
+  if backward:
+    return 4 if block * block < 128 * 128 else 8
+  return 4 if head_dim <= 64 else 8
+
+
+def _forward(query, key, value, segment_ids, stream, rate, block, interpret, total_heads):
   batch, length, num_heads, head_dim = query.shape
   if not supports(query, key, value, block):
     raise ValueError(f"flash attention takes self-attention with a head size that is a "
@@ -227,12 +256,12 @@ def _forward(query, key, value, segment_ids, seed, rate, block, interpret):
   heads = lambda i, b, h: (b, 0, h, 0)
   stats_spec = pl.BlockSpec((None, None, block), lambda i, b, h: (b, h, i))
   stats_shape = jax.ShapeDtypeStruct((batch, num_heads, length), jnp.float32)
-  kernel = functools.partial(_forward_kernel, num_heads=num_heads, block_q=block,
+  kernel = functools.partial(_forward_kernel, total_heads=total_heads, block_q=block,
                              block_k=block, threshold=dropout_lib.threshold(rate))
   out, row_max, inverse_sum = pl.pallas_call(
       kernel,
       grid=(length // block, batch, num_heads),
-      in_specs=[pl.BlockSpec((2,), lambda i, b, h: (0,)),
+      in_specs=[pl.BlockSpec((4,), lambda i, b, h: (0,)),
                 pl.BlockSpec((None, block, None, head_dim), lambda i, b, h: (b, i, h, 0)),
                 _heads_spec(length, head_dim, heads),
                 _heads_spec(length, head_dim, heads),
@@ -241,31 +270,29 @@ def _forward(query, key, value, segment_ids, seed, rate, block, interpret):
                               lambda i, b, h: (b, i, h, 0)), stats_spec, stats_spec],
       out_shape=[jax.ShapeDtypeStruct(query.shape, query.dtype), stats_shape,
                  stats_shape],
-      compiler_params=plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8,
+      compiler_params=plgpu.CompilerParams(num_warps=num_warps(False, block, head_dim),
                                            num_stages=2),
       interpret=interpret, name="encoderx_flash_attention_forward",
-  )(seed, query, key, value, segment_ids)
-  return out, (query, key, value, segment_ids, seed, out, row_max, inverse_sum)
+  )(stream, query, key, value, segment_ids)
+  return out, (query, key, value, segment_ids, stream, out, row_max, inverse_sum)
 
 
-def _backward(rate, block, interpret, residuals, d_out):
-  query, key, value, segment_ids, seed, out, row_max, inverse_sum = residuals
+def _backward(rate, block, interpret, total_heads, residuals, d_out):
+  query, key, value, segment_ids, stream, out, row_max, inverse_sum = residuals
   batch, length, num_heads, head_dim = query.shape
-  # Half the forward's block: the backward holds k, v, dk and dv of its key block and
-  # q, dO and dq of its query block at once (jax's kernel defaults to 32 here, too).
-  block = min(block // 2, length)
+  block = backward_block(block, length)
   # D = rowsum(dO * O): with dropout too, since O already is the dropped P times V.
   delta = jnp.einsum("blhd,blhd->bhl", d_out.astype(jnp.float32),
                      out.astype(jnp.float32))
   whole = lambda b, h, i: (b, 0, h, 0)
   stats = pl.BlockSpec((None, None, length), lambda b, h, i: (b, h, 0))
   own = pl.BlockSpec((None, block, None, head_dim), lambda b, h, i: (b, i, h, 0))
-  kernel = functools.partial(_backward_kernel, num_heads=num_heads, block=block,
+  kernel = functools.partial(_backward_kernel, total_heads=total_heads, block=block,
                              threshold=dropout_lib.threshold(rate))
   dq, dk, dv = pl.pallas_call(
       kernel,
       grid=(batch, num_heads, length // block),
-      in_specs=[pl.BlockSpec((2,), lambda b, h, i: (0,)),
+      in_specs=[pl.BlockSpec((4,), lambda b, h, i: (0,)),
                 _heads_spec(length, head_dim, whole),
                 _heads_spec(length, head_dim, whole),
                 _heads_spec(length, head_dim, whole),
@@ -273,16 +300,18 @@ def _backward(rate, block, interpret, residuals, d_out):
                 _heads_spec(length, head_dim, whole), stats, stats, stats],
       out_specs=[own, own, own],
       out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (query, key, value)],
-      compiler_params=plgpu.CompilerParams(num_warps=4 if block * block < 128 * 128
-                                           else 8, num_stages=2),
+      compiler_params=plgpu.CompilerParams(num_warps=num_warps(True, block, head_dim),
+                                           num_stages=2),
       interpret=interpret, name="encoderx_flash_attention_backward",
-  )(seed, query, key, value, segment_ids, d_out, row_max, inverse_sum, delta)
+  )(stream, query, key, value, segment_ids, d_out, row_max, inverse_sum, delta)
   return dq, dk, dv, None, None
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
-def _flash_attention(query, key, value, segment_ids, seed, rate, block, interpret):
-  return _forward(query, key, value, segment_ids, seed, rate, block, interpret)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
+def _flash_attention(query, key, value, segment_ids, stream, rate, block, interpret,
+                     total_heads):
+  return _forward(query, key, value, segment_ids, stream, rate, block, interpret,
+                  total_heads)[0]
 
 
 _flash_attention.defvjp(_forward, _backward)
@@ -290,21 +319,60 @@ _flash_attention.defvjp(_forward, _backward)
 
 def flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                     segment_ids: jax.Array, dropout_rate: float = 0.0,
-                    dropout_key: jax.Array | None = None, *, block: int = 64,
-                    interpret: bool = False) -> jax.Array:
+                    dropout_key: jax.Array | None = None, *, block: int = BLOCK,
+                    interpret: bool = False,
+                    shard: tuple[jax.Array, jax.Array, int] | None = None) -> jax.Array:
   """softmax(q . k / sqrt(d)) over the keys of each query's own packed sequence
   (`segment_ids` [batch, length], 0 padding), dropped at `dropout_rate` with bits hashed
   from `dropout_key`, times v. [batch, length, heads, head_dim] in and out (`supports`
   says which shapes). `block`: the forward's block of queries and of keys; the
   backward's is half. `interpret`: Pallas's interpreter, which runs anywhere (tests, on
-  CPU)."""
+  CPU). `shard`: (first batch row, first head, heads in all) of these heads in the whole
+  batch's, when they are one device's shard of it (`sharded_flash_attention`)."""
   if dropout_key is None:
     seed = jnp.zeros((2,), jnp.uint32)
     dropout_rate = 0.0
   else:
     seed = jax.random.bits(dropout_key, (2,), jnp.uint32)
-  return _flash_attention(query, key, value, segment_ids.astype(jnp.int32), seed,
-                          float(dropout_rate), block, interpret)
+  first_batch, first_head, total_heads = shard or (0, 0, query.shape[2])
+  stream = jnp.concatenate([seed, jnp.stack([jnp.asarray(first_batch, jnp.uint32),
+                                             jnp.asarray(first_head, jnp.uint32)])])
+  return _flash_attention(query, key, value, segment_ids.astype(jnp.int32), stream,
+                          float(dropout_rate), block, interpret, total_heads)
+
+
+def sharded_flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
+                            segment_ids: jax.Array, dropout_rate: float,
+                            dropout_key: jax.Array | None, heads_spec: PartitionSpec, *,
+                            interpret: bool = False) -> jax.Array:
+  """`flash_attention` on each device's shard of the heads, laid out over the current
+  mesh (`jax.set_mesh`) as `heads_spec` says ([batch, length, heads, head_dim]; the
+  length and head_dim axes whole). XLA cannot split a kernel's call, and would gather
+  the whole batch's heads to every device; under `jax.shard_map` each device runs its
+  own rows and heads, hashing the bits of their place in the whole batch, so the result
+  is one device's."""
+  mesh = jax.sharding.get_abstract_mesh()
+  spec = tuple(heads_spec) + (None,) * (4 - len(heads_spec))
+  if spec[1] is not None or spec[3] is not None:
+    raise ValueError(f"flash attention takes whole sequences and heads on each device; "
+                     f"the heads are laid out as {heads_spec}")
+  if mesh.empty or all(mesh.shape[axis] == 1 for axes in spec if axes is not None
+                       for axis in ((axes,) if isinstance(axes, str) else axes)):
+    return flash_attention(query, key, value, segment_ids, dropout_rate, dropout_key,
+                           interpret=interpret)
+  total_heads = query.shape[2]
+
+  def local(query, key, value, segment_ids):
+    def first(axes, size):  # this device's first index along an axis split over `axes`
+      return 0 if axes is None else jax.lax.axis_index(axes) * size
+    shard = (first(spec[0], query.shape[0]), first(spec[2], query.shape[2]), total_heads)
+    # The key is replicated: every device draws the same seed words.
+    return flash_attention(query, key, value, segment_ids, dropout_rate, dropout_key,
+                           interpret=interpret, shard=shard)
+
+  heads = PartitionSpec(*spec)
+  return jax.shard_map(local, in_specs=(heads, heads, heads, PartitionSpec(spec[0], None)),
+                       out_specs=heads, check_vma=False)(query, key, value, segment_ids)
 
 
 def reference_attention(query: jax.Array, key: jax.Array, value: jax.Array,
