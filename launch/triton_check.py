@@ -1,6 +1,6 @@
 """Compiles encoderx's Pallas attention kernels to GPU code on a machine without a GPU.
 
-    pip install triton==3.9.0      # into the environment that has encoderx
+    source launch/setup.sh hf,test   # installs triton 3.9.0 into .venv/triton
     python launch/triton_check.py [--arch=90] [--length=512] [--heads=16] [--head_dim=64]
 
 jax lowers `encoderx.models.flash_attention` for CUDA (`jax.export`, platform "cuda":
@@ -11,12 +11,17 @@ compiles it with the `triton` package for the given compute capability (90: H100
 through Triton's own passes, PTX and ptxas, then prints each kernel's registers, spills
 and shared memory (cuobjdump). The `triton` package is not jax's bundled Triton, so
 this shows the kernels compile and fit, not that XLA's build will make the same code.
+triton is kept out of the environment (TRITON_SITE): tensorflow and triton in one process
+abort, their LLVMs registering the same options, and torch imports triton wherever it
+finds it. This script imports neither tensorflow nor torch.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import pathlib
 import subprocess
+import sys
 import tempfile
 
 import jax
@@ -25,6 +30,8 @@ from jax import export
 from jax._src.pallas.triton import pallas_call_registration
 
 from encoderx.models import flash_attention
+
+TRITON_SITE = pathlib.Path(__file__).resolve().parents[1] / ".venv" / "triton"
 
 
 def triton_modules(batch: int, length: int, heads: int, head_dim: int) -> dict[str, str]:
@@ -60,6 +67,10 @@ def triton_modules(batch: int, length: int, heads: int, head_dim: int) -> dict[s
 def compile_and_report(name: str, ir: str, arch: int, warps: int) -> None:
   # Triton 3.9 warns unless told: keep its default, fusing multiply-adds, as XLA's does.
   os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+  if not (TRITON_SITE / "triton").is_dir():
+    raise SystemExit(f"triton is not in {TRITON_SITE}: run `source launch/setup.sh "
+                     "hf,test`, which installs it there.")
+  sys.path.insert(0, str(TRITON_SITE))
   import triton  # pylint: disable=g-import-not-at-top
   from triton.backends.compiler import GPUTarget  # pylint: disable=g-import-not-at-top
   with tempfile.TemporaryDirectory() as directory:
