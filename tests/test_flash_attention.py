@@ -122,15 +122,23 @@ def test_different_dropout_keys_give_different_masks_and_one_key_the_same():
   first, again, other = run(jax.random.key(1)), run(jax.random.key(1)), run(
       jax.random.key(2))
   assert np.array_equal(first, again) and not np.allclose(first, other)
+  everything = fa.flash_attention(q, k, v, SEGMENTS, 0.999, jax.random.key(1),
+                                  interpret=True)  # 0.999 rounds to 256/256
+  assert not np.any(everything)
 
 
-def test_unsupported_shapes_are_refused_clearly():
+def test_unsupported_shapes_are_refused_clearly(tiny_config):
   q = jnp.zeros((1, 96, 2, 32))  # 96: not a multiple of 64 nor a power of 2
   with pytest.raises(ValueError, match="multiple of 64"):
     fa.flash_attention(q, q, q, jnp.ones((1, 96), jnp.int32), interpret=True)
   q = jnp.zeros((1, 64, 2, 24))
   with pytest.raises(ValueError, match="power of 2"):
     fa.flash_attention(q, q, q, jnp.ones((1, 64), jnp.int32), interpret=True)
+  config = tiny_config()  # heads of 24 in a model: the error names the config field
+  config.model.hidden_size, config.model.attention_kernel = 48, "pallas"
+  trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  with pytest.raises(ValueError, match="model.attention_kernel='pallas': .* power of 2"):
+    trainer.train_step(0)(trainer.init_state(), trainer.device_batch(_batches(config, 1)[0]))
 
 
 def test_kernels_lower_to_triton_for_gpu():

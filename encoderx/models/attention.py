@@ -198,12 +198,13 @@ def fused_attention_with_dropout(query: jax.Array, key: jax.Array, value: jax.Ar
   which rebuilds the mask from the segment ids block by block (so it takes the whole
   sequence's self-attention only). On GPU its Triton kernels; elsewhere Pallas's
   interpreter (slow: for tests on CPU). TPU would need a Mosaic kernel of its own."""
-  if query_given or not flash_attention.supports(query, key, value):
-    raise ValueError(
-        "model.attention_kernel='pallas' takes self-attention over whole sequences with "
-        "a head size that is a power of 2 (>= 16) and a length that is a power of 2 "
-        f"(>= 16) or a multiple of 64; got queries {query.shape} and keys {key.shape}"
-        f"{' of a separate query stream' if query_given else ''}. Use 'auto'.")
+  if query_given:
+    raise ValueError("model.attention_kernel='pallas' takes self-attention over whole "
+                     "sequences, not a separate query stream. Use 'auto'.")
+  try:
+    flash_attention.check_supported(query, key, value)
+  except ValueError as error:
+    raise ValueError(f"model.attention_kernel='pallas': {error}. Use 'auto'.") from None
   if jax.default_backend() == "tpu":
     raise ValueError("model.attention_kernel='pallas' is a GPU (Triton) kernel; use "
                      "'auto' on TPU.")

@@ -231,6 +231,16 @@ def supports(query: jax.Array, key: jax.Array, value: jax.Array,
                else _power_of_2(length) and length >= 16))
 
 
+def check_supported(query: jax.Array, key: jax.Array, value: jax.Array,
+                    block: int = BLOCK) -> None:
+  """A ValueError saying what `flash_attention` takes, unless `supports` these heads."""
+  if not supports(query, key, value, block):
+    raise ValueError(f"flash attention takes self-attention with a head size that is a "
+                     f"power of 2 (>= 16) and a length that is a multiple of {block} or "
+                     f"a power of 2 from 16 below it; got {query.shape}, {key.shape}, "
+                     f"{value.shape} [batch, length, heads, head_dim]")
+
+
 def backward_block(block: int, length: int) -> int:
   """Half the forward's block: the backward holds k, v, dk and dv of its key block and
   q, dO and dq of its query block at once (jax's kernel defaults to 32 here, too)."""
@@ -247,11 +257,7 @@ def num_warps(backward: bool, block: int, head_dim: int) -> int:
 
 def _forward(query, key, value, segment_ids, stream, rate, block, interpret, total_heads):
   batch, length, num_heads, head_dim = query.shape
-  if not supports(query, key, value, block):
-    raise ValueError(f"flash attention takes self-attention with a head size that is a "
-                     f"power of 2 (>= 16) and a length that is a multiple of {block} or "
-                     f"a power of 2 from 16 below it; got {query.shape}, {key.shape}, "
-                     f"{value.shape} [batch, length, heads, head_dim]")
+  check_supported(query, key, value, block)
   block = min(block, length)
   heads = lambda i, b, h: (b, 0, h, 0)
   stats_spec = pl.BlockSpec((None, None, block), lambda i, b, h: (b, h, i))
@@ -332,6 +338,8 @@ def flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
   if dropout_key is None:
     seed = jnp.zeros((2,), jnp.uint32)
     dropout_rate = 0.0
+  elif dropout_lib.threshold(dropout_rate) == dropout_lib.LEVELS:
+    return jnp.zeros_like(query)  # every element dropped, as dropout.dropout does
   else:
     seed = jax.random.bits(dropout_key, (2,), jnp.uint32)
   first_batch, first_head, total_heads = shard or (0, 0, query.shape[2])
