@@ -13,8 +13,8 @@ containers, for one, and the GPU machines this project is lent, which have no ne
 encoderx's jitted train step, Hugging Face PyTorch with SDPA and bf16 autocast beside it)
 and first checks cuDNN's fused attention against XLA's on the device (and, with
 --kernels=...,pallas, encoderx's Pallas attention with dropout against its XLA
-reference). `profile` traces a
-few encoderx steps (jax.profiler) and sums the GPU's time by kernel.
+reference). `profile` traces a few encoderx steps (jax.profiler) and sums the GPU's time
+by kernel.
 
 What stands in for the text stack, and only here: tensorflow, tensorflow_text, seqio and
 tensorflow_datasets are import-time stand-ins (any attribute, call or base class is
