@@ -26,7 +26,6 @@ import jax.numpy as jnp
 
 from encoderx.models import common
 from encoderx.models import dropout as dropout_lib
-from encoderx.models import flash_attention
 
 # Logical shape of per-head activations: [batch, length, heads, head_dim].
 HEADS_AXES = ("activation_batch", "activation_length", "activation_heads", "activation_kv")
@@ -55,14 +54,18 @@ class LayerContext:
     return self.replace(mask=mask, relative=relative)
 
 
-def padding_and_packing_mask(segment_ids: jax.Array) -> jax.Array:
-  """Attention mask [batch, 1, length, length] from segment ids [batch, length].
+def segment_mask(query_segments: jax.Array, key_segments: jax.Array) -> jax.Array:
+  """[..., queries, keys] from segment ids [..., queries] and [..., keys]: tokens attend
+  to tokens of their own segment (one document of a packed row); id 0 is padding and is
+  never attended to. (flash_attention.py applies it block by block.)"""
+  return ((query_segments[..., :, None] == key_segments[..., None, :])
+          & (key_segments[..., None, :] > 0))
 
-  Tokens attend to tokens of their own segment (one document of a packed row); id 0 is
-  padding and is never attended to.
-  """
-  same_segment = segment_ids[:, :, None] == segment_ids[:, None, :]
-  return (same_segment & (segment_ids[:, None, :] > 0))[:, None, :, :]
+
+def padding_and_packing_mask(segment_ids: jax.Array) -> jax.Array:
+  """Attention mask [batch, 1, length, length] from segment ids [batch, length]
+  (`segment_mask`)."""
+  return segment_mask(segment_ids, segment_ids)[:, None, :, :]
 
 
 def layer_context(batch: dict) -> LayerContext:
@@ -198,6 +201,8 @@ def fused_attention_with_dropout(query: jax.Array, key: jax.Array, value: jax.Ar
   which rebuilds the mask from the segment ids block by block (so it takes the whole
   sequence's self-attention only). On GPU its Triton kernels; elsewhere Pallas's
   interpreter (slow: for tests on CPU). TPU would need a Mosaic kernel of its own."""
+  # Imported here: the kernel's module builds on this one's mask and softmax.
+  from encoderx.models import flash_attention  # pylint: disable=g-import-not-at-top
   if query_given:
     raise ValueError("model.attention_kernel='pallas' takes self-attention over whole "
                      "sequences, not a separate query stream. Use 'auto'.")

@@ -30,6 +30,12 @@ def threshold(rate: float) -> int:
   return min(LEVELS, max(1, round(rate * LEVELS))) if rate > 0 else 0
 
 
+def survivor_scale(cut: int) -> float:
+  """What a kept element is multiplied by when bytes below `cut` are dropped: the
+  expectation stays exact."""
+  return LEVELS / (LEVELS - cut)
+
+
 def effective_rate(rate: float) -> float:
   """The rate `dropout` applies for `rate`: a multiple of 1/256."""
   return threshold(rate) / LEVELS
@@ -54,7 +60,7 @@ def dropout(x: jax.Array, rate: float, key: jax.Array) -> jax.Array:
   if cut == LEVELS:
     return jnp.zeros_like(x)
   keep = random_bytes(key, x.shape) >= cut
-  scale = jnp.asarray(LEVELS / (LEVELS - cut), x.dtype)
+  scale = jnp.asarray(survivor_scale(cut), x.dtype)
   return jnp.where(keep, x * scale, jnp.zeros((), x.dtype))
 
 

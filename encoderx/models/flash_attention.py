@@ -13,17 +13,19 @@ what fits a Triton kernel written in jnp.
 The kernels follow `jax.experimental.pallas.ops.gpu.attention` (Apache 2.0): its
 FlashAttention-2 forward (online softmax in base 2) and the Triton tutorial's fused
 backward (dK and dV over query blocks, then dQ over key blocks, in one program). What
-differs: dropout on the probabilities; encoderx's mask (a query attends to the keys of its
-own packed sequence, and a key of segment 0 is never attended: padding); and the softmax's
-row maximum and sum are kept apart, not as one log-sum-exp, so that a row with no key to
-attend to (a padding query) comes out uniform over the keys, exactly as XLA's softmax of
-`finfo.min` logits does (in a log-sum-exp, log2(keys) vanishes beside that maximum).
+differs: dropout on the probabilities; encoderx's mask (`attention.segment_mask`: a
+query attends to the keys of its own packed sequence, and a key of segment 0 is never
+attended: padding); and the softmax's row maximum and sum are kept apart, not as one
+log-sum-exp, so that a row with no key to attend to (a padding query) comes out uniform
+over the keys, exactly as XLA's softmax of `finfo.min` logits does (in a log-sum-exp,
+log2(keys) vanishes beside that maximum).
 
 Dropout draws what `encoderx.models.dropout` draws: 8 bits per element (the hash's top
 byte), kept when at least `dropout.threshold(rate)`, survivors scaled by 256 / (256 -
-threshold). `reference_attention` is the same function in plain jnp over whole arrays;
-tests/test_flash_attention.py checks the kernels against it (forward and gradients, with
-Pallas's interpreter on CPU) and the mask's statistics.
+threshold). `reference_attention` is the same function over whole arrays, on the model's
+own softmax (`attention.attention_probabilities`); tests/test_flash_attention.py checks
+the kernels against it (forward and gradients, with Pallas's interpreter on CPU) and the
+mask's statistics.
 
 Under a mesh, `sharded_flash_attention` runs the kernel on each device's rows and heads
 (`jax.shard_map`); the hash takes their place in the whole batch, so the bits are the
@@ -41,6 +43,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 from jax.sharding import PartitionSpec
 
+from encoderx.models import attention
 from encoderx.models import dropout as dropout_lib
 
 MASK_VALUE = float(jnp.finfo(jnp.float32).min)
@@ -77,17 +80,6 @@ def keep_mask(seed0: jax.Array, seed1: jax.Array, batch_head: jax.Array,
   return (bits >> 24) >= jnp.uint32(threshold)
 
 
-def attention_mask(query_segments: jax.Array, key_segments: jax.Array) -> jax.Array:
-  """[queries, keys]: same packed sequence, and the key not padding (segment 0); as
-  `attention.padding_and_packing_mask`."""
-  return ((query_segments[:, None] == key_segments[None, :])
-          & (key_segments[None, :] > 0))
-
-
-def _scale(threshold: int) -> float:
-  return dropout_lib.LEVELS / (dropout_lib.LEVELS - threshold)
-
-
 def _batch_head(stream_ref, batch: jax.Array, head: jax.Array, total_heads: int
                 ) -> jax.Array:
   """The index of this program's head among all heads of the whole batch: its shard's
@@ -113,7 +105,7 @@ def _forward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, o_ref, max_re
     o, row_max, row_sum = carry
     keys = pl.ds(start_k * block_k, block_k)
     qk = plgpu.dot(q, k_ref[keys, :].T) * qk_scale
-    qk = jnp.where(attention_mask(q_segments, segments_ref[keys]), qk, MASK_VALUE)
+    qk = jnp.where(attention.segment_mask(q_segments, segments_ref[keys]), qk, MASK_VALUE)
     new_max = jnp.maximum(row_max, jnp.max(qk, axis=-1))
     correction = jnp.exp2(row_max - new_max)
     p = jnp.exp2(qk - new_max[:, None])
@@ -122,7 +114,7 @@ def _forward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, o_ref, max_re
       cols = start_k * block_k + jnp.arange(block_k)
       keep = keep_mask(seed0, seed1, batch_head,
                        element_counter(rows, cols, key_length), threshold)
-      p = jnp.where(keep, p * _scale(threshold), 0.0)
+      p = jnp.where(keep, p * dropout_lib.survivor_scale(threshold), 0.0)
     v = v_ref[keys, :]
     o = correction[:, None] * o + plgpu.dot(p.astype(v.dtype), v)
     return o, new_max, row_sum
@@ -155,14 +147,14 @@ def _backward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, do_ref, max_
   def probabilities(q, k, q_segments, k_segments, row_max, inverse_sum, rows, cols):
     """Softmax probabilities of a [queries, keys] block, the mask and the dropout
     factor."""
-    mask = attention_mask(q_segments, k_segments)
+    mask = attention.segment_mask(q_segments, k_segments)
     qk = jnp.where(mask, plgpu.dot(q, k.T) * (scale * LOG2_E), MASK_VALUE)
     p = jnp.exp2(qk - row_max[:, None]) * inverse_sum[:, None]
     if not threshold:
       return p, mask, None
     keep = keep_mask(seed0, seed1, batch_head, element_counter(rows, cols, length),
                      threshold)
-    return p, mask, jnp.where(keep, _scale(threshold), 0.0)
+    return p, mask, jnp.where(keep, dropout_lib.survivor_scale(threshold), 0.0)
 
   def score_gradient(p, mask, factor, do, v, delta):
     """dS: the softmax's backward of dP = dO . V^T through the dropout; none reaches
@@ -218,23 +210,17 @@ def _power_of_2(n: int) -> bool:
   return n > 0 and n & (n - 1) == 0
 
 
-def supports(query: jax.Array, key: jax.Array, value: jax.Array,
-             block: int = BLOCK) -> bool:
-  """Whether `flash_attention` takes these heads: self-attention (one shape for all
-  three), a head size that is a power of 2 (>= 16, Triton's smallest dot), and a length
-  that is a multiple of `block` or a power of 2 below it, from 16 (Triton's blocks are
-  powers of 2, its dots at least 16 wide)."""
-  length, head_dim = query.shape[1], query.shape[3]
-  return (query.shape == key.shape == value.shape
-          and _power_of_2(head_dim) and head_dim >= 16 and block >= 32
-          and (length % block == 0 if length >= block
-               else _power_of_2(length) and length >= 16))
-
-
 def check_supported(query: jax.Array, key: jax.Array, value: jax.Array,
                     block: int = BLOCK) -> None:
-  """A ValueError saying what `flash_attention` takes, unless `supports` these heads."""
-  if not supports(query, key, value, block):
+  """A ValueError unless `flash_attention` takes these heads: self-attention (one shape
+  for all three), a head size that is a power of 2 (>= 16, Triton's smallest dot), and a
+  length that is a multiple of `block` or a power of 2 below it, from 16 (Triton's blocks
+  are powers of 2, its dots at least 16 wide)."""
+  length, head_dim = query.shape[1], query.shape[3]
+  if not (query.shape == key.shape == value.shape
+          and _power_of_2(head_dim) and head_dim >= 16 and block >= 32
+          and (length % block == 0 if length >= block
+               else _power_of_2(length) and length >= 16)):
     raise ValueError(f"flash attention takes self-attention with a head size that is a "
                      f"power of 2 (>= 16) and a length that is a multiple of {block} or "
                      f"a power of 2 from 16 below it; got {query.shape}, {key.shape}, "
@@ -330,7 +316,7 @@ def flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                     shard: tuple[jax.Array, jax.Array, int] | None = None) -> jax.Array:
   """softmax(q . k / sqrt(d)) over the keys of each query's own packed sequence
   (`segment_ids` [batch, length], 0 padding), dropped at `dropout_rate` with bits hashed
-  from `dropout_key`, times v. [batch, length, heads, head_dim] in and out (`supports`
+  from `dropout_key`, times v. [batch, length, heads, head_dim] in and out (`check_supported`
   says which shapes). `block`: the forward's block of queries and of keys; the
   backward's is half. `interpret`: Pallas's interpreter, which runs anywhere (tests, on
   CPU). `shard`: (first batch row, first head, heads in all) of these heads in the whole
@@ -388,11 +374,9 @@ def reference_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                         dropout_key: jax.Array | None = None) -> jax.Array:
   """`flash_attention` in plain jnp over whole arrays: the same softmax, mask and
   dropout bits, for tests."""
-  batch, length, num_heads, head_dim = query.shape
-  logits = jnp.einsum("bqnd,bknd->bnqk", query, key,
-                      preferred_element_type=jnp.float32) / math.sqrt(head_dim)
-  mask = jax.vmap(attention_mask)(segment_ids, segment_ids)[:, None]
-  probabilities = jax.nn.softmax(jnp.where(mask, logits, MASK_VALUE), axis=-1)
+  batch, length, num_heads, _ = query.shape
+  probabilities = attention.attention_probabilities(
+      query, key, attention.padding_and_packing_mask(segment_ids))
   threshold = dropout_lib.threshold(dropout_rate) if dropout_key is not None else 0
   if threshold:
     seed = jax.random.bits(dropout_key, (2,), jnp.uint32)
@@ -400,5 +384,6 @@ def reference_attention(query: jax.Array, key: jax.Array, value: jax.Array,
     positions = jnp.arange(length)
     keep = keep_mask(seed[0], seed[1], batch_head,
                      element_counter(positions, positions, length), threshold)
-    probabilities = jnp.where(keep, probabilities * _scale(threshold), 0.0)
+    probabilities = jnp.where(
+        keep, probabilities * dropout_lib.survivor_scale(threshold), 0.0)
   return jnp.einsum("bnqk,bknd->bqnd", probabilities.astype(value.dtype), value)
