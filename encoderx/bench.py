@@ -40,13 +40,14 @@ For each model, at sequence length 128 (its tiny config's data settings):
   costs.
 - --device=gpu|tpu: BERT-base and BERT-large (BERT_ACCELERATOR_SIZES) at --lengths (128
   and 512) in bfloat16 (float32 parameters), the same train step, each with the config's
-  attention dropout and without it (only then is the attention cuDNN's fused kernel on
-  GPU), ACCELERATOR_WARMUP_STEPS untimed steps, MFU against the device's published dense
-  bf16 peak (PUBLISHED_PEAKS), and on GPU Hugging Face PyTorch (SDPA attention, bf16
-  autocast, the same dropouts) beside it. --attention_kernels=auto,pallas adds rows with
-  model.attention_kernel="pallas" (encoderx/models/flash_attention.py: attention with
-  dropout in one kernel). launch/gpu_bench.py runs these rows on a GPU host without the
-  text stack.
+  attention dropout and without it, ACCELERATOR_WARMUP_STEPS untimed steps, MFU against
+  the device's published dense bf16 peak (PUBLISHED_PEAKS), and on GPU Hugging Face
+  PyTorch (SDPA attention, bf16 autocast, the same dropouts) beside it. On GPU the
+  default model.attention_kernel="auto" computes attention with dropout in one Pallas
+  kernel (encoderx/models/flash_attention.py) and without it in cuDNN's;
+  --attention_kernels=xla,auto adds rows of XLA's attention, which writes the dropped
+  probabilities out. launch/gpu_bench.py runs these rows on a GPU host without the text
+  stack.
 - electra_tiny (method 'electra': the generator's MLM, sampling, the discriminator's
   replaced-token detection): PyTorch runs `ElectraForMaskedLM` (the generator) and
   `ElectraForPreTraining` (the discriminator) sharing one embeddings module: the
@@ -768,7 +769,8 @@ def parse_args(argv=None):
   parser.add_argument("--attention_kernels", default="auto",
                       help="with --device=gpu|tpu: model.attention_kernel of each row, "
                       f"comma-separated among {', '.join(common.ATTENTION_KERNELS)} "
-                      "(pallas: the fused attention with dropout, GPU)")
+                      "(auto: on GPU the Pallas kernel with attention dropout, cuDNN's "
+                      "without; xla: XLA's attention with dropout)")
   args = parser.parse_args(argv)
   accelerator = args.device != "cpu"
   if args.models is None:

@@ -6,14 +6,14 @@ containers, for one, and the GPU machines this project is lent, which have no ne
     python launch/gpu_bench.py record DIR [--lengths=128,512] [--batch_size=32]
     # on the GPU host, with DIR copied there (encoderx importable, e.g. PYTHONPATH=.)
     python launch/gpu_bench.py rows DIR bert_large@512,bert_base@128 [--dropouts=0,config]
-        [--kernels=auto,pallas]
+        [--kernels=xla,auto]
     python launch/gpu_bench.py profile DIR bert_large@512 [--dropouts=0] [--trace_out=D]
 
 `rows` prints the table of `python -m encoderx.bench --device=gpu` (the same functions:
 encoderx's jitted train step, Hugging Face PyTorch with SDPA and bf16 autocast beside it)
-and first checks cuDNN's fused attention against XLA's on the device (and, with
---kernels=...,pallas, encoderx's Pallas attention with dropout against its XLA
-reference). `profile` traces a few encoderx steps (jax.profiler) and sums the GPU's time
+and first checks cuDNN's fused attention against XLA's on the device, and encoderx's
+Pallas attention with dropout against its XLA reference (unless every row is
+--kernels=xla). `profile` traces a few encoderx steps (jax.profiler) and sums the GPU's time
 by kernel.
 
 What stands in for the text stack, and only here: tensorflow, tensorflow_text, seqio and
@@ -170,21 +170,47 @@ def record(directory: str, lengths: list[int], batch_size: int) -> None:
 
 
 # --- rows -------------------------------------------------------------------------------
-def _attention_inputs():
-  """BERT-large's heads in bf16 over 8 padded rows of 512: q, k, v, segment ids."""
+def _attention_inputs(shape=(8, 512, 16, 64)):
+  """Heads [batch, length, heads, head_dim] in bf16 (BERT-large's by default) over
+  padded rows: q, k, v, segment ids."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  shape = (8, 512, 16, 64)
   keys = jax.random.split(jax.random.key(1), 4)
   query, key, value = (jax.random.normal(k, shape, jnp.bfloat16) for k in keys[:3])
-  lengths = jax.random.randint(keys[3], (shape[0],), 100, shape[1] + 1)
+  lengths = jax.random.randint(keys[3], (shape[0],), shape[1] // 5, shape[1] + 1)
   segment_ids = (jnp.arange(shape[1])[None] < lengths[:, None]).astype(jnp.int32)
   return query, key, value, segment_ids
 
 
+def chained_ms(attention, inputs, backward: bool, chain: int = 20, runs: int = 5) -> float:
+  """Milliseconds a call of `attention(q, k, v, segment_ids)` (with `backward`, its
+  forward and the gradients of q, k and v) takes on the device: `chain` calls in one jit,
+  each feeding the next, so that no dispatch or sync is timed; the fastest of `runs`."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  _, key, value, segment_ids = inputs
+
+  def call(q):
+    if not backward:
+      return attention(q, key, value, segment_ids)
+    loss = lambda q, k, v: jnp.sum(attention(q, k, v, segment_ids).astype(jnp.float32)
+                                   ** 2)
+    dq, dk, dv = jax.grad(loss, (0, 1, 2))(q, key, value)
+    return (dq + dk + dv).astype(q.dtype)
+
+  run = jax.jit(lambda q: jax.lax.fori_loop(0, chain, lambda i, q: call(q), q))
+  jax.block_until_ready(run(inputs[0]))
+  times = []
+  for _ in range(runs):
+    start = time.perf_counter()
+    jax.block_until_ready(run(inputs[0]))
+    times.append(time.perf_counter() - start)
+  return 1e3 * min(times) / chain
+
+
 def _compare_attention(title: str, candidate, reference) -> None:
   """Relative errors of `candidate(q, k, v, segment_ids)`'s output and gradients against
-  `reference`'s, over the real (unpadded) rows; then each one's forward + backward time."""
+  `reference`'s, over the real (unpadded) rows."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   query, key, value, segment_ids = _attention_inputs()
@@ -194,25 +220,19 @@ def _compare_attention(title: str, candidate, reference) -> None:
     def loss(q, k, v):
       out = attention(q, k, v, segment_ids)
       return jnp.sum(jnp.where(real, out.astype(jnp.float32), 0) ** 2), out
-    step = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True))
-    (_, out), grads = step(query, key, value)
-    times = []
-    for _ in range(10):
-      start = time.perf_counter()
-      jax.block_until_ready(step(query, key, value))
-      times.append(time.perf_counter() - start)
-    return [out, *grads], 1e3 * statistics.median(times)
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True))(
+        query, key, value)
+    return [out, *grads]
 
   def relative_error(a, b):
     a, b = (jnp.where(real, x, 0).astype(jnp.float32) for x in (a, b))
     return float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b))
 
-  (got, got_ms), (want, want_ms) = (outputs_and_gradients(f) for f in (candidate,
-                                                                       reference))
-  errors = [relative_error(a, b) for a, b in zip(got, want)]
+  errors = [relative_error(a, b) for a, b in zip(outputs_and_gradients(candidate),
+                                                 outputs_and_gradients(reference))]
   print(f"{title}, relative error: "
-        + ", ".join(f"{n} {e:.1e}" for n, e in zip(("out", "dq", "dk", "dv"), errors))
-        + f"; forward + backward {got_ms:.2f} ms against {want_ms:.2f} ms", flush=True)
+        + ", ".join(f"{n} {e:.1e}" for n, e in zip(("out", "dq", "dk", "dv"), errors)),
+        flush=True)
 
 
 def check_fused_attention() -> None:
@@ -231,45 +251,64 @@ def check_fused_attention() -> None:
                      dot_product_attention("cudnn"), dot_product_attention("xla"))
 
 
-def check_flash_attention() -> None:
-  """encoderx's Pallas kernel with attention dropout 0.1 against the same computation in
-  XLA (`flash_attention.reference_attention`: the same dropout bits), then its time
-  against the model's XLA attention with dropout."""
+def attention_times(shapes=((32, 512, 16, 64), (32, 128, 16, 64))) -> None:
+  """Forward and forward + backward times (`chained_ms`) of XLA's attention with
+  dropout 0.1, cuDNN's without dropout and encoderx's kernel with dropout 0.1 and 0,
+  over BERT-large's heads at 512 and 128 (batch 32, bf16, padded rows)."""
   import jax  # pylint: disable=g-import-not-at-top
   from encoderx.models import attention  # pylint: disable=g-import-not-at-top
+  from encoderx.models import flash_attention  # pylint: disable=g-import-not-at-top
+  dropout_key = jax.random.key(5)
+  candidates = {
+      "XLA, dropout 0.1": lambda q, k, v, s: attention.attend(
+          q, k, v, attention.padding_and_packing_mask(s), None, 0.1, dropout_key),
+      "cuDNN, no dropout": lambda q, k, v, s: attention.attend(
+          q, k, v, attention.padding_and_packing_mask(s)),
+      "encoderx's kernel, dropout 0.1": lambda q, k, v, s: flash_attention.flash_attention(
+          q, k, v, s, 0.1, dropout_key),
+      "encoderx's kernel, dropout 0": lambda q, k, v, s: flash_attention.flash_attention(
+          q, k, v, s)}
+  for shape in shapes:
+    inputs = _attention_inputs(shape)
+    print(f"attention over {shape} [batch, length, heads, head_dim], ms a call "
+          "(chained in one jit):", flush=True)
+    for name, candidate in candidates.items():
+      print(f"  {name:32s} forward {chained_ms(candidate, inputs, False):.3f}, forward + "
+            f"backward {chained_ms(candidate, inputs, True):.3f}", flush=True)
+
+
+def check_flash_attention() -> None:
+  """encoderx's Pallas kernel with attention dropout 0.1 against the same computation in
+  XLA (`flash_attention.reference_attention`: the same dropout bits), then the
+  attention's times (`attention_times`)."""
+  import jax  # pylint: disable=g-import-not-at-top
   from encoderx.models import flash_attention  # pylint: disable=g-import-not-at-top
   dropout_key = jax.random.key(5)
   _compare_attention(
       "Pallas flash attention against XLA, dropout 0.1 (bf16, padded rows)",
       lambda *inputs: flash_attention.flash_attention(*inputs, 0.1, dropout_key),
       lambda *inputs: flash_attention.reference_attention(*inputs, 0.1, dropout_key))
-  _compare_attention(
-      "(timing only: the model's XLA attention draws other bits)",
-      lambda *inputs: flash_attention.flash_attention(*inputs, 0.1, dropout_key),
-      lambda q, k, v, segment_ids: attention.attend(
-          q, k, v, attention.padding_and_packing_mask(segment_ids), None, 0.1,
-          dropout_key))
+  attention_times()
 
 
 def rows(bench, plan, dropouts, kernels, batch_size: int, with_torch: bool) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   if jax.default_backend() == "gpu":
     check_fused_attention()
-    if "pallas" in kernels:
+    if set(kernels) != {"xla"}:
       try:  # the kernel's first compile on a GPU: report a failure, keep the rows
         check_flash_attention()
       except Exception:  # pylint: disable=broad-except
         traceback.print_exc()
   table = []
-  for size, length in plan:
-    for dropout in dropouts:
-      start = time.perf_counter()
-      try:  # one failing row (memory, say) must not lose the others
-        table += bench.accelerator_rows([size], [length], batch_size, STEPS, with_torch,
-                                        [dropout], kernels)
-      except Exception:  # pylint: disable=broad-except
-        traceback.print_exc()
-      print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
+  for (size, length), dropout, kernel in itertools.product(plan, dropouts, kernels):
+    start = time.perf_counter()
+    try:  # one failing row (memory, say, or the kernel's compile) must not lose others
+      table += bench.accelerator_rows([size], [length], batch_size, STEPS, with_torch,
+                                      [dropout], [kernel])
+    except Exception:  # pylint: disable=broad-except
+      traceback.print_exc()
+    print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
   print("\n" + bench.format_table(table), flush=True)
 
 
@@ -331,8 +370,8 @@ def parse_args(argv=None):
   parser.add_argument("--dropouts", default="0,config",
                       help="attention dropouts: numbers, or 'config' for the config's")
   parser.add_argument("--kernels", default="auto",
-                      help="model.attention_kernel of each row: auto, pallas (the fused "
-                      "attention with dropout)")
+                      help="model.attention_kernel of each row: auto (on GPU the Pallas kernel "
+                      "with attention dropout, cuDNN's without), xla, pallas")
   parser.add_argument("--skip_torch", action="store_true")
   parser.add_argument("--trace_out", default=None, help="profile: copy the traces here")
   args = parser.parse_args(argv)

@@ -78,7 +78,8 @@ def compile_and_report(name: str, ir: str, arch: int, warps: int) -> None:
     with open(path, "w") as f:
       f.write(ir)
     kernel = triton.compile(path, target=GPUTarget("cuda", arch, 32),
-                            options={"num_warps": warps, "num_stages": 2})
+                            options={"num_warps": warps,
+                                     "num_stages": flash_attention.NUM_STAGES})
     cubin = os.path.join(directory, f"{name}.cubin")
     with open(cubin, "wb") as f:
       f.write(kernel.asm["cubin"])

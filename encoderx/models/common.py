@@ -27,9 +27,11 @@ ACTIVATIONS = {
 }
 LAYER_SHARING = ("none", "all", "ffn", "attention")
 POSITION_EMBEDDINGS = ("absolute", "none")
-# "auto": jax.nn.dot_product_attention (cuDNN on GPU) without attention dropout, XLA
-# with it; "pallas": encoderx/models/flash_attention.py, the fused kernel with dropout.
-ATTENTION_KERNELS = ("auto", "pallas")
+# "xla": `attention.attend`, jax.nn.dot_product_attention (cuDNN's fused kernel on GPU)
+# without attention dropout, XLA's attention with it; "pallas":
+# encoderx/models/flash_attention.py, the fused kernel with dropout; "auto": "pallas"
+# where it is the faster (`attention.pallas_by_default`), else "xla".
+ATTENTION_KERNELS = ("auto", "xla", "pallas")
 DTYPES = ("float32", "bfloat16", "float16")
 
 

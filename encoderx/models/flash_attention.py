@@ -49,7 +49,13 @@ from encoderx.models import dropout as dropout_lib
 MASK_VALUE = float(jnp.finfo(jnp.float32).min)
 LOG2_E = math.log2(math.e)
 _GOLDEN = 0x9E3779B9  # 2^32 / golden ratio: the Weyl step of splitmix
-BLOCK = 64  # the forward's blocks of queries and keys (the backward's: backward_block)
+# Tiling, measured on an H200 (BERT-large's heads, 32 x 512, bf16, attention dropout 0.1;
+# README, "On a GPU"): blocks of 64 queries and 64 keys, 4 warps and 3 pipeline stages,
+# forward and backward. The backward's 64 (jax's kernel has 32) let Triton use Hopper's
+# warpgroup MMA: 0.65 ms against 1.18 ms.
+BLOCK = 64  # the forward's blocks of queries and of keys
+BACKWARD_BLOCK = 64  # the backward's (`backward_block`)
+NUM_STAGES = 3
 
 
 def _fmix32(x: jax.Array) -> jax.Array:
@@ -62,22 +68,28 @@ def _fmix32(x: jax.Array) -> jax.Array:
   return x ^ (x >> 16)
 
 
-def element_counter(rows: jax.Array, cols: jax.Array, key_length: int) -> jax.Array:
-  """[rows, cols] uint32: each element's index in its head's [query, key] matrix."""
-  return (rows.astype(jnp.uint32)[:, None] * jnp.uint32(key_length)
-          + cols.astype(jnp.uint32)[None, :])
-
-
 def keep_mask(seed0: jax.Array, seed1: jax.Array, batch_head: jax.Array,
-              counter: jax.Array, threshold: int) -> jax.Array:
-  """Which elements dropout keeps: splitmix32 of the head's stream (from the two seed
-  words and batch * heads + head) stepped to the element's `counter`; its top byte
-  against `threshold`. Broadcasts: a scalar head in a kernel, [batch, heads, 1, 1] over
-  whole arrays."""
+              rows: jax.Array, cols: jax.Array, key_length: int,
+              threshold: int) -> jax.Array:
+  """Which elements of the [rows, cols] block of a head's [query, key] matrix dropout
+  keeps: splitmix32 of the head's stream (from the two seed words and batch * heads +
+  head) stepped to the element's index (row * key_length + col); its top byte against
+  `threshold`. Broadcasts: a scalar head in a kernel, [batch, heads, 1, 1] over whole
+  arrays.
+
+  Written for the kernel's inner loop, the same bits with fewer operations an element:
+  the step's row part is added once a row, and the finalizer's last xor-shift, which
+  leaves the top byte as it is, is left out (the top byte is compared in place)."""
   stream = _fmix32(seed0 ^ _fmix32(batch_head.astype(jnp.uint32) * jnp.uint32(_GOLDEN)
                                    + seed1))
-  bits = _fmix32(stream + counter * jnp.uint32(_GOLDEN))
-  return (bits >> 24) >= jnp.uint32(threshold)
+  row_step = jnp.uint32((key_length * _GOLDEN) % 2**32)
+  x = ((stream + rows.astype(jnp.uint32)[:, None] * row_step)
+       + cols.astype(jnp.uint32)[None, :] * jnp.uint32(_GOLDEN))
+  x = x ^ (x >> 16)
+  x = x * jnp.uint32(0x85EBCA6B)
+  x = x ^ (x >> 13)
+  x = x * jnp.uint32(0xC2B2AE35)
+  return x >= jnp.uint32(threshold << 24)
 
 
 def _batch_head(stream_ref, batch: jax.Array, head: jax.Array, total_heads: int
@@ -110,11 +122,10 @@ def _forward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, o_ref, max_re
     correction = jnp.exp2(row_max - new_max)
     p = jnp.exp2(qk - new_max[:, None])
     row_sum = correction * row_sum + p.sum(axis=-1)
-    if threshold:
-      cols = start_k * block_k + jnp.arange(block_k)
-      keep = keep_mask(seed0, seed1, batch_head,
-                       element_counter(rows, cols, key_length), threshold)
-      p = jnp.where(keep, p * dropout_lib.survivor_scale(threshold), 0.0)
+    if threshold:  # survivors are scaled once, at the end
+      keep = keep_mask(seed0, seed1, batch_head, rows,
+                       start_k * block_k + jnp.arange(block_k), key_length, threshold)
+      p = jnp.where(keep, p, 0.0)
     v = v_ref[keys, :]
     o = correction[:, None] * o + plgpu.dot(p.astype(v.dtype), v)
     return o, new_max, row_sum
@@ -125,7 +136,8 @@ def _forward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, o_ref, max_re
   o, row_max, row_sum = lax.fori_loop(0, key_length // block_k, body,
                                       (o, row_max, row_sum))
   inverse_sum = 1.0 / row_sum
-  o_ref[...] = (o * inverse_sum[:, None]).astype(o_ref.dtype)
+  scale = dropout_lib.survivor_scale(threshold) if threshold else 1.0
+  o_ref[...] = (o * (inverse_sum * scale)[:, None]).astype(o_ref.dtype)
   max_ref[...] = row_max
   inverse_sum_ref[...] = inverse_sum
 
@@ -145,25 +157,27 @@ def _backward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, do_ref, max_
   own_span = start * block + jnp.arange(block)
 
   def probabilities(q, k, q_segments, k_segments, row_max, inverse_sum, rows, cols):
-    """Softmax probabilities of a [queries, keys] block, the mask and the dropout
-    factor."""
+    """Softmax probabilities of a [queries, keys] block, the mask, and which elements
+    dropout keeps (None without dropout)."""
     mask = attention.segment_mask(q_segments, k_segments)
     qk = jnp.where(mask, plgpu.dot(q, k.T) * (scale * LOG2_E), MASK_VALUE)
     p = jnp.exp2(qk - row_max[:, None]) * inverse_sum[:, None]
-    if not threshold:
-      return p, mask, None
-    keep = keep_mask(seed0, seed1, batch_head, element_counter(rows, cols, length),
-                     threshold)
-    return p, mask, jnp.where(keep, dropout_lib.survivor_scale(threshold), 0.0)
+    keep = (keep_mask(seed0, seed1, batch_head, rows, cols, length, threshold)
+            if threshold else None)
+    return p, mask, keep
 
-  def score_gradient(p, mask, factor, do, v, delta):
-    """dS: the softmax's backward of dP = dO . V^T through the dropout; none reaches
-    a masked logit (a padding query's uniform row included)."""
+  def score_gradient(p, mask, keep, do, v, delta):
+    """dS over `gradient_scale`: the softmax's backward of dP = dO . V^T through the
+    dropout; none reaches a masked logit (a padding query's uniform row included)."""
     dp = plgpu.dot(do, v.T)
-    if factor is not None:
-      dp = dp * factor
-    return jnp.where(mask, p * (dp - delta[:, None]) * scale, 0.0)
+    if keep is not None:
+      dp = jnp.where(keep, dp, 0.0)
+    return jnp.where(mask, p * (dp - delta[:, None]), 0.0)
 
+  # Survivors' scale and the logits' 1 / sqrt(d) multiply every dS and every dropped P:
+  # they are applied once, to the sums (the kernel's caller divides D by the former).
+  survivor = dropout_lib.survivor_scale(threshold) if threshold else 1.0
+  gradient_scale = scale * survivor
   k, v = k_ref[own, :], v_ref[own, :]
   k_segments = segments_ref[own]
 
@@ -171,19 +185,19 @@ def _backward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, do_ref, max_
     dk, dv = carry
     queries = pl.ds(i * block, block)
     q, do = q_ref[queries, :], do_ref[queries, :]
-    p, mask, factor = probabilities(q, k, segments_ref[queries], k_segments,
-                                    max_ref[queries], inverse_sum_ref[queries],
-                                    i * block + jnp.arange(block), own_span)
-    dropped = p if factor is None else p * factor
+    p, mask, keep = probabilities(q, k, segments_ref[queries], k_segments,
+                                  max_ref[queries], inverse_sum_ref[queries],
+                                  i * block + jnp.arange(block), own_span)
+    dropped = p if keep is None else jnp.where(keep, p, 0.0)
     dv = dv + plgpu.dot(dropped.astype(do.dtype).T, do)
-    ds = score_gradient(p, mask, factor, do, v, delta_ref[queries])
+    ds = score_gradient(p, mask, keep, do, v, delta_ref[queries])
     dk = dk + plgpu.dot(ds.astype(q.dtype).T, q)
     return dk, dv
 
   zeros = jnp.zeros((block, head_dim), jnp.float32)
   dk, dv = lax.fori_loop(0, num_blocks, over_queries, (zeros, zeros))
-  dk_ref[...] = dk.astype(dk_ref.dtype)
-  dv_ref[...] = dv.astype(dv_ref.dtype)
+  dk_ref[...] = (dk * gradient_scale).astype(dk_ref.dtype)
+  dv_ref[...] = (dv * survivor).astype(dv_ref.dtype)
 
   q, do = q_ref[own, :], do_ref[own, :]
   q_segments = segments_ref[own]
@@ -192,13 +206,13 @@ def _backward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, do_ref, max_
   def over_keys(j, dq):
     keys = pl.ds(j * block, block)
     k, v = k_ref[keys, :], v_ref[keys, :]
-    p, mask, factor = probabilities(q, k, q_segments, segments_ref[keys], row_max,
-                                    inverse_sum, own_span, j * block + jnp.arange(block))
-    ds = score_gradient(p, mask, factor, do, v, delta)
+    p, mask, keep = probabilities(q, k, q_segments, segments_ref[keys], row_max,
+                                  inverse_sum, own_span, j * block + jnp.arange(block))
+    ds = score_gradient(p, mask, keep, do, v, delta)
     return dq + plgpu.dot(ds.astype(k.dtype), k)
 
   dq = lax.fori_loop(0, num_blocks, over_keys, zeros)
-  dq_ref[...] = dq.astype(dq_ref.dtype)
+  dq_ref[...] = (dq * gradient_scale).astype(dq_ref.dtype)
 
 
 def _heads_spec(length: int, head_dim: int, index_map) -> pl.BlockSpec:
@@ -228,9 +242,9 @@ def check_supported(query: jax.Array, key: jax.Array, value: jax.Array,
 
 
 def backward_block(block: int, length: int) -> int:
-  """Half the forward's block: the backward holds k, v, dk and dv of its key block and
-  q, dO and dq of its query block at once (jax's kernel defaults to 32 here, too)."""
-  return min(block // 2, length)
+  """The backward's block of queries and of keys: BACKWARD_BLOCK, but not above the
+  forward's `block` (whose multiples the lengths are) or the length."""
+  return min(BACKWARD_BLOCK, block, length)
 
 
 def num_warps(backward: bool, block: int, head_dim: int) -> int:
@@ -263,7 +277,7 @@ def _forward(query, key, value, segment_ids, stream, rate, block, interpret, tot
       out_shape=[jax.ShapeDtypeStruct(query.shape, query.dtype), stats_shape,
                  stats_shape],
       compiler_params=plgpu.CompilerParams(num_warps=num_warps(False, block, head_dim),
-                                           num_stages=2),
+                                           num_stages=NUM_STAGES),
       interpret=interpret, name="encoderx_flash_attention_forward",
   )(stream, query, key, value, segment_ids)
   return out, (query, key, value, segment_ids, stream, out, row_max, inverse_sum)
@@ -273,14 +287,18 @@ def _backward(rate, block, interpret, total_heads, residuals, d_out):
   query, key, value, segment_ids, stream, out, row_max, inverse_sum = residuals
   batch, length, num_heads, head_dim = query.shape
   block = backward_block(block, length)
-  # D = rowsum(dO * O): with dropout too, since O already is the dropped P times V.
+  # D = rowsum(dO * O): with dropout too, since O already is the dropped P times V;
+  # over the survivors' scale, which the kernel applies to the sums (`gradient_scale`).
+  threshold = dropout_lib.threshold(rate)
   delta = jnp.einsum("blhd,blhd->bhl", d_out.astype(jnp.float32),
                      out.astype(jnp.float32))
+  if threshold:
+    delta = delta / dropout_lib.survivor_scale(threshold)
   whole = lambda b, h, i: (b, 0, h, 0)
   stats = pl.BlockSpec((None, None, length), lambda b, h, i: (b, h, 0))
   own = pl.BlockSpec((None, block, None, head_dim), lambda b, h, i: (b, i, h, 0))
   kernel = functools.partial(_backward_kernel, total_heads=total_heads, block=block,
-                             threshold=dropout_lib.threshold(rate))
+                             threshold=threshold)
   dq, dk, dv = pl.pallas_call(
       kernel,
       grid=(batch, num_heads, length // block),
@@ -293,7 +311,7 @@ def _backward(rate, block, interpret, total_heads, residuals, d_out):
       out_specs=[own, own, own],
       out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (query, key, value)],
       compiler_params=plgpu.CompilerParams(num_warps=num_warps(True, block, head_dim),
-                                           num_stages=2),
+                                           num_stages=NUM_STAGES),
       interpret=interpret, name="encoderx_flash_attention_backward",
   )(stream, query, key, value, segment_ids, d_out, row_max, inverse_sum, delta)
   return dq, dk, dv, None, None
@@ -317,8 +335,8 @@ def flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
   """softmax(q . k / sqrt(d)) over the keys of each query's own packed sequence
   (`segment_ids` [batch, length], 0 padding), dropped at `dropout_rate` with bits hashed
   from `dropout_key`, times v. [batch, length, heads, head_dim] in and out (`check_supported`
-  says which shapes). `block`: the forward's block of queries and of keys; the
-  backward's is half. `interpret`: Pallas's interpreter, which runs anywhere (tests, on
+  says which shapes). `block`: the forward's block of queries and of keys (the
+  backward's: `backward_block`). `interpret`: Pallas's interpreter, which runs anywhere (tests, on
   CPU). `shard`: (first batch row, first head, heads in all) of these heads in the whole
   batch's, when they are one device's shard of it (`sharded_flash_attention`)."""
   if dropout_key is None:
@@ -335,6 +353,17 @@ def flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                           float(dropout_rate), block, interpret, total_heads)
 
 
+def check_heads_layout(heads_spec: PartitionSpec) -> tuple:
+  """`heads_spec` over all four axes [batch, length, heads, head_dim]; a ValueError
+  unless each device holds whole sequences and whole heads (the kernel's blocks span
+  them)."""
+  spec = tuple(heads_spec) + (None,) * (4 - len(heads_spec))
+  if spec[1] is not None or spec[3] is not None:
+    raise ValueError(f"flash attention takes whole sequences and heads on each device; "
+                     f"the heads are laid out as {heads_spec}")
+  return spec
+
+
 def sharded_flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                             segment_ids: jax.Array, dropout_rate: float,
                             dropout_key: jax.Array | None, heads_spec: PartitionSpec, *,
@@ -346,10 +375,7 @@ def sharded_flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
   own rows and heads, hashing the bits of their place in the whole batch, so the result
   is one device's."""
   mesh = jax.sharding.get_abstract_mesh()
-  spec = tuple(heads_spec) + (None,) * (4 - len(heads_spec))
-  if spec[1] is not None or spec[3] is not None:
-    raise ValueError(f"flash attention takes whole sequences and heads on each device; "
-                     f"the heads are laid out as {heads_spec}")
+  spec = check_heads_layout(heads_spec)
   if mesh.empty or all(mesh.shape[axis] == 1 for axes in spec if axes is not None
                        for axis in ((axes,) if isinstance(axes, str) else axes)):
     return flash_attention(query, key, value, segment_ids, dropout_rate, dropout_key,
@@ -382,8 +408,8 @@ def reference_attention(query: jax.Array, key: jax.Array, value: jax.Array,
     seed = jax.random.bits(dropout_key, (2,), jnp.uint32)
     batch_head = jnp.arange(batch * num_heads).reshape(batch, num_heads, 1, 1)
     positions = jnp.arange(length)
-    keep = keep_mask(seed[0], seed[1], batch_head,
-                     element_counter(positions, positions, length), threshold)
+    keep = keep_mask(seed[0], seed[1], batch_head, positions, positions, length,
+                     threshold)
     probabilities = jnp.where(
         keep, probabilities * dropout_lib.survivor_scale(threshold), 0.0)
   return jnp.einsum("bnqk,bknd->bqnd", probabilities.astype(value.dtype), value)
