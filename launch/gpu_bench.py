@@ -12,9 +12,9 @@ containers, for one, and the GPU machines this project is lent, which have no ne
 `rows` prints the table of `python -m encoderx.bench --device=gpu` (the same functions:
 encoderx's jitted train step, Hugging Face PyTorch with SDPA and bf16 autocast beside it)
 and first checks cuDNN's fused attention against XLA's on the device, and encoderx's
-Pallas attention with dropout against its XLA reference (unless every row is
---kernels=xla). `profile` traces a few encoderx steps (jax.profiler) and sums the GPU's time
-by kernel.
+Pallas attention with dropout against its XLA reference, then times the attentions
+(unless every row is --kernels=xla). `profile` traces a few encoderx steps
+(jax.profiler) and sums the GPU's time by kernel.
 
 What stands in for the text stack, and only here: tensorflow, tensorflow_text, seqio and
 tensorflow_datasets are import-time stand-ins (any attribute, call or base class is
@@ -182,7 +182,8 @@ def _attention_inputs(shape=(8, 512, 16, 64)):
   return query, key, value, segment_ids
 
 
-def chained_ms(attention, inputs, backward: bool, chain: int = 20, runs: int = 5) -> float:
+def chained_ms(attention, inputs, backward: bool, chain: int = 20, runs: int = 5
+               ) -> float:
   """Milliseconds a call of `attention(q, k, v, segment_ids)` (with `backward`, its
   forward and the gradients of q, k and v) takes on the device: `chain` calls in one jit,
   each feeding the next, so that no dispatch or sync is timed; the fastest of `runs`."""
@@ -208,12 +209,12 @@ def chained_ms(attention, inputs, backward: bool, chain: int = 20, runs: int = 5
   return 1e3 * min(times) / chain
 
 
-def _compare_attention(title: str, candidate, reference) -> None:
+def _compare_attention(title: str, candidate, reference, shape=(8, 512, 16, 64)) -> None:
   """Relative errors of `candidate(q, k, v, segment_ids)`'s output and gradients against
-  `reference`'s, over the real (unpadded) rows."""
+  `reference`'s, over the real (unpadded) rows of heads of `shape`."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  query, key, value, segment_ids = _attention_inputs()
+  query, key, value, segment_ids = _attention_inputs(shape)
   real = segment_ids[:, :, None, None] > 0
 
   def outputs_and_gradients(attention):
@@ -251,23 +252,29 @@ def check_fused_attention() -> None:
                      dot_product_attention("cudnn"), dot_product_attention("xla"))
 
 
+def _kernel(rate: float, dropout_key):
+  """encoderx's Pallas attention at `rate`: compiled on GPU, interpreted elsewhere (the
+  tests)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from encoderx.models import flash_attention  # pylint: disable=g-import-not-at-top
+  return lambda q, k, v, segment_ids: flash_attention.flash_attention(
+      q, k, v, segment_ids, rate, dropout_key, interpret=jax.default_backend() != "gpu")
+
+
 def attention_times(shapes=((32, 512, 16, 64), (32, 128, 16, 64))) -> None:
   """Forward and forward + backward times (`chained_ms`) of XLA's attention with
   dropout 0.1, cuDNN's without dropout and encoderx's kernel with dropout 0.1 and 0,
   over BERT-large's heads at 512 and 128 (batch 32, bf16, padded rows)."""
   import jax  # pylint: disable=g-import-not-at-top
   from encoderx.models import attention  # pylint: disable=g-import-not-at-top
-  from encoderx.models import flash_attention  # pylint: disable=g-import-not-at-top
   dropout_key = jax.random.key(5)
   candidates = {
       "XLA, dropout 0.1": lambda q, k, v, s: attention.attend(
           q, k, v, attention.padding_and_packing_mask(s), None, 0.1, dropout_key),
       "cuDNN, no dropout": lambda q, k, v, s: attention.attend(
           q, k, v, attention.padding_and_packing_mask(s)),
-      "encoderx's kernel, dropout 0.1": lambda q, k, v, s: flash_attention.flash_attention(
-          q, k, v, s, 0.1, dropout_key),
-      "encoderx's kernel, dropout 0": lambda q, k, v, s: flash_attention.flash_attention(
-          q, k, v, s)}
+      "encoderx's kernel, dropout 0.1": _kernel(0.1, dropout_key),
+      "encoderx's kernel, dropout 0": _kernel(0.0, None)}
   for shape in shapes:
     inputs = _attention_inputs(shape)
     print(f"attention over {shape} [batch, length, heads, head_dim], ms a call "
@@ -277,18 +284,19 @@ def attention_times(shapes=((32, 512, 16, 64), (32, 128, 16, 64))) -> None:
             f"backward {chained_ms(candidate, inputs, True):.3f}", flush=True)
 
 
-def check_flash_attention() -> None:
+def check_flash_attention(shape=(8, 512, 16, 64), timed_shapes=None) -> None:
   """encoderx's Pallas kernel with attention dropout 0.1 against the same computation in
   XLA (`flash_attention.reference_attention`: the same dropout bits), then the
-  attention's times (`attention_times`)."""
+  attention's times (`attention_times`, over `timed_shapes` if given)."""
   import jax  # pylint: disable=g-import-not-at-top
   from encoderx.models import flash_attention  # pylint: disable=g-import-not-at-top
   dropout_key = jax.random.key(5)
   _compare_attention(
       "Pallas flash attention against XLA, dropout 0.1 (bf16, padded rows)",
-      lambda *inputs: flash_attention.flash_attention(*inputs, 0.1, dropout_key),
-      lambda *inputs: flash_attention.reference_attention(*inputs, 0.1, dropout_key))
-  attention_times()
+      _kernel(0.1, dropout_key),
+      lambda *inputs: flash_attention.reference_attention(*inputs, 0.1, dropout_key),
+      shape)
+  attention_times(*([timed_shapes] if timed_shapes else []))
 
 
 def rows(bench, plan, dropouts, kernels, batch_size: int, with_torch: bool) -> None:
@@ -370,8 +378,8 @@ def parse_args(argv=None):
   parser.add_argument("--dropouts", default="0,config",
                       help="attention dropouts: numbers, or 'config' for the config's")
   parser.add_argument("--kernels", default="auto",
-                      help="model.attention_kernel of each row: auto (on GPU the Pallas kernel "
-                      "with attention dropout, cuDNN's without), xla, pallas")
+                      help="model.attention_kernel of each row: auto (on GPU the Pallas "
+                      "kernel with attention dropout, cuDNN's without), xla, pallas")
   parser.add_argument("--skip_torch", action="store_true")
   parser.add_argument("--trace_out", default=None, help="profile: copy the traces here")
   args = parser.parse_args(argv)

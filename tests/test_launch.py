@@ -1,6 +1,9 @@
 """launch/tpu.sh in dry-run mode: the gcloud commands it would run, and the training
-command it starts on every worker (run here by bash as a worker's shell would)."""
+command it starts on every worker (run here by bash as a worker's shell would); and
+launch/gpu_bench.py on CPU."""
+import importlib.util
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -139,3 +142,21 @@ def test_gpu_bench_runs_the_bench_rows_without_the_text_stack(tmp_path):
        "--skip_torch", "--dropouts=0"], capture_output=True, text=True, env=env,
       timeout=300, cwd=REPO)
   assert "no recorded batches of length 128" in missing.stdout + missing.stderr
+
+
+def test_gpu_bench_checks_and_times_the_attention_kernel(capsys):
+  """launch/gpu_bench.py's device check of the Pallas attention (against its XLA
+  reference, relative errors printed) and its timing of the attentions (calls chained in
+  one jit), run here on small heads with the kernel interpreted."""
+  spec = importlib.util.spec_from_file_location("gpu_bench",
+                                                REPO / "launch" / "gpu_bench.py")
+  gpu_bench = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(gpu_bench)
+  gpu_bench.check_flash_attention(shape=(2, 64, 2, 32), timed_shapes=[(2, 64, 2, 32)])
+  out = capsys.readouterr().out
+  errors = [float(word.rstrip(",")) for word in out.split("relative error:")[1]
+            .splitlines()[0].split()[1::2]]
+  assert len(errors) == 4 and all(0 <= e < 2e-2 for e in errors), out
+  timed = re.findall(r"forward ([\d.]+), forward \+ backward ([\d.]+)", out)
+  assert len(timed) == 4, out  # XLA with dropout, cuDNN's path, the kernel at 0.1 and 0
+  assert all(float(forward) > 0 and float(both) > 0 for forward, both in timed), out

@@ -334,11 +334,12 @@ def flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                     shard: tuple[jax.Array, jax.Array, int] | None = None) -> jax.Array:
   """softmax(q . k / sqrt(d)) over the keys of each query's own packed sequence
   (`segment_ids` [batch, length], 0 padding), dropped at `dropout_rate` with bits hashed
-  from `dropout_key`, times v. [batch, length, heads, head_dim] in and out (`check_supported`
-  says which shapes). `block`: the forward's block of queries and of keys (the
-  backward's: `backward_block`). `interpret`: Pallas's interpreter, which runs anywhere (tests, on
-  CPU). `shard`: (first batch row, first head, heads in all) of these heads in the whole
-  batch's, when they are one device's shard of it (`sharded_flash_attention`)."""
+  from `dropout_key`, times v. [batch, length, heads, head_dim] in and out
+  (`check_supported` says which shapes). `block`: the forward's block of queries and of
+  keys (the backward's: `backward_block`). `interpret`: Pallas's interpreter, which runs
+  anywhere (tests, on CPU). `shard`: (first batch row, first head, heads in all) of
+  these heads in the whole batch's, when they are one device's shard of it
+  (`sharded_flash_attention`)."""
   if dropout_key is None:
     seed = jnp.zeros((2,), jnp.uint32)
     dropout_rate = 0.0
