@@ -105,7 +105,7 @@ def main(argv=None) -> None:
   for name, ir in sorted(modules.items(), reverse=True):  # forward first
     backward = "backward" in name  # the warps flash_attention asks of XLA
     warps = flash_attention.num_warps(
-        backward, flash_attention.backward_block(block, args.length) if backward
+        backward, flash_attention.backward_block(block, args.length, args.head_dim) if backward
         else block, args.head_dim)
     compile_and_report(name, ir, args.arch, warps)
 

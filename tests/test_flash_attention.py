@@ -211,10 +211,34 @@ def test_auto_takes_the_kernel_on_gpu_with_attention_dropout():
   assert not auto(q=heads.astype(jnp.float32))
   assert not auto(q=jnp.zeros((2, 96, 16, 64), jnp.bfloat16))  # length
   assert not auto(q=jnp.zeros((2, 512, 16, 24), jnp.bfloat16))  # head size
+  assert auto(q=jnp.zeros((2, 512, 16, 32), jnp.bfloat16))
+  assert not auto(q=jnp.zeros((2, 512, 8, 128), jnp.bfloat16))  # unmeasured tiling
   with nn.logical_axis_rules([("activation_length", "sequence")]):
     assert not auto()  # each device would hold part of the sequences
   with nn.logical_axis_rules([("activation_heads", "tensor")]):
     assert auto()  # heads split over devices: sharded_flash_attention's shard_map
+
+
+def test_auto_trains_with_the_kernel_where_it_takes_it(tiny_config, monkeypatch):
+  """The "auto" path end to end: where `pallas_by_default` says yes (as it does on a
+  GPU), BERT-tiny's train steps are "pallas"'s exactly (the same dropout bits), not
+  "xla"'s."""
+  config = tiny_config()
+  assert config.model.attention_dropout > 0
+  batches = _batches(config, 2)
+
+  def trained(kernel):
+    config.model.attention_kernel = kernel
+    losses, state = _losses(trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
+    return losses, jax.tree_util.tree_leaves(state.params)
+
+  (pallas_losses, pallas_params), (_, xla_params) = trained("pallas"), trained("xla")
+  monkeypatch.setattr(attention, "pallas_by_default", lambda *args: True)
+  auto_losses, auto_params = trained("auto")
+  np.testing.assert_array_equal(auto_losses, pallas_losses)
+  for auto_leaf, pallas_leaf in zip(auto_params, pallas_params):
+    np.testing.assert_array_equal(auto_leaf, pallas_leaf)
+  assert max(float(np.abs(a - b).max()) for a, b in zip(auto_params, xla_params)) > 1e-4
 
 
 def test_training_with_the_kernel_matches_the_xla_attention(tiny_config):

@@ -201,13 +201,14 @@ class SelfAttention(nn.Module):
 def pallas_by_default(backend: str, query: jax.Array, key: jax.Array, value: jax.Array,
                       query_given: bool, with_dropout: bool) -> bool:
   """Whether `model.attention_kernel="auto"` takes the Pallas kernel: on GPU, in
-  training with attention dropout, over bfloat16/float16 heads that the kernel takes
-  (`flash_attention.check_supported`), each device holding whole sequences and heads.
-  There it is the faster: on an H200, BERT-large @512 steps in 103.3 ms against XLA's
-  135.3 (README, "On a GPU"). Without dropout cuDNN's fused attention is faster still,
-  and `attend` uses it."""
+  training with attention dropout, over bfloat16/float16 heads of at most 64 dims that
+  the kernel takes (`flash_attention.check_supported`), each device holding whole
+  sequences and heads. There it is the faster: on an H200, BERT-large @512 steps in
+  103.3 ms against XLA's 135.3 (README, "On a GPU"). Wider heads are left to XLA: the
+  kernel's tiling for them is unmeasured. Without dropout cuDNN's fused attention is
+  faster still, and `attend` uses it."""
   if (backend != "gpu" or not with_dropout or query_given
-      or query.dtype not in (jnp.bfloat16, jnp.float16)):
+      or query.dtype not in (jnp.bfloat16, jnp.float16) or query.shape[-1] > 64):
     return False
   from encoderx.models import flash_attention  # pylint: disable=g-import-not-at-top
   try:

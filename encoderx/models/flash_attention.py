@@ -52,9 +52,10 @@ _GOLDEN = 0x9E3779B9  # 2^32 / golden ratio: the Weyl step of splitmix
 # Tiling, measured on an H200 (BERT-large's heads, 32 x 512, bf16, attention dropout 0.1;
 # README, "On a GPU"): blocks of 64 queries and 64 keys, 4 warps and 3 pipeline stages,
 # forward and backward. The backward's 64 (jax's kernel has 32) let Triton use Hopper's
-# warpgroup MMA: 0.65 ms against 1.18 ms.
+# warpgroup MMA: 0.65 ms against 1.18 ms. Heads wider than 64 keep jax's 32 in the
+# backward (unmeasured; with 64 the sm_90 build spills 600 bytes a thread).
 BLOCK = 64  # the forward's blocks of queries and of keys
-BACKWARD_BLOCK = 64  # the backward's (`backward_block`)
+BACKWARD_BLOCK = 64  # the backward's for heads of at most 64 dims (`backward_block`)
 NUM_STAGES = 3
 
 
@@ -241,10 +242,11 @@ def check_supported(query: jax.Array, key: jax.Array, value: jax.Array,
                      f"{value.shape} [batch, length, heads, head_dim]")
 
 
-def backward_block(block: int, length: int) -> int:
-  """The backward's block of queries and of keys: BACKWARD_BLOCK, but not above the
-  forward's `block` (whose multiples the lengths are) or the length."""
-  return min(BACKWARD_BLOCK, block, length)
+def backward_block(block: int, length: int, head_dim: int) -> int:
+  """The backward's block of queries and of keys: BACKWARD_BLOCK for heads of at most 64
+  dims, else 32; not above the forward's `block` (whose multiples the lengths are) or
+  the length."""
+  return min(BACKWARD_BLOCK if head_dim <= 64 else 32, block, length)
 
 
 def num_warps(backward: bool, block: int, head_dim: int) -> int:
@@ -286,7 +288,7 @@ def _forward(query, key, value, segment_ids, stream, rate, block, interpret, tot
 def _backward(rate, block, interpret, total_heads, residuals, d_out):
   query, key, value, segment_ids, stream, out, row_max, inverse_sum = residuals
   batch, length, num_heads, head_dim = query.shape
-  block = backward_block(block, length)
+  block = backward_block(block, length, head_dim)
   # D = rowsum(dO * O): with dropout too, since O already is the dropped P times V;
   # over the survivors' scale, which the kernel applies to the sums (`gradient_scale`).
   threshold = dropout_lib.threshold(rate)
