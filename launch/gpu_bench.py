@@ -8,13 +8,15 @@ containers, for one, and the GPU machines this project is lent, which have no ne
     python launch/gpu_bench.py rows DIR bert_large@512,bert_base@128 [--dropouts=0,config]
         [--kernels=xla,auto]
     python launch/gpu_bench.py profile DIR bert_large@512 [--dropouts=0] [--trace_out=D]
+    python launch/gpu_bench.py tune [--shape=32,512,16,64]
 
 `rows` prints the table of `python -m encoderx.bench --device=gpu` (the same functions:
 encoderx's jitted train step, Hugging Face PyTorch with SDPA and bf16 autocast beside it)
 and first checks cuDNN's fused attention against XLA's on the device, and encoderx's
 Pallas attention with dropout against its XLA reference, then times the attentions
 (unless every row is --kernels=xla). `profile` traces a few encoderx steps
-(jax.profiler) and sums the GPU's time by kernel.
+(jax.profiler) and sums the GPU's time by kernel. `tune` times the attention kernel's
+tilings (no recordings needed) and prints the fastest.
 
 What stands in for the text stack, and only here: tensorflow, tensorflow_text, seqio and
 tensorflow_datasets are import-time stand-ins (any attribute, call or base class is
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import glob
 import gzip
 import importlib.abc
@@ -209,9 +212,9 @@ def chained_ms(attention, inputs, backward: bool, chain: int = 20, runs: int = 5
   return 1e3 * min(times) / chain
 
 
-def _compare_attention(title: str, candidate, reference, shape=(8, 512, 16, 64)) -> None:
-  """Relative errors of `candidate(q, k, v, segment_ids)`'s output and gradients against
-  `reference`'s, over the real (unpadded) rows of heads of `shape`."""
+def attention_errors(candidate, reference, shape=(8, 512, 16, 64)) -> list[float]:
+  """Relative errors of `candidate(q, k, v, segment_ids)`'s output and gradients (dq, dk,
+  dv) against `reference`'s, over the real (unpadded) rows of heads of `shape`."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   query, key, value, segment_ids = _attention_inputs(shape)
@@ -229,8 +232,13 @@ def _compare_attention(title: str, candidate, reference, shape=(8, 512, 16, 64))
     a, b = (jnp.where(real, x, 0).astype(jnp.float32) for x in (a, b))
     return float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b))
 
-  errors = [relative_error(a, b) for a, b in zip(outputs_and_gradients(candidate),
-                                                 outputs_and_gradients(reference))]
+  return [relative_error(a, b) for a, b in zip(outputs_and_gradients(candidate),
+                                               outputs_and_gradients(reference))]
+
+
+def _compare_attention(title: str, candidate, reference, shape=(8, 512, 16, 64)) -> None:
+  """Prints `attention_errors`."""
+  errors = attention_errors(candidate, reference, shape)
   print(f"{title}, relative error: "
         + ", ".join(f"{n} {e:.1e}" for n, e in zip(("out", "dq", "dk", "dv"), errors)),
         flush=True)
@@ -252,13 +260,14 @@ def check_fused_attention() -> None:
                      dot_product_attention("cudnn"), dot_product_attention("xla"))
 
 
-def _kernel(rate: float, dropout_key):
-  """encoderx's Pallas attention at `rate`: compiled on GPU, interpreted elsewhere (the
-  tests)."""
+def _kernel(rate: float, dropout_key, tiling=None):
+  """encoderx's Pallas attention at `rate` (`tiling`: the default unless given): compiled
+  on GPU, interpreted elsewhere (the tests)."""
   import jax  # pylint: disable=g-import-not-at-top
   from encoderx.models import flash_attention  # pylint: disable=g-import-not-at-top
   return lambda q, k, v, segment_ids: flash_attention.flash_attention(
-      q, k, v, segment_ids, rate, dropout_key, interpret=jax.default_backend() != "gpu")
+      q, k, v, segment_ids, rate, dropout_key, tiling=tiling,
+      interpret=jax.default_backend() != "gpu")
 
 
 def attention_times(shapes=((32, 512, 16, 64), (32, 128, 16, 64))) -> None:
@@ -297,6 +306,64 @@ def check_flash_attention(shape=(8, 512, 16, 64), timed_shapes=None) -> None:
       lambda *inputs: flash_attention.reference_attention(*inputs, 0.1, dropout_key),
       shape)
   attention_times(*([timed_shapes] if timed_shapes else []))
+
+
+# --- tune -------------------------------------------------------------------------------
+# (block, warps, stages) tried for each kernel: the forward's with the default backward,
+# then the backward's with the fastest forward.
+FORWARD_TILINGS = tuple((block, warps, stages) for block in (64, 128) for warps in (4, 8)
+                        for stages in (2, 3))
+BACKWARD_TILINGS = tuple((block, warps, stages) for block in (32, 64) for warps in (4, 8)
+                         for stages in (1, 2, 3))
+
+
+def tune(shape, forward_tilings=FORWARD_TILINGS, backward_tilings=BACKWARD_TILINGS,
+         chain: int = 20, runs: int = 5):
+  """encoderx's kernel (attention dropout 0.1) over heads of `shape` [batch, length,
+  heads, head_dim]: each forward tiling timed with the default backward, then each
+  backward tiling with the fastest forward (`chained_ms`), each checked against the XLA
+  reference (a tiling whose errors pass 2e-2 is not chosen). Prints and returns the
+  fastest `flash_attention.Tiling`; `flash_attention.default_tiling` is where a new one
+  goes."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from encoderx.models import flash_attention  # pylint: disable=g-import-not-at-top
+  dropout_key = jax.random.key(5)
+  inputs = _attention_inputs(shape)
+  reference = lambda *x: flash_attention.reference_attention(*x, 0.1, dropout_key)
+  default = flash_attention.default_tiling(shape[3])
+  print(f"tuning the attention kernel over {shape} [batch, length, heads, head_dim]; the "
+        f"default: {default}", flush=True)
+
+  def measure(tiling):
+    """(forward ms, forward + backward ms), or None if it fails or errs."""
+    kernel = _kernel(0.1, dropout_key, tiling)
+    try:
+      error = max(attention_errors(kernel, reference, shape))
+      forward, both = (chained_ms(kernel, inputs, backward, chain, runs)
+                       for backward in (False, True))
+    except Exception as e:  # pylint: disable=broad-except
+      print(f"  {tiling}: failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+      return None
+    print(f"  {tiling}: forward {forward:.3f}, forward + backward {both:.3f} ms; "
+          f"relative error {error:.1e}", flush=True)
+    return (forward, both) if error < 2e-2 else None
+
+  def fastest(tilings, which):
+    times = {t: measure(t) for t in tilings}
+    times = {t: m[which] for t, m in times.items() if m is not None}
+    if not times:
+      raise SystemExit("no tiling ran correctly")
+    return min(times, key=times.get)
+
+  best = fastest([dataclasses.replace(default, block=block, forward_warps=warps,
+                                      forward_stages=stages,
+                                      backward_block=min(default.backward_block, block))
+                  for block, warps, stages in forward_tilings], 0)
+  best = fastest([dataclasses.replace(best, backward_block=block, backward_warps=warps,
+                                      backward_stages=stages)
+                  for block, warps, stages in backward_tilings if block <= best.block], 1)
+  print(f"fastest: {best}", flush=True)
+  return best
 
 
 def rows(bench, plan, dropouts, kernels, batch_size: int, with_torch: bool) -> None:
@@ -369,8 +436,9 @@ def profile(bench, plan, dropouts, kernels, batch_size: int, trace_out: str | No
 
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-  parser.add_argument("mode", choices=("record", "rows", "profile"))
-  parser.add_argument("directory")
+  parser.add_argument("mode", choices=("record", "rows", "profile", "tune"))
+  parser.add_argument("directory", nargs="?",
+                      help="the recordings (record, rows, profile; not tune)")
   parser.add_argument("plan", nargs="?", default="bert_large@512,bert_base@128",
                       help="size@length, comma-separated (rows, profile)")
   parser.add_argument("--lengths", default="128,512", help="record: lengths")
@@ -382,12 +450,19 @@ def parse_args(argv=None):
                       "kernel with attention dropout, cuDNN's without), xla, pallas")
   parser.add_argument("--skip_torch", action="store_true")
   parser.add_argument("--trace_out", default=None, help="profile: copy the traces here")
+  parser.add_argument("--shape", default="32,512,16,64",
+                      help="tune: the heads' batch,length,heads,head_dim")
   args = parser.parse_args(argv)
+  if args.mode != "tune" and args.directory is None:
+    parser.error(f"{args.mode} needs the recordings' directory")
   args.lengths = [int(length) for length in args.lengths.split(",")]
   args.plan = [(size, int(length)) for size, length in
                (item.split("@") for item in args.plan.split(","))]
   args.dropouts = [None if d == "config" else float(d) for d in args.dropouts.split(",")]
   args.kernels = args.kernels.split(",")
+  args.shape = tuple(int(n) for n in args.shape.split(","))
+  if len(args.shape) != 4:
+    parser.error(f"--shape: batch,length,heads,head_dim; got {args.shape}")
   return args
 
 
@@ -395,6 +470,11 @@ def main(argv=None) -> None:
   args = parse_args(argv)
   if args.mode == "record":
     record(args.directory, args.lengths, args.batch_size)
+    return
+  if args.mode == "tune":
+    sys.meta_path.insert(0, _StandInFinder())
+    _import_encoderx()
+    tune(args.shape)
     return
   bench = bench_on_recordings(args.directory)
   import jax  # pylint: disable=g-import-not-at-top

@@ -64,7 +64,7 @@ def triton_modules(batch: int, length: int, heads: int, head_dim: int) -> dict[s
   return captured
 
 
-def compile_and_report(name: str, ir: str, arch: int, warps: int) -> None:
+def compile_and_report(name: str, ir: str, arch: int, warps: int, stages: int) -> None:
   # Triton 3.9 warns unless told: keep its default, fusing multiply-adds, as XLA's does.
   os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
   if not (TRITON_SITE / "triton").is_dir():
@@ -78,8 +78,7 @@ def compile_and_report(name: str, ir: str, arch: int, warps: int) -> None:
     with open(path, "w") as f:
       f.write(ir)
     kernel = triton.compile(path, target=GPUTarget("cuda", arch, 32),
-                            options={"num_warps": warps,
-                                     "num_stages": flash_attention.NUM_STAGES})
+                            options={"num_warps": warps, "num_stages": stages})
     cubin = os.path.join(directory, f"{name}.cubin")
     with open(cubin, "wb") as f:
       f.write(kernel.asm["cubin"])
@@ -101,13 +100,13 @@ def main(argv=None) -> None:
   parser.add_argument("--head_dim", type=int, default=64)
   args = parser.parse_args(argv)
   modules = triton_modules(args.batch, args.length, args.heads, args.head_dim)
-  block = min(flash_attention.BLOCK, args.length)
+  tiling = flash_attention.default_tiling(args.head_dim)  # what flash_attention asks
   for name, ir in sorted(modules.items(), reverse=True):  # forward first
-    backward = "backward" in name  # the warps flash_attention asks of XLA
-    warps = flash_attention.num_warps(
-        backward, flash_attention.backward_block(block, args.length, args.head_dim) if backward
-        else block, args.head_dim)
-    compile_and_report(name, ir, args.arch, warps)
+    if "backward" in name:
+      warps, stages = tiling.backward_warps, tiling.backward_stages
+    else:
+      warps, stages = tiling.forward_warps, tiling.forward_stages
+    compile_and_report(name, ir, args.arch, warps, stages)
 
 
 if __name__ == "__main__":

@@ -41,14 +41,17 @@ def _max_errors(got, want):
           for a, b in zip(got, want)]
 
 
-@pytest.mark.parametrize("rate,block", [(0.0, 32), (0.1, 32), (0.5, 32), (0.1, 64)])
-def test_kernel_matches_its_reference_forward_and_backward(rate, block):
-  """Blocks of 32 (4 x 4 blocks over 128 positions) and of 64, the default (2 x 2),
-  padding and packed rows: the kernels' outputs and dq, dk, dv equal the whole-array
-  computation with the same bits."""
+@pytest.mark.parametrize("rate,block,backward_block", [
+    (0.0, 32, 32), (0.1, 32, 32), (0.5, 32, 32), (0.1, 64, 64), (0.1, 64, 32)])
+def test_kernel_matches_its_reference_forward_and_backward(rate, block, backward_block):
+  """Blocks of 32 (4 x 4 blocks over 128 positions) and of 64, the default (2 x 2), and
+  a backward with smaller blocks than the forward's; padding and packed rows: the
+  kernels' outputs and dq, dk, dv equal the whole-array computation with the same
+  bits."""
   q, k, v, d_out = _heads()
   key = jax.random.key(7)
-  kernel = lambda *qkv: fa.flash_attention(*qkv, SEGMENTS, rate, key, block=block,
+  tiling = fa.Tiling(block=block, backward_block=backward_block)
+  kernel = lambda *qkv: fa.flash_attention(*qkv, SEGMENTS, rate, key, tiling=tiling,
                                            interpret=True)
   reference = lambda *qkv: fa.reference_attention(*qkv, SEGMENTS, rate, key)
   got = _outputs_and_gradients(kernel, q, k, v, d_out)
@@ -66,7 +69,7 @@ def test_kernel_without_dropout_is_the_models_attention():
   q, k, v, d_out = _heads()
   mask = attention.padding_and_packing_mask(SEGMENTS)
   got = _outputs_and_gradients(
-      lambda *qkv: fa.flash_attention(*qkv, SEGMENTS, block=64, interpret=True),
+      lambda *qkv: fa.flash_attention(*qkv, SEGMENTS, interpret=True),
       q, k, v, d_out)
   want = _outputs_and_gradients(lambda *qkv: attention.attend(*qkv, mask), q, k, v, d_out)
   assert max(_max_errors(got, want)) < 5e-6
@@ -79,7 +82,7 @@ def test_kernel_in_bfloat16_is_close_to_float32():
   q, k, v, d_out = _heads(jnp.bfloat16)
   key = jax.random.key(3)
   got = _outputs_and_gradients(
-      lambda *qkv: fa.flash_attention(*qkv, SEGMENTS, 0.1, key, block=64, interpret=True),
+      lambda *qkv: fa.flash_attention(*qkv, SEGMENTS, 0.1, key, interpret=True),
       q, k, v, d_out)
   assert all(g.dtype == jnp.bfloat16 for g in got)
   want = _outputs_and_gradients(
@@ -119,14 +122,22 @@ def test_dropout_bits_drop_the_effective_rate_independently(rate):
 
 def test_different_dropout_keys_give_different_masks_and_one_key_the_same():
   q, k, v, _ = _heads()
-  run = lambda key: fa.flash_attention(q, k, v, SEGMENTS, 0.1, key, block=64,
-                                       interpret=True)
+  run = lambda key: fa.flash_attention(q, k, v, SEGMENTS, 0.1, key, interpret=True)
   first, again, other = run(jax.random.key(1)), run(jax.random.key(1)), run(
       jax.random.key(2))
   assert np.array_equal(first, again) and not np.allclose(first, other)
   everything = fa.flash_attention(q, k, v, SEGMENTS, 0.999, jax.random.key(1),
                                   interpret=True)  # 0.999 rounds to 256/256
   assert not np.any(everything)
+
+
+def test_tilings_are_checked_and_the_default_follows_the_head_size():
+  assert fa.default_tiling(64) == fa.Tiling()  # the measured one
+  assert fa.default_tiling(128).backward_block == 32  # 64 would spill
+  for bad in (dict(block=48), dict(block=16, backward_block=16),
+              dict(block=64, backward_block=128), dict(backward_block=8)):
+    with pytest.raises(ValueError, match="tiling blocks"):
+      fa.Tiling(**bad)
 
 
 def test_unsupported_shapes_are_refused_clearly(tiny_config):

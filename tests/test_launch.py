@@ -144,14 +144,39 @@ def test_gpu_bench_runs_the_bench_rows_without_the_text_stack(tmp_path):
   assert "no recorded batches of length 128" in missing.stdout + missing.stderr
 
 
-def test_gpu_bench_checks_and_times_the_attention_kernel(capsys):
-  """launch/gpu_bench.py's device check of the Pallas attention (against its XLA
-  reference, relative errors printed) and its timing of the attentions (calls chained in
-  one jit), run here on small heads with the kernel interpreted."""
+def _gpu_bench():
   spec = importlib.util.spec_from_file_location("gpu_bench",
                                                 REPO / "launch" / "gpu_bench.py")
   gpu_bench = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(gpu_bench)
+  return gpu_bench
+
+
+def test_gpu_bench_tunes_the_attention_kernels_tiling(capsys):
+  """`gpu_bench.py tune`: each candidate tiling checked against the XLA reference and
+  timed, the fastest returned (two forward and two backward candidates, small heads, the
+  kernel interpreted here); the command line's shape and the recordings it needs."""
+  from encoderx.models import flash_attention
+  gpu_bench = _gpu_bench()
+  best = gpu_bench.tune((2, 64, 2, 32), forward_tilings=((64, 4, 3), (32, 4, 2)),
+                        backward_tilings=((32, 4, 2), (64, 4, 3)), chain=2, runs=1)
+  out = capsys.readouterr().out
+  assert isinstance(best, flash_attention.Tiling) and f"fastest: {best}" in out
+  assert (best.block, best.forward_warps, best.forward_stages) in ((64, 4, 3), (32, 4, 2))
+  tried = re.findall(r"relative error ([\d.e+-]+)", out)
+  # 2 forwards, then the backwards that fit the fastest forward's block (1 or 2)
+  assert len(tried) == 3 + (best.block == 64) and all(float(e) < 2e-2 for e in tried)
+  assert gpu_bench.parse_args(["tune", "--shape=2,64,2,32"]).shape == (2, 64, 2, 32)
+  for bad in (["rows"], ["tune", "--shape=2,64"]):
+    with pytest.raises(SystemExit):
+      gpu_bench.parse_args(bad)
+
+
+def test_gpu_bench_checks_and_times_the_attention_kernel(capsys):
+  """launch/gpu_bench.py's device check of the Pallas attention (against its XLA
+  reference, relative errors printed) and its timing of the attentions (calls chained in
+  one jit), run here on small heads with the kernel interpreted."""
+  gpu_bench = _gpu_bench()
   gpu_bench.check_flash_attention(shape=(2, 64, 2, 32), timed_shapes=[(2, 64, 2, 32)])
   out = capsys.readouterr().out
   errors = [float(word.rstrip(",")) for word in out.split("relative error:")[1]

@@ -33,6 +33,7 @@ same on any mesh.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -49,14 +50,40 @@ from encoderx.models import dropout as dropout_lib
 MASK_VALUE = float(jnp.finfo(jnp.float32).min)
 LOG2_E = math.log2(math.e)
 _GOLDEN = 0x9E3779B9  # 2^32 / golden ratio: the Weyl step of splitmix
-# Tiling, measured on an H200 (BERT-large's heads, 32 x 512, bf16, attention dropout 0.1;
-# README, "On a GPU"): blocks of 64 queries and 64 keys, 4 warps and 3 pipeline stages,
-# forward and backward. The backward's 64 (jax's kernel has 32) let Triton use Hopper's
-# warpgroup MMA: 0.65 ms against 1.18 ms. Heads wider than 64 keep jax's 32 in the
-# backward (unmeasured; with 64 the sm_90 build spills 600 bytes a thread).
-BLOCK = 64  # the forward's blocks of queries and of keys
-BACKWARD_BLOCK = 64  # the backward's for heads of at most 64 dims (`backward_block`)
-NUM_STAGES = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiling:
+  """How the kernels split their work, and Triton's launch parameters for each.
+
+  block: the forward's block of queries and of keys (a length must be a multiple of it,
+    or a power of 2 below it); backward_block: the backward's (a power of 2, at most
+    `block`); *_warps: warps per program; *_stages: software pipeline stages.
+  `default_tiling` is what was measured; `launch/gpu_bench.py tune` measures others."""
+  block: int = 64
+  backward_block: int = 64
+  forward_warps: int = 4
+  backward_warps: int = 4
+  forward_stages: int = 3
+  backward_stages: int = 3
+
+  def __post_init__(self):
+    if not (_power_of_2(self.block) and self.block >= 32
+            and _power_of_2(self.backward_block)
+            and 16 <= self.backward_block <= self.block):
+      raise ValueError(f"tiling blocks must be powers of 2, block >= 32 and 16 <= "
+                       f"backward_block <= block; got {self}")
+
+
+def default_tiling(head_dim: int) -> Tiling:
+  """Measured on an H200 for heads of 64 (BERT-large's, 32 x 512, bf16, attention dropout
+  0.1; README, "On a GPU"): blocks of 64 queries and 64 keys, 4 warps and 3 stages,
+  forward and backward. The backward's 64 (jax's kernel has 32) let Triton use Hopper's
+  warpgroup MMA: 0.65 ms against 1.18. Wider heads, unmeasured: jax's 8 forward warps
+  and backward blocks of 32 (with 64 the sm_90 build spills 600 bytes a thread)."""
+  if head_dim <= 64:
+    return Tiling()
+  return Tiling(backward_block=32, forward_warps=8)
 
 
 def _fmix32(x: jax.Array) -> jax.Array:
@@ -226,14 +253,16 @@ def _power_of_2(n: int) -> bool:
 
 
 def check_supported(query: jax.Array, key: jax.Array, value: jax.Array,
-                    block: int = BLOCK) -> None:
+                    tiling: Tiling | None = None) -> None:
   """A ValueError unless `flash_attention` takes these heads: self-attention (one shape
   for all three), a head size that is a power of 2 (>= 16, Triton's smallest dot), and a
-  length that is a multiple of `block` or a power of 2 below it, from 16 (Triton's blocks
-  are powers of 2, its dots at least 16 wide)."""
+  length that is a multiple of the tiling's block (`default_tiling`'s unless given) or a
+  power of 2 below it, from 16 (Triton's blocks are powers of 2, its dots at least 16
+  wide)."""
   length, head_dim = query.shape[1], query.shape[3]
+  block = (tiling or default_tiling(head_dim)).block
   if not (query.shape == key.shape == value.shape
-          and _power_of_2(head_dim) and head_dim >= 16 and block >= 32
+          and _power_of_2(head_dim) and head_dim >= 16
           and (length % block == 0 if length >= block
                else _power_of_2(length) and length >= 16)):
     raise ValueError(f"flash attention takes self-attention with a head size that is a "
@@ -242,25 +271,11 @@ def check_supported(query: jax.Array, key: jax.Array, value: jax.Array,
                      f"{value.shape} [batch, length, heads, head_dim]")
 
 
-def backward_block(block: int, length: int, head_dim: int) -> int:
-  """The backward's block of queries and of keys: BACKWARD_BLOCK for heads of at most 64
-  dims, else 32; not above the forward's `block` (whose multiples the lengths are) or
-  the length."""
-  return min(BACKWARD_BLOCK if head_dim <= 64 else 32, block, length)
-
-
-def num_warps(backward: bool, block: int, head_dim: int) -> int:
-  """Warps per program, as jax's kernel picks them: the forward 4 for heads of at most
-  64 dims, else 8; the backward 4 for blocks below 128 x 128, else 8."""
-  if backward:
-    return 4 if block * block < 128 * 128 else 8
-  return 4 if head_dim <= 64 else 8
-
-
-def _forward(query, key, value, segment_ids, stream, rate, block, interpret, total_heads):
+def _forward(query, key, value, segment_ids, stream, rate, tiling, interpret,
+             total_heads):
   batch, length, num_heads, head_dim = query.shape
-  check_supported(query, key, value, block)
-  block = min(block, length)
+  check_supported(query, key, value, tiling)
+  block = min(tiling.block, length)
   heads = lambda i, b, h: (b, 0, h, 0)
   stats_spec = pl.BlockSpec((None, None, block), lambda i, b, h: (b, h, i))
   stats_shape = jax.ShapeDtypeStruct((batch, num_heads, length), jnp.float32)
@@ -278,17 +293,17 @@ def _forward(query, key, value, segment_ids, stream, rate, block, interpret, tot
                               lambda i, b, h: (b, i, h, 0)), stats_spec, stats_spec],
       out_shape=[jax.ShapeDtypeStruct(query.shape, query.dtype), stats_shape,
                  stats_shape],
-      compiler_params=plgpu.CompilerParams(num_warps=num_warps(False, block, head_dim),
-                                           num_stages=NUM_STAGES),
+      compiler_params=plgpu.CompilerParams(num_warps=tiling.forward_warps,
+                                           num_stages=tiling.forward_stages),
       interpret=interpret, name="encoderx_flash_attention_forward",
   )(stream, query, key, value, segment_ids)
   return out, (query, key, value, segment_ids, stream, out, row_max, inverse_sum)
 
 
-def _backward(rate, block, interpret, total_heads, residuals, d_out):
+def _backward(rate, tiling, interpret, total_heads, residuals, d_out):
   query, key, value, segment_ids, stream, out, row_max, inverse_sum = residuals
   batch, length, num_heads, head_dim = query.shape
-  block = backward_block(block, length, head_dim)
+  block = min(tiling.backward_block, length)
   # D = rowsum(dO * O): with dropout too, since O already is the dropped P times V;
   # over the survivors' scale, which the kernel applies to the sums (`gradient_scale`).
   threshold = dropout_lib.threshold(rate)
@@ -312,17 +327,17 @@ def _backward(rate, block, interpret, total_heads, residuals, d_out):
                 _heads_spec(length, head_dim, whole), stats, stats, stats],
       out_specs=[own, own, own],
       out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (query, key, value)],
-      compiler_params=plgpu.CompilerParams(num_warps=num_warps(True, block, head_dim),
-                                           num_stages=NUM_STAGES),
+      compiler_params=plgpu.CompilerParams(num_warps=tiling.backward_warps,
+                                           num_stages=tiling.backward_stages),
       interpret=interpret, name="encoderx_flash_attention_backward",
   )(stream, query, key, value, segment_ids, d_out, row_max, inverse_sum, delta)
   return dq, dk, dv, None, None
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
-def _flash_attention(query, key, value, segment_ids, stream, rate, block, interpret,
+def _flash_attention(query, key, value, segment_ids, stream, rate, tiling, interpret,
                      total_heads):
-  return _forward(query, key, value, segment_ids, stream, rate, block, interpret,
+  return _forward(query, key, value, segment_ids, stream, rate, tiling, interpret,
                   total_heads)[0]
 
 
@@ -331,16 +346,16 @@ _flash_attention.defvjp(_forward, _backward)
 
 def flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                     segment_ids: jax.Array, dropout_rate: float = 0.0,
-                    dropout_key: jax.Array | None = None, *, block: int = BLOCK,
-                    interpret: bool = False,
+                    dropout_key: jax.Array | None = None, *,
+                    tiling: Tiling | None = None, interpret: bool = False,
                     shard: tuple[jax.Array, jax.Array, int] | None = None) -> jax.Array:
   """softmax(q . k / sqrt(d)) over the keys of each query's own packed sequence
   (`segment_ids` [batch, length], 0 padding), dropped at `dropout_rate` with bits hashed
   from `dropout_key`, times v. [batch, length, heads, head_dim] in and out
-  (`check_supported` says which shapes). `block`: the forward's block of queries and of
-  keys (the backward's: `backward_block`). `interpret`: Pallas's interpreter, which runs
-  anywhere (tests, on CPU). `shard`: (first batch row, first head, heads in all) of
-  these heads in the whole batch's, when they are one device's shard of it
+  (`check_supported` says which shapes). `tiling`: how the kernels split the work
+  (`default_tiling` for the head size unless given). `interpret`: Pallas's interpreter,
+  which runs anywhere (tests, on CPU). `shard`: (first batch row, first head, heads in
+  all) of these heads in the whole batch's, when they are one device's shard of it
   (`sharded_flash_attention`)."""
   if dropout_key is None:
     seed = jnp.zeros((2,), jnp.uint32)
@@ -353,7 +368,8 @@ def flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
   stream = jnp.concatenate([seed, jnp.stack([jnp.asarray(first_batch, jnp.uint32),
                                              jnp.asarray(first_head, jnp.uint32)])])
   return _flash_attention(query, key, value, segment_ids.astype(jnp.int32), stream,
-                          float(dropout_rate), block, interpret, total_heads)
+                          float(dropout_rate), tiling or default_tiling(query.shape[3]),
+                          interpret, total_heads)
 
 
 def check_heads_layout(heads_spec: PartitionSpec) -> tuple:
