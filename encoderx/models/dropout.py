@@ -32,7 +32,7 @@ def threshold(rate: float) -> int:
 
 def survivor_scale(cut: int) -> float:
   """What a kept element is multiplied by when bytes below `cut` are dropped: the
-  expectation stays exact."""
+  expectation stays exact (1 when nothing is: cut 0)."""
   return LEVELS / (LEVELS - cut)
 
 

@@ -164,8 +164,8 @@ def _forward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, o_ref, max_re
   o, row_max, row_sum = lax.fori_loop(0, key_length // block_k, body,
                                       (o, row_max, row_sum))
   inverse_sum = 1.0 / row_sum
-  scale = dropout_lib.survivor_scale(threshold) if threshold else 1.0
-  o_ref[...] = (o * (inverse_sum * scale)[:, None]).astype(o_ref.dtype)
+  survivor = dropout_lib.survivor_scale(threshold)  # 1 without dropout
+  o_ref[...] = (o * (inverse_sum * survivor)[:, None]).astype(o_ref.dtype)
   max_ref[...] = row_max
   inverse_sum_ref[...] = inverse_sum
 
@@ -204,7 +204,7 @@ def _backward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, do_ref, max_
 
   # Survivors' scale and the logits' 1 / sqrt(d) multiply every dS and every dropped P:
   # they are applied once, to the sums (the kernel's caller divides D by the former).
-  survivor = dropout_lib.survivor_scale(threshold) if threshold else 1.0
+  survivor = dropout_lib.survivor_scale(threshold)  # 1 without dropout
   gradient_scale = scale * survivor
   k, v = k_ref[own, :], v_ref[own, :]
   k_segments = segments_ref[own]
@@ -308,9 +308,7 @@ def _backward(rate, tiling, interpret, total_heads, residuals, d_out):
   # over the survivors' scale, which the kernel applies to the sums (`gradient_scale`).
   threshold = dropout_lib.threshold(rate)
   delta = jnp.einsum("blhd,blhd->bhl", d_out.astype(jnp.float32),
-                     out.astype(jnp.float32))
-  if threshold:
-    delta = delta / dropout_lib.survivor_scale(threshold)
+                     out.astype(jnp.float32)) / dropout_lib.survivor_scale(threshold)
   whole = lambda b, h, i: (b, 0, h, 0)
   stats = pl.BlockSpec((None, None, length), lambda b, h, i: (b, h, 0))
   own = pl.BlockSpec((None, block, None, head_dim), lambda b, h, i: (b, i, h, 0))
