@@ -207,16 +207,27 @@ def pallas_by_default(backend: str, query: jax.Array, key: jax.Array, value: jax
   103.3 ms against XLA's 135.3 (README, "On a GPU"). Wider heads are left to XLA: the
   kernel's tiling for them is unmeasured. Without dropout cuDNN's fused attention is
   faster still, and `attend` uses it."""
-  if (backend != "gpu" or not with_dropout or query_given
-      or query.dtype not in (jnp.bfloat16, jnp.float16) or query.shape[-1] > 64):
-    return False
+  return (backend == "gpu" and with_dropout
+          and query.dtype in (jnp.bfloat16, jnp.float16) and query.shape[-1] <= 64
+          and kernel_refusal(query, key, value, query_given) is None)
+
+
+def kernel_refusal(query: jax.Array, key: jax.Array, value: jax.Array,
+                   query_given: bool) -> str | None:
+  """Why encoderx/models/flash_attention.py's kernel cannot take these heads (a separate
+  query stream, a shape it lacks, a layout that splits sequences or heads over
+  devices), or None."""
+  # Imported here: the kernel's module builds on this one's mask and softmax.
   from encoderx.models import flash_attention  # pylint: disable=g-import-not-at-top
+  if query_given:
+    return ("it takes self-attention over whole sequences, not a separate query "
+            "stream")
   try:
     flash_attention.check_supported(query, key, value)
     flash_attention.check_heads_layout(nn.logical_to_mesh_axes(HEADS_AXES))
-  except ValueError:
-    return False
-  return True
+  except ValueError as error:
+    return str(error)
+  return None
 
 
 def fused_attention_with_dropout(query: jax.Array, key: jax.Array, value: jax.Array,
@@ -227,16 +238,10 @@ def fused_attention_with_dropout(query: jax.Array, key: jax.Array, value: jax.Ar
   which rebuilds the mask from the segment ids block by block (so it takes the whole
   sequence's self-attention only). On GPU its Triton kernels; elsewhere Pallas's
   interpreter (slow: for tests on CPU). TPU would need a Mosaic kernel of its own."""
-  # Imported here: the kernel's module builds on this one's mask and softmax.
   from encoderx.models import flash_attention  # pylint: disable=g-import-not-at-top
-  if query_given:
-    raise ValueError("model.attention_kernel='pallas' takes self-attention over whole "
-                     "sequences, not a separate query stream. Use 'auto' or 'xla'.")
-  try:
-    flash_attention.check_supported(query, key, value)
-  except ValueError as error:
-    raise ValueError(f"model.attention_kernel='pallas': {error}. Use 'auto' or "
-                     "'xla'.") from None
+  refusal = kernel_refusal(query, key, value, query_given)
+  if refusal:
+    raise ValueError(f"model.attention_kernel='pallas': {refusal}. Use 'auto' or 'xla'.")
   if jax.default_backend() == "tpu":
     raise ValueError("model.attention_kernel='pallas' is a GPU (Triton) kernel; use "
                      "'auto' or 'xla' on TPU.")
