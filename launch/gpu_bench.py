@@ -212,33 +212,40 @@ def chained_ms(attention, inputs, backward: bool, chain: int = 20, runs: int = 5
   return 1e3 * min(times) / chain
 
 
-def attention_errors(candidate, reference, shape=(8, 512, 16, 64)) -> list[float]:
-  """Relative errors of `candidate(q, k, v, segment_ids)`'s output and gradients (dq, dk,
-  dv) against `reference`'s, over the real (unpadded) rows of heads of `shape`."""
+def outputs_and_gradients(attention, inputs) -> list:
+  """`attention(q, k, v, segment_ids)`'s output and the gradients of q, k and v of the
+  sum of its squares over the real (unpadded) rows of `inputs` (`_attention_inputs`)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  query, key, value, segment_ids = _attention_inputs(shape)
+  query, key, value, segment_ids = inputs
   real = segment_ids[:, :, None, None] > 0
 
-  def outputs_and_gradients(attention):
-    def loss(q, k, v):
-      out = attention(q, k, v, segment_ids)
-      return jnp.sum(jnp.where(real, out.astype(jnp.float32), 0) ** 2), out
-    (_, out), grads = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True))(
-        query, key, value)
-    return [out, *grads]
+  def loss(q, k, v):
+    out = attention(q, k, v, segment_ids)
+    return jnp.sum(jnp.where(real, out.astype(jnp.float32), 0) ** 2), out
+  (_, out), grads = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True))(
+      query, key, value)
+  return [out, *grads]
+
+
+def relative_errors(got: list, want: list, segment_ids) -> list[float]:
+  """Relative errors of each of `got` (`outputs_and_gradients`) against `want`'s, over
+  the real rows."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  real = segment_ids[:, :, None, None] > 0
 
   def relative_error(a, b):
     a, b = (jnp.where(real, x, 0).astype(jnp.float32) for x in (a, b))
     return float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b))
-
-  return [relative_error(a, b) for a, b in zip(outputs_and_gradients(candidate),
-                                               outputs_and_gradients(reference))]
+  return [relative_error(a, b) for a, b in zip(got, want)]
 
 
 def _compare_attention(title: str, candidate, reference, shape=(8, 512, 16, 64)) -> None:
-  """Prints `attention_errors`."""
-  errors = attention_errors(candidate, reference, shape)
+  """Prints the relative errors of `candidate`'s output and gradients against
+  `reference`'s, over heads of `shape` (`_attention_inputs`)."""
+  inputs = _attention_inputs(shape)
+  errors = relative_errors(outputs_and_gradients(candidate, inputs),
+                           outputs_and_gradients(reference, inputs), inputs[3])
   print(f"{title}, relative error: "
         + ", ".join(f"{n} {e:.1e}" for n, e in zip(("out", "dq", "dk", "dv"), errors)),
         flush=True)
@@ -270,7 +277,10 @@ def _kernel(rate: float, dropout_key, tiling=None):
       interpret=jax.default_backend() != "gpu")
 
 
-def attention_times(shapes=((32, 512, 16, 64), (32, 128, 16, 64))) -> None:
+TIMED_SHAPES = ((32, 512, 16, 64), (32, 128, 16, 64))  # BERT-large's heads at 512, 128
+
+
+def attention_times(shapes=TIMED_SHAPES) -> None:
   """Forward and forward + backward times (`chained_ms`) of XLA's attention with
   dropout 0.1, cuDNN's without dropout and encoderx's kernel with dropout 0.1 and 0,
   over BERT-large's heads at 512 and 128 (batch 32, bf16, padded rows)."""
@@ -293,10 +303,10 @@ def attention_times(shapes=((32, 512, 16, 64), (32, 128, 16, 64))) -> None:
             f"backward {chained_ms(candidate, inputs, True):.3f}", flush=True)
 
 
-def check_flash_attention(shape=(8, 512, 16, 64), timed_shapes=None) -> None:
+def check_flash_attention(shape=(8, 512, 16, 64), timed_shapes=TIMED_SHAPES) -> None:
   """encoderx's Pallas kernel with attention dropout 0.1 against the same computation in
   XLA (`flash_attention.reference_attention`: the same dropout bits), then the
-  attention's times (`attention_times`, over `timed_shapes` if given)."""
+  attention's times over `timed_shapes` (`attention_times`)."""
   import jax  # pylint: disable=g-import-not-at-top
   from encoderx.models import flash_attention  # pylint: disable=g-import-not-at-top
   dropout_key = jax.random.key(5)
@@ -305,7 +315,7 @@ def check_flash_attention(shape=(8, 512, 16, 64), timed_shapes=None) -> None:
       _kernel(0.1, dropout_key),
       lambda *inputs: flash_attention.reference_attention(*inputs, 0.1, dropout_key),
       shape)
-  attention_times(*([timed_shapes] if timed_shapes else []))
+  attention_times(timed_shapes)
 
 
 # --- tune -------------------------------------------------------------------------------
@@ -329,7 +339,8 @@ def tune(shape, forward_tilings=FORWARD_TILINGS, backward_tilings=BACKWARD_TILIN
   from encoderx.models import flash_attention  # pylint: disable=g-import-not-at-top
   dropout_key = jax.random.key(5)
   inputs = _attention_inputs(shape)
-  reference = lambda *x: flash_attention.reference_attention(*x, 0.1, dropout_key)
+  want = outputs_and_gradients(  # the reference's, once for all candidates
+      lambda *x: flash_attention.reference_attention(*x, 0.1, dropout_key), inputs)
   default = flash_attention.default_tiling(shape[3])
   print(f"tuning the attention kernel over {shape} [batch, length, heads, head_dim]; the "
         f"default: {default}", flush=True)
@@ -338,7 +349,8 @@ def tune(shape, forward_tilings=FORWARD_TILINGS, backward_tilings=BACKWARD_TILIN
     """(forward ms, forward + backward ms), or None if it fails or errs."""
     kernel = _kernel(0.1, dropout_key, tiling)
     try:
-      error = max(attention_errors(kernel, reference, shape))
+      error = max(relative_errors(outputs_and_gradients(kernel, inputs), want,
+                                  inputs[3]))
       forward, both = (chained_ms(kernel, inputs, backward, chain, runs)
                        for backward in (False, True))
     except Exception as e:  # pylint: disable=broad-except
