@@ -106,6 +106,7 @@ from absl import logging as absl_logging
 
 from encoderx import config as config_lib
 from encoderx import flops as flops_lib
+from encoderx import host_allocator
 from encoderx import method as method_lib
 from encoderx import trainer as trainer_lib
 from encoderx.export import hf
@@ -548,7 +549,8 @@ def header(args) -> str:
           f"  torch {torch.__version__}, transformers {transformers.__version__}: "
           f"{torch.get_num_threads()} thread(s)\n"
           f"  host: {os.cpu_count()} CPU core(s), load average {os.getloadavg()[0]:.2f} "
-          "(other processes on the host skew every figure)")
+          "(other processes on the host skew every figure); malloc: "
+          f"{host_allocator.name()} (both frameworks run on it)")
 
 
 def describe_timing(name: str, timing: StepTiming, tokens_per_step: int) -> str:

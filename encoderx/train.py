@@ -37,6 +37,7 @@ from encoderx import checkpoint as checkpoint_lib
 from encoderx import config as config_lib
 from encoderx import distributed
 from encoderx import files as files_lib
+from encoderx import host_allocator
 from encoderx import initialize
 from encoderx import trainer as trainer_lib
 from encoderx import workdir as workdir_lib
@@ -317,6 +318,7 @@ def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume
                                          config.eval.best_metric, config.eval.best_mode)
   if jax.process_index() == 0:
     checkpoints.remove_unfinished()
+    host_allocator.warn_if_slow_for(jax.default_backend())
   stop = _StopRequest()
   history, eval_metrics, position = [], {}, {}
   try:

@@ -137,3 +137,41 @@ def test_bench_leaves_gpu_memory_to_pytorch_unless_told_otherwise(preset, expect
        "print(os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])"],
       env=env, capture_output=True, text=True, check=True).stdout
   assert out.split()[-1] == expected
+
+
+# --- the host allocator ----------------------------------------------------------------
+def _tcmalloc_path() -> str | None:
+  listed = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True).stdout
+  paths = [line.split("=>")[-1].strip() for line in listed.splitlines()
+           if "libtcmalloc_minimal.so.4 " in line]
+  return paths[0] if paths else None
+
+
+def _allocator_named_in(ld_preload: str | None) -> str:
+  env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+  if ld_preload:
+    env["LD_PRELOAD"] = ld_preload
+  return subprocess.run([sys.executable, "-c", "from encoderx import host_allocator; "
+                         "print(host_allocator.name())"], env=env, capture_output=True,
+                        text=True, check=True).stdout.strip()
+
+
+def test_the_allocator_in_use_is_named():
+  """What the bench prints and the training loop checks: glibc's malloc unless another
+  is preloaded, which launch/setup.sh does with tcmalloc."""
+  assert _allocator_named_in(None) == "system"
+  tcmalloc = _tcmalloc_path()
+  if tcmalloc is None:
+    pytest.skip("libtcmalloc-minimal4 is not installed (launch/setup.sh installs it as root)")
+  assert _allocator_named_in(tcmalloc) == "tcmalloc"
+
+
+@pytest.mark.parametrize("platform,allocator,warned", [
+    ("cpu", "system", True), ("cpu", "tcmalloc", False), ("gpu", "system", False)])
+def test_a_cpu_run_on_glibc_malloc_is_warned(monkeypatch, caplog, platform, allocator,
+                                             warned):
+  from encoderx import host_allocator  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(host_allocator, "name", lambda: allocator)
+  with caplog.at_level("WARNING", logger="encoderx"):
+    assert host_allocator.warn_if_slow_for(platform) is warned
+  assert ("LD_PRELOAD=libtcmalloc_minimal.so.4" in caplog.text) is warned

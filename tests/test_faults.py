@@ -331,6 +331,12 @@ def small_tmpfs(tmp_path):
   subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
+# After the first write fails, orbax's save closes its event loop while tensorstore's other
+# writes are still in flight; as each ends, tensorstore's native thread wakes the closed loop
+# (call_soon_threadsafe) and Python reports "Event loop is closed". Those writes go to the
+# unfinished step, which the resume below removes; the assertions check what matters.
+@pytest.mark.filterwarnings(
+    "ignore:(?s).*Event loop is closed:pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.slow
 def test_a_full_disk_stops_the_run_with_the_intact_checkpoints_named(small_tmpfs, caplog):
   mount_point, remount = small_tmpfs
