@@ -114,11 +114,16 @@ def _import_encoderx():
   return bench
 
 
+def _import_encoderx_without_text_stack():
+  """encoderx.bench, with the text stack stood in for (`_StandInFinder`)."""
+  sys.meta_path.insert(0, _StandInFinder())
+  return _import_encoderx()
+
+
 def bench_on_recordings(directory: str):
   """encoderx.bench with the text stack stood in for and the recordings of `directory`
   as its vocabulary and batches."""
-  sys.meta_path.insert(0, _StandInFinder())
-  bench = _import_encoderx()
+  bench = _import_encoderx_without_text_stack()
   from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
   from encoderx.methods import pretrain  # pylint: disable=g-import-not-at-top
   with open(os.path.join(directory, VOCABULARY_FILE)) as f:
@@ -484,8 +489,7 @@ def main(argv=None) -> None:
     record(args.directory, args.lengths, args.batch_size)
     return
   if args.mode == "tune":
-    sys.meta_path.insert(0, _StandInFinder())
-    _import_encoderx()
+    _import_encoderx_without_text_stack()
     tune(args.shape)
     return
   bench = bench_on_recordings(args.directory)
