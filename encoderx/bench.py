@@ -4,6 +4,7 @@
         [--models=bert_tiny,bert_small,roberta_tiny,albert_tiny,spanbert_tiny,deberta_tiny,
                   electra_tiny,electra_small,bert_electra_small,xlnet_tiny] [--skip_torch]
     python -m encoderx.bench --attention_cost [--models=bert_small] [--batch_size=8]
+    python -m encoderx.bench --kernel_gradient_cost [--models=bert_small]
     python -m encoderx.bench --models=bert_mini --train_loop_steps=60
     python -m encoderx.bench --device=gpu   # or tpu: BERT-base/large at 128 and 512, bf16
 
@@ -69,6 +70,11 @@ For each model, at sequence length 128 (its tiny config's data settings):
   on, full rows), BERT's attention with absolute positions against the disentangled
   one with relative positions only (c2p and p2c, share_att_key, 256 log buckets up to
   512: DeBERTa v2/v3), and their ratio.
+- --kernel_gradient_cost: instead of the above, the train step of each model of
+  --models (default bert_small) compiled twice, its layers' kernel gradients formed as
+  `encoderx/models/contraction.py` forms them (the smaller of input and output gradient
+  transposed) and in jax's own order (`contraction.jax_order`), the two timed
+  interleaved, with the step-by-step ratio.
 - Padding: the share of padding positions in rows of each example builder
   (sentence_pairs for BERT, RoBERTa's full_sentences and doc_sentences) on the bundled
   corpus, at lengths 128 and 512.
@@ -113,7 +119,7 @@ from encoderx.export import hf
 from encoderx.configs import (albert_tiny, bert_tiny, deberta_tiny, electra_tiny,
                               roberta_tiny, spanbert_tiny, xlnet_tiny)
 from encoderx.data import packing, pipeline, tasks
-from encoderx.models import common, pretraining
+from encoderx.models import common, contraction, pretraining
 
 SEQ_LENGTH = 128
 PEAK_MATMUL_SIZE = 2048  # the square f32 matmul whose speed is the machine's peak
@@ -534,6 +540,30 @@ def torch_electra_stepper(config, method, batches: list[dict]) -> Stepper:
   return Stepper(run_step, sum(p.numel() for p in parameters.values()))
 
 
+def kernel_gradient_cost(args) -> list[dict]:
+  """Each model's train step with contraction's kernel gradients against jax's order."""
+  rows = []
+  for model_name in args.models:
+    config = build_config(model_name, args.batch_size)
+    _, _, batches = measure_pipeline(config, 1 + WARMUP_STEPS + args.steps)
+    contracted, _, _ = encoderx_stepper(config, batches)
+    with contraction.jax_order():
+      jax_ordered, _, _ = encoderx_stepper(config, batches)
+    ours, theirs = time_interleaved([contracted.run_step, jax_ordered.run_step],
+                                    WARMUP_STEPS, args.steps)
+    tokens = args.batch_size * config.data.seq_length
+    for name, times in (("contract", ours), ("jax order", theirs)):
+      print(describe_timing(f"{model_name} {name}",
+                            StepTiming(times, num_params=contracted.num_params), tokens),
+            flush=True)
+    pairs = [theirs_s / ours_s for ours_s, theirs_s in zip(ours, theirs)]
+    rows.append({"model": model_name, "contract ms": f"{statistics.median(ours) * 1e3:.1f}",
+                 "jax order ms": f"{statistics.median(theirs) * 1e3:.1f}",
+                 "jax order / contract (median of pairs)":
+                     f"{statistics.median(pairs):.3f} ({min(pairs):.3f} .. {max(pairs):.3f})"})
+  return rows
+
+
 # --- report -----------------------------------------------------------------------------
 def header(args) -> str:
   import torch  # pylint: disable=g-import-not-at-top
@@ -751,7 +781,7 @@ def parse_args(argv=None):
   parser.add_argument("--steps", type=int, default=10, help="timed steps per model")
   parser.add_argument("--models", default=None,
                       help=f"comma-separated, among {', '.join(MODELS)} (default: all; "
-                      "with --attention_cost, bert_small)")
+                      "with --attention_cost or --kernel_gradient_cost, bert_small)")
   parser.add_argument("--skip_torch", action="store_true",
                       help="time encoderx and the pipeline only")
   parser.add_argument("--skip_padding", action="store_true",
@@ -759,6 +789,9 @@ def parse_args(argv=None):
   parser.add_argument("--attention_cost", action="store_true",
                       help="only time DeBERTa's disentangled attention against BERT's at "
                       f"lengths {' and '.join(map(str, ATTENTION_LENGTHS))}")
+  parser.add_argument("--kernel_gradient_cost", action="store_true",
+                      help="only time the train step with contraction's kernel gradients "
+                      "against jax's order")
   parser.add_argument("--train_loop_steps", type=int, default=0,
                       help="also run encoderx.train this many steps per model and compare "
                       "its logged tokens/s with the bench's")
@@ -776,7 +809,7 @@ def parse_args(argv=None):
   args = parser.parse_args(argv)
   accelerator = args.device != "cpu"
   if args.models is None:
-    args.models = ("bert_small" if args.attention_cost else
+    args.models = ("bert_small" if args.attention_cost or args.kernel_gradient_cost else
                    ",".join(BERT_ACCELERATOR_SIZES) if accelerator else ",".join(MODELS))
   args.models = [m.strip() for m in args.models.split(",") if m.strip()]
   known = {**MODELS, **BERT_ACCELERATOR_SIZES} if accelerator else MODELS
@@ -816,6 +849,11 @@ def main(argv=None) -> None:
     print("\nencoder forward + backward, BERT's attention against DeBERTa's disentangled "
           "attention:", flush=True)
     print("\n" + format_table(attention_cost(args)))
+    return
+  if args.kernel_gradient_cost:
+    print("\ntrain step, kernel gradients by contraction.contract against jax's order:",
+          flush=True)
+    print("\n" + format_table(kernel_gradient_cost(args)))
     return
 
   # Every step reuses these batches; the pipeline is timed while they are pulled, once

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from encoderx.models import common
+from encoderx.models import contraction
 from encoderx.models import dropout as dropout_lib
 
 # Logical shape of per-head activations: [batch, length, heads, head_dim].
@@ -77,9 +78,11 @@ def layer_context(batch: dict) -> LayerContext:
 
 
 class Projection(nn.Module):
-  """`einsum(spec, x, kernel) + bias` with logically partitioned parameters."""
+  """x's last `contracted` dimensions · kernel [those, out...] + bias [out...], with
+  logically partitioned parameters (`contraction.contract`: its kernel gradient takes
+  the cheap layout)."""
   config: common.ModelConfig
-  spec: str
+  contracted: int
   kernel_shape: tuple[int, ...]
   kernel_axes: tuple[str | None, ...]
   bias_shape: tuple[int, ...]
@@ -93,28 +96,27 @@ class Projection(nn.Module):
                         self.kernel_shape, config.weights_dtype)
     if not self.use_bias:
       x, kernel = nn.dtypes.promote_dtype(x, kernel, dtype=config.compute_dtype)
-      return jnp.einsum(self.spec, x, kernel)
+      return contraction.contract(x, kernel, self.contracted)
     bias = self.param("bias", common.zeros(self.bias_axes), self.bias_shape,
                       config.weights_dtype)
     x, kernel, bias = nn.dtypes.promote_dtype(x, kernel, bias, dtype=config.compute_dtype)
-    return jnp.einsum(self.spec, x, kernel) + bias
+    return contraction.contract(x, kernel, self.contracted) + bias
 
 
 def heads_projection(config: common.ModelConfig, name: str,
                      use_bias: bool = True) -> Projection:
   """[batch, length, hidden] -> [batch, length, heads, head_dim] (query, key, value)."""
   hidden, heads, head_dim = config.hidden_size, config.num_heads, config.head_dim
-  return Projection(config, "blh,hnd->blnd", (hidden, heads, head_dim),
-                    ("embed", "heads", "kv"), (heads, head_dim), ("heads", "kv"), use_bias,
-                    name=name)
+  return Projection(config, 1, (hidden, heads, head_dim), ("embed", "heads", "kv"),
+                    (heads, head_dim), ("heads", "kv"), use_bias, name=name)
 
 
 def output_projection(config: common.ModelConfig, name: str = "out",
                       use_bias: bool = True) -> Projection:
   """[batch, length, heads, head_dim] -> [batch, length, hidden]."""
   hidden, heads, head_dim = config.hidden_size, config.num_heads, config.head_dim
-  return Projection(config, "blnd,ndh->blh", (heads, head_dim, hidden),
-                    ("heads", "kv", "embed"), (hidden,), ("embed",), use_bias, name=name)
+  return Projection(config, 2, (heads, head_dim, hidden), ("heads", "kv", "embed"),
+                    (hidden,), ("embed",), use_bias, name=name)
 
 
 def attention_probabilities(query: jax.Array, key: jax.Array, mask: jax.Array,

@@ -15,6 +15,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from encoderx.models import contraction
+
 # Logical shape of the hidden states between layers: [batch, length, hidden].
 HIDDEN_AXES = ("activation_batch", "activation_length", "activation_embed")
 
@@ -148,10 +150,11 @@ def zeros(axes):
 
 
 def dense(config: ModelConfig, features: int, axes: tuple[str, str], name: str) -> nn.Dense:
-  """A Dense layer whose kernel [in, out] and bias [out] carry logical axes."""
+  """A Dense layer whose kernel [in, out] and bias [out] carry logical axes (its kernel
+  gradient through `contraction.contract`)."""
   return nn.Dense(features, dtype=config.compute_dtype, param_dtype=config.weights_dtype,
                   kernel_init=initializer(config, axes), bias_init=zeros((axes[1],)),
-                  name=name)
+                  dot_general=contraction.dot_general, name=name)
 
 
 def layer_norm(config: ModelConfig, name: str, axis: str = "embed") -> nn.LayerNorm:

@@ -4,8 +4,9 @@ Flax's `nn.Dropout` (and the attention dropout of `nn.dot_product_attention`) dr
 float32 uniform per element, and with JAX's partitionable threefry every element then
 costs a whole threefry2x32 block. Here one 32-bit word gives the bits of four elements
 (`jax.random.bits` on a quarter of the shape, bitcast to bytes), so a mask costs a
-quarter of the blocks: on a 2-core CPU the masks of a BERT-small layer take 4.5x less
-time (`python -m encoderx.bench --dropout_cost`), and the whole train step ~8% less.
+quarter of the blocks: on a 2-core CPU the masks of a BERT-small layer took 4.5x less
+time, and the whole train step ~8% less (measured when this landed; README, "What
+changed for speed").
 
 The price is the rate's resolution: an element is kept when its byte is at least
 round(256 * rate), so the rate used is a multiple of 1/256 (0.1 is 26/256 = 0.1016) and

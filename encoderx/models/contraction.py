@@ -1,0 +1,84 @@
+"""x · kernel over x's last dimensions, with the kernel's gradient formed the cheap way.
+
+A layer's kernel gradient contracts the input x with the output's gradient g over their
+leading (batch, length) dimensions, so one of the two must be laid out transposed for
+the matmul, and XLA:CPU transposes the operand that comes first. jax's transpose rule
+always puts g first (dot_general(g, x), then a transpose of the small result), so XLA
+copies g transposed and runs the product in its slower Eigen path. In a feed-forward
+layer's first kernel g is four times the size of x. `contract`'s gradient puts the
+smaller of x and g first; `python -m encoderx.bench --kernel_gradient_cost` times the
+train step both ways (bert_small's step: ~9% faster on a 2-core CPU; README, "What
+changed for speed"). The arithmetic is the same contraction; only the operands' order
+differs.
+
+`contract(x, kernel, n)` is `jnp.tensordot(x, kernel, n)`: the last n dimensions of x
+against the first n of kernel. `dot_general` is it with `lax.dot_general`'s signature,
+for flax's `nn.Dense(dot_general=...)`. Inside `with jax_order():` it differentiates as
+jax would (for the bench's comparison and the tests).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import jax
+import jax.numpy as jnp
+
+_jax_order = False  # read when a function is traced
+
+
+@contextlib.contextmanager
+def jax_order():
+  """Functions traced inside take jax's own gradient of `contract` (g first)."""
+  global _jax_order
+  previous, _jax_order = _jax_order, True
+  try:
+    yield
+  finally:
+    _jax_order = previous
+
+
+def contract(x: jax.Array, kernel: jax.Array, n: int = 1) -> jax.Array:
+  """x [..., K1..Kn] · kernel [K1..Kn, N...] -> [..., N...]."""
+  if _jax_order:
+    return jnp.tensordot(x, kernel, n)
+  return _contract(x, kernel, n)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _contract(x, kernel, n):
+  return jnp.tensordot(x, kernel, n)
+
+
+def _forward(x, kernel, n):
+  return jnp.tensordot(x, kernel, n), (x, kernel)
+
+
+def _backward(n, residuals, g):
+  x, kernel = residuals
+  batch = tuple(range(x.ndim - n))  # summed over in the kernel's gradient
+  outputs = kernel.ndim - n
+  grad_x = jnp.tensordot(g, kernel, (tuple(range(len(batch), g.ndim)),
+                                     tuple(range(n, kernel.ndim))))
+  if x.size <= g.size:
+    grad_kernel = jnp.tensordot(x, g, (batch, batch))
+  else:  # jax's order: g first, then the kernel's axes put back in place
+    grad_kernel = jnp.tensordot(g, x, (batch, batch)).transpose(
+        *range(outputs, outputs + n), *range(outputs))
+  return grad_x, grad_kernel
+
+
+_contract.defvjp(_forward, _backward)
+
+
+def dot_general(lhs, rhs, dimension_numbers, precision=None,
+                preferred_element_type=None):
+  """`lax.dot_general`; nn.Dense's case (lhs's last dimension against rhs's first, no
+  batch dimensions, default precision and type) goes through `contract`."""
+  (lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch) = dimension_numbers
+  if (tuple(lhs_contracting) == (lhs.ndim - 1,) and tuple(rhs_contracting) == (0,)
+      and not lhs_batch and not rhs_batch and precision is None
+      and preferred_element_type is None):
+    return contract(lhs, rhs, 1)
+  return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision,
+                             preferred_element_type=preferred_element_type)

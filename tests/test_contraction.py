@@ -1,0 +1,102 @@
+"""encoderx/models/contraction.py: the same values and gradients as jax's tensordot, the
+kernel gradient's operands in the order that transposes the smaller one, nn.Dense's
+adapter, and jax_order() for the bench's comparison."""
+import flax.linen as nn
+import jax
+import jax.extend
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from encoderx import bench
+from encoderx.models import contraction
+
+# (x's shape, kernel's shape, contracted dimensions): a feed-forward layer's first kernel
+# (g larger than x), its second (x larger), attention's q/k/v and output projections.
+CASES = [((2, 3, 8), (8, 32), 1), ((2, 3, 32), (32, 8), 1), ((2, 3, 8), (8, 2, 4), 1),
+         ((2, 3, 2, 4), (2, 4, 8), 2)]
+
+
+def _loss(contract, n):
+  return lambda x, kernel: jnp.sum(jnp.sin(contract(x, kernel, n)))
+
+
+@pytest.mark.parametrize("x_shape,kernel_shape,n", CASES)
+def test_values_and_gradients_are_tensordots(x_shape, kernel_shape, n):
+  keys = jax.random.split(jax.random.key(0))
+  x = jax.random.normal(keys[0], x_shape)
+  kernel = jax.random.normal(keys[1], kernel_shape)
+  np.testing.assert_allclose(contraction.contract(x, kernel, n),
+                             jnp.tensordot(x, kernel, n), rtol=1e-6, atol=1e-6)
+  ours = jax.grad(_loss(contraction.contract, n), (0, 1))(x, kernel)
+  theirs = jax.grad(_loss(jnp.tensordot, n), (0, 1))(x, kernel)
+  for mine, reference in zip(ours, theirs):
+    assert mine.shape == reference.shape and mine.dtype == reference.dtype
+    np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-5)
+
+
+def _kernel_gradient_operands(x_shape, kernel_shape, n):
+  """The shapes of the operands of the dot_general that makes the kernel's gradient."""
+  x, kernel = jnp.zeros(x_shape), jnp.zeros(kernel_shape)
+  jaxpr = jax.make_jaxpr(jax.grad(_loss(contraction.contract, n), 1))(x, kernel)
+  batch = len(x_shape) - n
+  found = []
+
+  def visit(jaxpr):
+    for equation in jaxpr.eqns:
+      if equation.primitive.name == "dot_general":
+        (lhs_contracting, _), _ = equation.params["dimension_numbers"]
+        if tuple(lhs_contracting) == tuple(range(batch)):  # sums over batch and length
+          found.append(tuple(tuple(v.aval.shape) for v in equation.invars))
+    for sub in jax.extend.core.subjaxprs(jaxpr):
+      visit(sub)
+  visit(jaxpr.jaxpr)
+  assert len(found) == 1, found
+  return found[0]
+
+
+def test_the_kernel_gradient_puts_the_smaller_operand_first():
+  """XLA:CPU transposes the first operand: x when it is the smaller (a feed-forward
+  layer's first kernel), the output's gradient when that is (its second)."""
+  assert _kernel_gradient_operands((2, 3, 8), (8, 32), 1) == ((2, 3, 8), (2, 3, 32))
+  assert _kernel_gradient_operands((2, 3, 32), (32, 8), 1) == ((2, 3, 8), (2, 3, 32))
+
+
+def test_dense_adapter_takes_denses_case_and_leaves_others_to_lax():
+  x = jax.random.normal(jax.random.key(1), (2, 5, 8))
+  plain = nn.Dense(16)
+  ours = nn.Dense(16, dot_general=contraction.dot_general)
+  params = plain.init(jax.random.key(2), x)
+  grad = lambda dense: jax.grad(lambda p: jnp.sum(jnp.cos(dense.apply(p, x))))(params)
+  np.testing.assert_allclose(ours.apply(params, x), plain.apply(params, x), rtol=1e-6,
+                             atol=1e-6)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
+               grad(ours), grad(plain))
+  kernel_jaxpr = jax.make_jaxpr(lambda x, k: contraction.dot_general(
+      x, k, (((2,), (0,)), ((), ()))))(x, params["params"]["kernel"])
+  assert "custom_vjp" in str(kernel_jaxpr)
+  # A batched contraction is not Dense's case: lax.dot_general's own.
+  a, b = jnp.ones((3, 4, 5)), jnp.ones((3, 5, 6))
+  numbers = (((2,), (1,)), ((0,), (0,)))
+  assert "custom_vjp" not in str(jax.make_jaxpr(
+      lambda a, b: contraction.dot_general(a, b, numbers))(a, b))
+  np.testing.assert_array_equal(contraction.dot_general(a, b, numbers),
+                                jax.lax.dot_general(a, b, numbers))
+
+
+def test_jax_order_traces_jaxs_own_gradient_and_is_restored():
+  """Inside jax_order() the kernel gradient is jax's: the output's gradient first."""
+  with contraction.jax_order():
+    assert _kernel_gradient_operands((2, 3, 8), (8, 32), 1) == ((2, 3, 32), (2, 3, 8))
+  assert _kernel_gradient_operands((2, 3, 8), (8, 32), 1) == ((2, 3, 8), (2, 3, 32))
+
+
+def test_bench_times_the_step_both_ways(capsys):
+  args = bench.parse_args(["--kernel_gradient_cost", "--models=bert_tiny", "--steps=1",
+                           "--batch_size=4"])
+  (row,) = bench.kernel_gradient_cost(args)
+  assert row["model"] == "bert_tiny"
+  assert float(row["contract ms"]) > 0 and float(row["jax order ms"]) > 0
+  out = capsys.readouterr().out
+  assert "bert_tiny contract" in out and "bert_tiny jax order" in out
+  assert bench.parse_args(["--kernel_gradient_cost"]).models == ["bert_small"]
