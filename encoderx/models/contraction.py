@@ -7,9 +7,9 @@ always puts g first (dot_general(g, x), then a transpose of the small result), s
 copies g transposed and runs the product in its slower Eigen path. In a feed-forward
 layer's first kernel g is four times the size of x. `contract`'s gradient puts the
 smaller of x and g first; `python -m encoderx.bench --kernel_gradient_cost` times the
-train step both ways (bert_small's step: ~9% faster on a 2-core CPU; README, "What
-changed for speed"). The arithmetic is the same contraction; only the operands' order
-differs.
+train step both ways (on a 2-core CPU bert_small's took 1.12x as long in jax's order;
+README, "What changed for speed"). The arithmetic is the same contraction; only the
+operands' order differs.
 
 `contract(x, kernel, n)` is `jnp.tensordot(x, kernel, n)`: the last n dimensions of x
 against the first n of kernel. `dot_general` is it with `lax.dot_general`'s signature,
