@@ -231,6 +231,12 @@ def model_flops_per_token(config, method, scores_every_position: bool = False) -
       span_boundary="sbo" in config.objective.names)
 
 
+def paired_ratios(times: list[float], other_times: list[float]) -> list[float]:
+  """How many times faster the first is, for each pair of steps `time_interleaved` timed
+  in the same round: other_times[i] / times[i]."""
+  return [other / time_ for time_, other in zip(times, other_times)]
+
+
 def time_steps(step: Callable[[int], None], warmup: int, steps: int) -> list[float]:
   """Runs `step(i)` warmup + steps times; returns the wall time of the timed ones."""
   return time_interleaved([step], warmup, steps)[0]
@@ -556,7 +562,7 @@ def kernel_gradient_cost(args) -> list[dict]:
       print(describe_timing(f"{model_name} {name}",
                             StepTiming(times, num_params=contracted.num_params), tokens),
             flush=True)
-    pairs = [theirs_s / ours_s for ours_s, theirs_s in zip(ours, theirs)]
+    pairs = paired_ratios(ours, theirs)
     spread = f"{min(pairs):.3f} .. {max(pairs):.3f}"
     rows.append({"model": model_name,
                  "contract ms": f"{statistics.median(ours) * 1e3:.1f}",
@@ -624,8 +630,7 @@ class ModelFigures:
 
   def paired_ratios(self) -> list[float]:
     """encoderx's speed over PyTorch's for each pair of steps timed side by side."""
-    return [theirs / ours for ours, theirs in zip(self.jax_timing.times,
-                                                  self.torch_timing.times)]
+    return paired_ratios(self.jax_timing.times, self.torch_timing.times)
 
 
 def mfu(flops_per_token: float, tokens_per_second: float, peak: float) -> str:
