@@ -9,6 +9,7 @@ data.files (or data.tfds_name) at your corpus and data.vocab.path at a 30,000-pi
 model from `python -m encoderx.data.sentencepiece_vocabulary --size 30000`.
 """
 from encoderx import config as base
+from encoderx.data import resources
 
 
 def get_config():
@@ -28,7 +29,7 @@ def get_config():
   config.model.attention_dropout = 0.0
   config.model.dtype = "bfloat16"
   config.data.vocab.kind = "sentencepiece"
-  config.data.vocab.path = base.BUNDLED_SENTENCEPIECE_VOCAB  # replace with a 30k model
+  config.data.vocab.path = resources.BUNDLED_SENTENCEPIECE_VOCAB  # replace with a 30k model
   config.data.seq_length = 512
   config.data.short_seq_prob = 0.1
   config.objective.names = ("mlm", "sop")

@@ -4,6 +4,7 @@ MLM + SOP on the bundled Austen text, with the bundled SentencePiece vocabulary.
 Minutes on two CPU cores, like configs/bert_tiny.py, whose data and schedule it keeps.
 """
 from encoderx import config as base
+from encoderx.data import resources
 from encoderx.configs import bert_tiny
 
 
@@ -15,7 +16,7 @@ def get_config():
   config.model.layer_sharing = "all"
   config.model.hidden_act = "gelu_new"
   config.data.vocab.kind = "sentencepiece"
-  config.data.vocab.path = base.BUNDLED_SENTENCEPIECE_VOCAB
+  config.data.vocab.path = resources.BUNDLED_SENTENCEPIECE_VOCAB
   config.objective.names = ("mlm", "sop")
   config.objective.mlm.unit = "ngram"  # ALBERT's n-grams of up to 3 words
   config.objective.mlm.max_predictions = 24  # 15% of 128 plus room for the last n-gram

@@ -3,6 +3,7 @@
 The default demo: a few minutes on two CPU cores, enough to watch MLM accuracy climb.
 """
 from encoderx import config as base
+from encoderx.data import resources
 
 
 def get_config():
@@ -12,7 +13,7 @@ def get_config():
   config.model.num_heads = 2
   config.model.intermediate_size = 512
   config.model.max_position_embeddings = 128
-  config.data.files = base.BUNDLED_CORPUS
+  config.data.files = resources.BUNDLED_CORPUS
   config.data.document_marker = r"^\s*(CHAPTER|Chapter)\s+[0-9IVXLC]+"
   config.data.seq_length = 128
   config.data.shuffle_buffer = 2000

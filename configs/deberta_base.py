@@ -21,6 +21,7 @@ spm.model (or one trained with `python -m encoderx.data.sentencepiece_vocabulary
 --layout deberta --cased`).
 """
 from encoderx import config as base
+from encoderx.data import resources
 
 
 def get_config():
@@ -45,7 +46,7 @@ def get_config():
   config.model.dtype = "bfloat16"
   config.data.vocab.kind = "sentencepiece"
   config.data.vocab.layout = "deberta"
-  config.data.vocab.path = base.BUNDLED_DEBERTA_SENTENCEPIECE_VOCAB  # deberta-v3's spm.model
+  config.data.vocab.path = resources.BUNDLED_DEBERTA_SENTENCEPIECE_VOCAB  # deberta-v3's spm.model
   config.data.vocab.lower_case = False
   config.data.vocab.strip_accents = False
   config.data.builder = "full_sentences"

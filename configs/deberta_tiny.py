@@ -10,6 +10,7 @@ enhanced mask decoder, no token types, LayerNorm eps 1e-7, whole-word n-gram mas
 DeBERTa's special pieces (cased).
 """
 from encoderx import config as base
+from encoderx.data import resources
 from encoderx.configs import bert_tiny
 
 
@@ -25,7 +26,7 @@ def get_config():
   config.model.layer_norm_eps = 1e-7
   config.data.vocab.kind = "sentencepiece"
   config.data.vocab.layout = "deberta"
-  config.data.vocab.path = base.BUNDLED_DEBERTA_SENTENCEPIECE_VOCAB
+  config.data.vocab.path = resources.BUNDLED_DEBERTA_SENTENCEPIECE_VOCAB
   config.data.vocab.lower_case = False
   config.data.vocab.strip_accents = False
   config.data.builder = "full_sentences"

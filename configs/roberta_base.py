@@ -20,6 +20,7 @@ holding roberta-base's vocab.json and merges.txt (or one trained with
 `python -m encoderx.data.bpe_vocabulary`).
 """
 from encoderx import config as base
+from encoderx.data import resources
 
 
 def get_config():
@@ -37,7 +38,7 @@ def get_config():
   config.model.layer_norm_eps = 1e-5
   config.model.dtype = "bfloat16"
   config.data.vocab.kind = "byte_bpe"
-  config.data.vocab.path = base.BUNDLED_BPE_VOCAB  # replace with roberta-base's files
+  config.data.vocab.path = resources.BUNDLED_BPE_VOCAB  # replace with roberta-base's files
   config.data.builder = "full_sentences"
   config.data.seq_length = 512
   config.objective.names = ("mlm",)

@@ -5,6 +5,7 @@ only on packed FULL-SENTENCES, Adam beta2 0.98) at bert_tiny's size, with the bu
 8,000-token byte-level BPE vocabulary: a few minutes on two CPU cores.
 """
 from encoderx import config as base
+from encoderx.data import resources
 from encoderx.configs import roberta_base
 
 
@@ -18,9 +19,9 @@ def get_config():
   config.model.intermediate_size = 512
   config.model.max_position_embeddings = 130  # 128 + position_offset 2
   config.model.dtype = "float32"
-  config.data.files = base.BUNDLED_CORPUS
+  config.data.files = resources.BUNDLED_CORPUS
   config.data.document_marker = r"^\s*(CHAPTER|Chapter)\s+[0-9IVXLC]+"
-  config.data.vocab.path = base.BUNDLED_BPE_VOCAB
+  config.data.vocab.path = resources.BUNDLED_BPE_VOCAB
   config.data.seq_length = 128
   config.data.shuffle_buffer = 2000
   config.objective.mlm.max_predictions = 20

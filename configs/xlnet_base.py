@@ -14,6 +14,7 @@ Point data.files (or data.tfds_name) at your corpus and data.vocab.path at a 32,
 model from `python -m encoderx.data.sentencepiece_vocabulary --size 32000 --cased`.
 """
 from encoderx import config as base
+from encoderx.data import resources
 
 
 def use_xlnet(config):
@@ -25,7 +26,7 @@ def use_xlnet(config):
   config.model.type_vocab_size = 0  # segments enter the attention only
   config.model.embedding_layer_norm = False
   config.data.vocab.kind = "sentencepiece"
-  config.data.vocab.path = base.BUNDLED_SENTENCEPIECE_VOCAB  # replace with a 32k model
+  config.data.vocab.path = resources.BUNDLED_SENTENCEPIECE_VOCAB  # replace with a 32k model
   return config
 
 

@@ -40,6 +40,7 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
+from encoderx import errors
 from encoderx import checksum
 from encoderx import config as config_lib
 from encoderx import distributed
@@ -60,7 +61,7 @@ KEPT_STEP = "kept_step"
 _WRITE_ERRORS = (OSError, ValueError, RuntimeError)
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(errors.UserError, RuntimeError):
   """A checkpoint directory that this run must not use as asked, or cannot use."""
 
 

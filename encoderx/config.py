@@ -12,16 +12,12 @@ import difflib
 
 import ml_collections
 
+from encoderx import errors
 from encoderx import files as files_lib
 from encoderx import objectives, optim
+from encoderx.data import resources
 from encoderx.models import attention, common, disentangled
 
-# Names that resolve to files shipped inside the package (see encoderx/data/resources).
-BUNDLED_CORPUS = "bundled:austen"
-BUNDLED_WORDPIECE_VOCAB = "bundled:austen-wordpiece"
-BUNDLED_BPE_VOCAB = "bundled:austen-bpe"
-BUNDLED_SENTENCEPIECE_VOCAB = "bundled:austen-sentencepiece"
-BUNDLED_DEBERTA_SENTENCEPIECE_VOCAB = "bundled:austen-deberta-sentencepiece"
 
 # Vocabulary kinds -> the module whose command line trains one (named in errors).
 VOCAB_KINDS = {"wordpiece": "encoderx.data.vocabulary",
@@ -31,8 +27,6 @@ VOCAB_KINDS = {"wordpiece": "encoderx.data.vocabulary",
 SENTENCEPIECE_LAYOUTS = ("albert", "deberta")
 
 
-class ConfigError(ValueError):
-  """A config value that cannot work; the message names the field."""
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -55,8 +49,8 @@ def default_config() -> ml_collections.ConfigDict:
   config.model = ml_collections.ConfigDict(dataclasses.asdict(common.ModelConfig()))
 
   config.data = ml_collections.ConfigDict(dict(
-      # Comma-separated file globs, or BUNDLED_CORPUS. Ignored when tfds_name is set.
-      files=BUNDLED_CORPUS,
+      # Comma-separated file globs, or resources.BUNDLED_CORPUS. Ignored when tfds_name is set.
+      files=resources.BUNDLED_CORPUS,
       # A TFDS dataset with its version, e.g. "wikipedia/20230601.en:1.0.0"; documents
       # are the tfds_text_key feature of its examples.
       tfds_name="",
@@ -100,7 +94,7 @@ def default_config() -> ml_collections.ConfigDict:
           # a directory holding vocab.json and merges.txt. "sentencepiece" (ALBERT):
           # path is a .model file.
           kind="wordpiece",
-          path=BUNDLED_WORDPIECE_VOCAB,
+          path=resources.BUNDLED_WORDPIECE_VOCAB,
           # Text preparation as in Hugging Face: BertTokenizer's do_lower_case and
           # strip_accents; for sentencepiece AlbertTokenizer's do_lower_case and (not)
           # keep_accents. Byte-level BPE keeps text as it is.
@@ -319,66 +313,34 @@ def changed_fields(config: ml_collections.ConfigDict, section: str) -> dict:
   return changed(config[section], default_config()[section])
 
 
-def fail(field: str, problem: str, fix: str = ""):
-  """Raises ConfigError naming the config field (or, for '--name', the flag)."""
-  what = f"flag {field}" if field.startswith("--") else f"config field '{field}'"
-  raise ConfigError(f"{what}: {problem}" + (f" {fix}" if fix else ""))
 
 
-def check_choice(field, value, choices):
-  if value not in choices:
-    fail(field, f"{value!r} is not one of {', '.join(map(repr, choices))}.")
 
 
-def check_positive(config, *fields):
-  for field in fields:
-    group, name = field.split(".", 1)
-    value = config[group]
-    for part in name.split("."):
-      value = value[part]
-    if value <= 0:
-      fail(field, f"must be positive, got {value}.")
 
 
-def check_tfds_name(name: str, field: str = "data.tfds_name") -> None:
-  """seqio and encoderx read a TFDS dataset at an explicit version."""
-  if ":" not in name:
-    fail(field, f"{name!r} lacks a version, which seqio requires.",
-         f"Write e.g. '{name}:1.0.0' (tfds.builder(name).version).")
 
 
-def resolve_file_patterns(patterns: str, field: str = "data.files") -> list[str]:
-  """Expands comma-separated globs to sorted files; a clear error if any matches none."""
-  if not patterns.strip():
-    fail(field, "is empty.", "Give comma-separated paths or globs of text files.")
-  files = []
-  for pattern in (p.strip() for p in patterns.split(",") if p.strip()):
-    matched = [m for m in files_lib.glob(pattern) if files_lib.path(m).is_file()]
-    if not matched:
-      fail(field, f"'{pattern}' matches no file.",
-            "Check the path (it is resolved from the current directory).")
-    files.extend(matched)
-  return files
 
 
 def _validate_relative_attention(model) -> None:
   """DeBERTa's fields: disentangled attention's terms and buckets, the mask decoder."""
   terms = tuple(model.relative_attention_terms)
   for term in terms:
-    check_choice("model.relative_attention_terms", term, disentangled.TERMS)
+    errors.check_choice("model.relative_attention_terms", term, disentangled.TERMS)
   if len(set(terms)) != len(terms):
-    fail("model.relative_attention_terms", f"{terms} names a term twice.")
+    errors.fail("model.relative_attention_terms", f"{terms} names a term twice.")
   if model.max_relative_positions < 2:
-    fail("model.max_relative_positions", f"must be >= 2, got {model.max_relative_positions}.")
+    errors.fail("model.max_relative_positions", f"must be >= 2, got {model.max_relative_positions}.")
   if model.position_buckets < 0 or model.position_buckets == 1:
-    fail("model.position_buckets", f"must be 0 (no buckets) or >= 2, got "
+    errors.fail("model.position_buckets", f"must be 0 (no buckets) or >= 2, got "
          f"{model.position_buckets}.")
   if model.position_buckets and model.max_relative_positions - 1 <= model.position_buckets // 2:
-    fail("model.max_relative_positions", f"{model.max_relative_positions} must exceed "
+    errors.fail("model.max_relative_positions", f"{model.max_relative_positions} must exceed "
          f"model.position_buckets / 2 + 1 = {model.position_buckets // 2 + 1} (log buckets "
          "shrink the distances between the two).")
   if model.enhanced_mask_decoder and model.embedding_size not in (0, model.hidden_size):
-    fail("model.enhanced_mask_decoder", "adds position embeddings to hidden states; it "
+    errors.fail("model.enhanced_mask_decoder", "adds position embeddings to hidden states; it "
          f"needs model.embedding_size = hidden_size, got {model.embedding_size}.")
 
 
@@ -391,89 +353,89 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   from encoderx import method as method_lib  # pylint: disable=g-import-not-at-top
   problems = list(_unknown_fields(config, default_config()))
   if problems:
-    raise ConfigError("; ".join(problems))
-  check_choice("method", config.method, tuple(method_lib.REGISTRY))
+    raise errors.ConfigError("; ".join(problems))
+  errors.check_choice("method", config.method, tuple(method_lib.REGISTRY))
 
   model, data, train = config.model, config.data, config.train
-  check_positive(config, "model.hidden_size", "model.num_layers", "model.num_heads",
+  errors.check_positive(config, "model.hidden_size", "model.num_layers", "model.num_heads",
                   "model.intermediate_size", "model.max_position_embeddings",
                   "data.seq_length", "train.steps", "train.batch_size",
                   "train.grad_accum_steps", "train.log_every", "eval.batch_size",
                   "checkpoint.every_steps", "checkpoint.keep")
   if model.hidden_size % model.num_heads:
-    fail("model.hidden_size", f"{model.hidden_size} is not divisible by "
+    errors.fail("model.hidden_size", f"{model.hidden_size} is not divisible by "
           f"model.num_heads={model.num_heads}.")
   if model.embedding_size < 0 or model.vocab_size < 0:
-    fail("model.embedding_size" if model.embedding_size < 0 else "model.vocab_size",
+    errors.fail("model.embedding_size" if model.embedding_size < 0 else "model.vocab_size",
           "must be >= 0 (0 means the default).")
   if model.vocab_multiple < 1:
-    fail("model.vocab_multiple", f"must be >= 1 (1: no padding rows), got "
+    errors.fail("model.vocab_multiple", f"must be >= 1 (1: no padding rows), got "
          f"{model.vocab_multiple}.", "Use e.g. 128 to pad the vocabulary so that it splits "
          "over the mesh.")
   if model.position_offset < 0:
-    fail("model.position_offset", f"must be >= 0, got {model.position_offset}.")
+    errors.fail("model.position_offset", f"must be >= 0, got {model.position_offset}.")
   from encoderx.export import hf  # pylint: disable=g-import-not-at-top
-  check_choice("model.family", model.family, tuple(hf.FAMILIES))
-  check_choice("model.hidden_act", model.hidden_act, tuple(common.ACTIVATIONS))
-  check_choice("model.pooler_act", model.pooler_act, tuple(common.ACTIVATIONS))
-  check_choice("model.attention", model.attention, tuple(attention.VARIANTS))
-  check_choice("model.attention_kernel", model.attention_kernel, common.ATTENTION_KERNELS)
+  errors.check_choice("model.family", model.family, tuple(hf.FAMILIES))
+  errors.check_choice("model.hidden_act", model.hidden_act, tuple(common.ACTIVATIONS))
+  errors.check_choice("model.pooler_act", model.pooler_act, tuple(common.ACTIVATIONS))
+  errors.check_choice("model.attention", model.attention, tuple(attention.VARIANTS))
+  errors.check_choice("model.attention_kernel", model.attention_kernel, common.ATTENTION_KERNELS)
   if model.attention_kernel != "auto" and model.attention != "standard":
-    fail("model.attention_kernel", f"{model.attention_kernel!r} is a kernel of the "
+    errors.fail("model.attention_kernel", f"{model.attention_kernel!r} is a kernel of the "
          f"standard attention; model.attention={model.attention!r} computes its own.",
          "Use 'auto'.")
-  check_choice("model.position_embedding", model.position_embedding,
+  errors.check_choice("model.position_embedding", model.position_embedding,
                 common.POSITION_EMBEDDINGS)
-  check_choice("model.layer_sharing", model.layer_sharing, common.LAYER_SHARING)
+  errors.check_choice("model.layer_sharing", model.layer_sharing, common.LAYER_SHARING)
   _validate_relative_attention(model)
-  check_choice("model.dtype", model.dtype, common.DTYPES)
-  check_choice("model.param_dtype", model.param_dtype, common.DTYPES)
+  errors.check_choice("model.dtype", model.dtype, common.DTYPES)
+  errors.check_choice("model.param_dtype", model.param_dtype, common.DTYPES)
   if model.scan_layers and model.layer_sharing != "none":
-    fail("model.scan_layers", "scans distinct layers; it cannot be combined with "
+    errors.fail("model.scan_layers", "scans distinct layers; it cannot be combined with "
           f"model.layer_sharing={model.layer_sharing!r}.")
   for field in ("hidden_dropout", "attention_dropout"):
     if not 0.0 <= model[field] < 1.0:
-      fail(f"model.{field}", f"must be in [0, 1), got {model[field]}.")
+      errors.fail(f"model.{field}", f"must be in [0, 1), got {model[field]}.")
 
   longest = max(data.seq_length, train.long_seq_length if train.long_fraction else 0)
   if ((model.position_embedding == "absolute" or model.enhanced_mask_decoder)
       and longest + model.position_offset > model.max_position_embeddings):
     offset = (f" + model.position_offset={model.position_offset}"
               if model.position_offset else "")
-    fail("data.seq_length" if longest == data.seq_length else "train.long_seq_length",
+    errors.fail("data.seq_length" if longest == data.seq_length else "train.long_seq_length",
           f"{longest}{offset} exceeds model.max_position_embeddings="
           f"{model.max_position_embeddings}.")
   if data.seq_length < 8:
-    fail("data.seq_length", f"{data.seq_length} is too short for [CLS] A [SEP] B [SEP].")
+    errors.fail("data.seq_length", f"{data.seq_length} is too short for [CLS] A [SEP] B [SEP].")
   if not 0.0 <= train.long_fraction < 1.0:
-    fail("train.long_fraction", f"must be in [0, 1), got {train.long_fraction}.")
-  check_choice("data.vocab.kind", data.vocab.kind, VOCAB_KINDS)
-  check_choice("data.process_split", data.process_split, ("shards", "rows"))
-  check_choice("data.vocab.layout", data.vocab.layout, SENTENCEPIECE_LAYOUTS)
+    errors.fail("train.long_fraction", f"must be in [0, 1), got {train.long_fraction}.")
+  errors.check_choice("data.vocab.kind", data.vocab.kind, VOCAB_KINDS)
+  errors.check_choice("data.process_split", data.process_split, ("shards", "rows"))
+  errors.check_choice("data.vocab.layout", data.vocab.layout, SENTENCEPIECE_LAYOUTS)
   if not data.vocab.path.startswith("bundled:") and not files_lib.exists(data.vocab.path):
-    fail("data.vocab.path", f"'{data.vocab.path}' does not exist.",
+    errors.fail("data.vocab.path", f"'{data.vocab.path}' does not exist.",
           f"Train one with `python -m {VOCAB_KINDS[data.vocab.kind]} --help`.")
 
   if train.max_skipped_steps < 0:
-    fail("train.max_skipped_steps", f"must be >= 0, got {train.max_skipped_steps}.")
+    errors.fail("train.max_skipped_steps", f"must be >= 0, got {train.max_skipped_steps}.")
   if train.batch_size % train.grad_accum_steps:
-    fail("train.batch_size", f"{train.batch_size} is not divisible by "
+    errors.fail("train.batch_size", f"{train.batch_size} is not divisible by "
           f"train.grad_accum_steps={train.grad_accum_steps}.")
   optimizer = config.optimizer
-  check_choice("optimizer.name", optimizer.name, tuple(optim.OPTIMIZERS))
+  errors.check_choice("optimizer.name", optimizer.name, tuple(optim.OPTIMIZERS))
   if optimizer.learning_rate <= 0:
-    fail("optimizer.learning_rate", f"must be positive, got {optimizer.learning_rate}.")
+    errors.fail("optimizer.learning_rate", f"must be positive, got {optimizer.learning_rate}.")
   if optimizer.warmup_steps < 0 or optimizer.warmup_steps >= train.steps:
-    fail("optimizer.warmup_steps", f"{optimizer.warmup_steps} must be >= 0 and below "
+    errors.fail("optimizer.warmup_steps", f"{optimizer.warmup_steps} must be >= 0 and below "
           f"train.steps={train.steps}.")
   if config.eval.batches < 0:
-    fail("eval.batches", f"must be >= 0 (0: the whole split), got {config.eval.batches}.")
-  check_choice("eval.best_mode", config.eval.best_mode, ("max", "min"))
+    errors.fail("eval.batches", f"must be >= 0 (0: the whole split), got {config.eval.batches}.")
+  errors.check_choice("eval.best_mode", config.eval.best_mode, ("max", "min"))
   for axis in ("data", "fsdp", "tensor"):
     if config.mesh[axis] == 0 or config.mesh[axis] < -1:
-      fail(f"mesh.{axis}", f"must be a positive size or -1, got {config.mesh[axis]}.")
+      errors.fail(f"mesh.{axis}", f"must be a positive size or -1, got {config.mesh[axis]}.")
   if sum(config.mesh[a] == -1 for a in ("data", "fsdp", "tensor")) > 1:
-    fail("mesh", "at most one axis may be -1.")
+    errors.fail("mesh", "at most one axis may be -1.")
   from encoderx import sharding  # pylint: disable=g-import-not-at-top (it imports us)
   sharding.check_rules(config.mesh.rules)
   method_lib.method_class(config.method).validate(config)

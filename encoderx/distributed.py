@@ -20,6 +20,7 @@ collective until JAX's timeout.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
 import json
 import logging
@@ -28,7 +29,7 @@ import os
 import jax
 import numpy as np
 
-from encoderx import config as config_lib
+from encoderx import errors
 
 logger = logging.getLogger("encoderx")
 
@@ -58,7 +59,7 @@ def _settings(coordinator_address: str, num_processes: int | None,
       try:
         given[name] = value if name == "coordinator_address" else int(value)
       except ValueError:
-        config_lib.fail(f"--{name}", f"{variable}={value!r} is not a whole number.")
+        errors.fail(f"--{name}", f"{variable}={value!r} is not a whole number.")
   return given
 
 
@@ -72,13 +73,13 @@ def initialize(coordinator_address: str = "", num_processes: int | None = None,
   if any(value not in (None, "") for value in settings.values()):
     missing = [name for name, value in settings.items() if value in (None, "")]
     if missing:
-      config_lib.fail(f"--{missing[0]}", f"(or {ENVIRONMENT[missing[0]]}) is missing: a run "
+      errors.fail(f"--{missing[0]}", f"(or {ENVIRONMENT[missing[0]]}) is missing: a run "
                       "of several processes needs --coordinator_address, --num_processes "
                       "and --process_id.")
     if settings["num_processes"] < 1:
-      config_lib.fail("--num_processes", f"must be >= 1, got {settings['num_processes']}.")
+      errors.fail("--num_processes", f"must be >= 1, got {settings['num_processes']}.")
     if not 0 <= settings["process_id"] < settings["num_processes"]:
-      config_lib.fail("--process_id", f"{settings['process_id']} is not in [0, "
+      errors.fail("--process_id", f"{settings['process_id']} is not in [0, "
                       f"{settings['num_processes']}) (--num_processes).")
     if settings["num_processes"] == 1:
       return False
@@ -154,13 +155,13 @@ def _processes(indices: list[int]) -> str:
 
 
 @contextlib.contextmanager
-def agreement(errors: tuple[type[Exception], ...]):
+def agreement(user_errors: tuple[type[Exception], ...]):
   """A phase of checks whose outcome every process shares. Every process runs the body;
   they exchange success or the error (class and message), and if the body raised on any
-  of them, every process raises the same error: of the class in `errors` (the user
-  errors) that the first failing process's error is an instance of, with a message naming
-  the failing processes and what each reported ('process 1 of 2: config field ...').
-  A process whose own error is not one of `errors` re-raises it (its traceback is the
+  of them, every process raises the same error: the class of the first failing process's
+  error (one of `user_errors`, the user errors, or a subclass), with a message naming the
+  failing processes and what each reported ('process 1 of 2: config field ...').
+  A process whose own error is not one of `user_errors` re-raises it (its traceback is the
   report); the others raise ProcessFailed naming it.
 
   The body must not enter a collective: a process that failed before it would leave the
@@ -174,9 +175,10 @@ def agreement(errors: tuple[type[Exception], ...]):
     yield
   except Exception as error:  # pylint: disable=broad-except  (shared, then raised)
     failure = error
-  kinds = [i for i, kind in enumerate(errors) if isinstance(failure, kind)]
+  kinds = [i for i, kind in enumerate(user_errors) if isinstance(failure, kind)]
   reports = exchange(None if failure is None else {
       "kind": kinds[0] if kinds else None,
+      "class": f"{type(failure).__module__}:{type(failure).__qualname__}",
       "message": str(failure) if kinds
                  else f"{type(failure).__name__}: {_first_line(failure)}"})
   failed = [i for i, report in enumerate(reports) if report is not None]
@@ -188,5 +190,17 @@ def agreement(errors: tuple[type[Exception], ...]):
   for index in failed:
     by_message.setdefault(reports[index]["message"], []).append(index)
   message = "; ".join(f"{_processes(indices)}: {text}" for text, indices in by_message.items())
-  kind = reports[failed[0]]["kind"]
-  raise (ProcessFailed if kind is None else errors[kind])(message) from failure
+  first = reports[failed[0]]
+  kind = ProcessFailed if first["kind"] is None else _error_class(first["class"],
+                                                                  user_errors[first["kind"]])
+  raise kind(message) from failure
+
+
+def _error_class(name: str, base: type[Exception]) -> type[Exception]:
+  """The class 'module:QualName' that another process raised (every process runs the same
+  code), where it is a `base`; else `base` itself."""
+  module, _, qualname = name.partition(":")
+  found = importlib.import_module(module)
+  for part in qualname.split("."):
+    found = getattr(found, part, None)
+  return found if isinstance(found, type) and issubclass(found, base) else base

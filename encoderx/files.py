@@ -23,6 +23,8 @@ import urllib.parse
 
 from etils import epath
 
+from encoderx import errors
+
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _WILDCARD = re.compile(r"[*?[]")
 
@@ -143,3 +145,18 @@ def write_atomically(p: str | os.PathLike, data: bytes | str) -> None:
   except BaseException:
     os.remove(temporary)  # a failed write leaves nothing behind
     raise
+
+
+def resolve_patterns(patterns: str, field: str = "data.files") -> list[str]:
+  """Comma-separated globs -> their files, sorted per glob; a ConfigError naming `field`
+  if they are empty or one matches no file."""
+  if not patterns.strip():
+    errors.fail(field, "is empty.", "Give comma-separated paths or globs of text files.")
+  matched_files = []
+  for pattern in (p.strip() for p in patterns.split(",") if p.strip()):
+    matched = [m for m in glob(pattern) if path(m).is_file()]
+    if not matched:
+      errors.fail(field, f"'{pattern}' matches no file.",
+                  "Check the path (it is resolved from the current directory).")
+    matched_files.extend(matched)
+  return matched_files

@@ -30,6 +30,7 @@ import tokenize
 import gin
 import ml_collections
 
+from encoderx import errors
 from encoderx import config as config_lib
 
 ROOT = "config"  # the configurable of the fields at the top of the schema
@@ -86,7 +87,7 @@ def _field(binding_key: str) -> str:
   return f"{group}.{parameter}" if group else parameter
 
 
-def _user_error(error: Exception, files, bindings) -> config_lib.ConfigError:
+def _user_error(error: Exception, files, bindings) -> errors.ConfigError:
   """gin's error (several lines: the problem, then where) -> one line, the same as a
   misspelt --config.<field> for a name that is no field."""
   text = str(error)
@@ -96,9 +97,9 @@ def _user_error(error: Exception, files, bindings) -> config_lib.ConfigError:
     if statement:
       message = config_lib.unknown_field(_field(statement.group(1)))
       if message:
-        return config_lib.ConfigError(message)
+        return errors.ConfigError(message)
   where = f" (gin files {', '.join(files)}; bindings {list(bindings)})"
-  return config_lib.ConfigError("gin: " + " ".join(text.split()) + where)
+  return errors.ConfigError("gin: " + " ".join(text.split()) + where)
 
 
 def apply(config: ml_collections.ConfigDict, files=(), bindings=()) -> ml_collections.ConfigDict:
@@ -108,7 +109,7 @@ def apply(config: ml_collections.ConfigDict, files=(), bindings=()) -> ml_collec
   _register()
   for path in files:
     if not os.path.isfile(path):
-      config_lib.fail("--gin_file", f"no gin file '{path}' (looked from {os.getcwd()}).")
+      errors.fail("--gin_file", f"no gin file '{path}' (looked from {os.getcwd()}).")
   gin.clear_config()
   try:
     gin.parse_config_files_and_bindings(list(files), list(bindings), finalize_config=False)
@@ -121,7 +122,7 @@ def apply(config: ml_collections.ConfigDict, files=(), bindings=()) -> ml_collec
     gin.clear_config()
   if scoped:
     scope, binding = scoped[0]
-    raise config_lib.ConfigError(f"gin scopes are not part of the config schema: bind "
+    raise errors.ConfigError(f"gin scopes are not part of the config schema: bind "
                                  f"'{binding}' without the scope '{scope}'.")
   config = config.copy_and_resolve_references()
   for path, fields in values.items():
@@ -135,7 +136,7 @@ def apply(config: ml_collections.ConfigDict, files=(), bindings=()) -> ml_collec
       try:
         group[name] = value
       except (TypeError, ValueError):
-        config_lib.fail(field, f"gin binds {value!r}, not of type "
+        errors.fail(field, f"gin binds {value!r}, not of type "
                         f"{type(group[name]).__name__}.")
   config.lock()  # as the ml_collections configs are: a misspelt field fails
   return config

@@ -31,6 +31,7 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
+from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import files as files_lib
 from encoderx import method as method_lib
@@ -48,7 +49,7 @@ RUN_MODEL_FIELDS = ("hidden_dropout", "attention_dropout", "attention_kernel", "
 ENCODER_SCOPES = (("encoder_model", "embeddings"), ("encoder_model", "encoder"))
 
 
-class InitError(ValueError):
+class InitError(errors.UserError, ValueError):
   """An --init_from source that cannot be read, or whose weights do not fit the run."""
 
 

@@ -41,7 +41,7 @@ import flax
 import jax
 import ml_collections
 
-from encoderx import config as config_lib
+from encoderx import errors
 from encoderx.models import common
 
 REGISTRY: dict[str, str] = {
@@ -75,7 +75,7 @@ def model_config(config: ml_collections.ConfigDict, vocabulary) -> common.ModelC
   """`config.model` resolved against the vocabulary (vocab_size 0: the vocabulary's)."""
   resolved = common.ModelConfig.from_config(config.model, vocabulary.vocab_size)
   if resolved.vocab_size < vocabulary.vocab_size:
-    raise config_lib.ConfigError(
+    raise errors.ConfigError(
         f"config field 'model.vocab_size': {resolved.vocab_size} is smaller than the "
         f"vocabulary's {vocabulary.vocab_size} tokens ({config.data.vocab.path}). Set it "
         "to 0 to use the vocabulary's size.")

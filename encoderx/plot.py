@@ -18,12 +18,13 @@ import sys
 
 import numpy as np
 
+from encoderx import errors
 from encoderx import files as files_lib
 
 EVAL_PREFIX = "eval/"
 
 
-class PlotError(ValueError):
+class PlotError(errors.UserError, ValueError):
   """A run directory without logs, or without the metric asked for."""
 
 

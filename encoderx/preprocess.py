@@ -41,6 +41,7 @@ import time
 
 import ml_collections
 
+from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import files as files_lib
 from encoderx.data import corpus, pipeline, preprocessed, tasks
@@ -135,7 +136,7 @@ def _start(output: str, description: dict) -> None:
   """Claims `output` for `description` (with the lengths to write), or continues an
   unfinished run of the same."""
   if os.path.exists(os.path.join(output, preprocessed.MANIFEST)):
-    raise config_lib.ConfigError(
+    raise errors.ConfigError(
         f"flag --output: '{output}' already holds preprocessed examples (its "
         f"{preprocessed.MANIFEST}); nothing was changed. Choose another directory.")
   os.makedirs(output, exist_ok=True)
@@ -143,7 +144,7 @@ def _start(output: str, description: dict) -> None:
   if os.path.exists(plan_path):
     with open(plan_path, encoding="utf-8") as handle:
       if json.load(handle) != json.loads(json.dumps(description)):
-        raise config_lib.ConfigError(
+        raise errors.ConfigError(
             f"flag --output: '{output}' holds an unfinished preprocessing of another "
             "config or --copies; nothing was changed. Continue it with its own config, "
             "or choose another directory.")
@@ -188,12 +189,12 @@ def _check_processes(config, processes: int) -> None:
   if processes == 1:
     return
   if not tasks.builds_streams(config):
-    config_lib.fail("--processes", f"is {processes}, but only XLNet's row streams depend "
+    errors.fail("--processes", f"is {processes}, but only XLNet's row streams depend "
                     "on the processes that read them; these examples serve any number.",
                     "Leave it out.")
   batch, bi_data = config.train.batch_size, config.objective.plm.bi_data
   if processes < 1 or batch % processes or (bi_data and batch // processes % 2):
-    config_lib.fail("--processes", f"{processes} does not split train.batch_size={batch} "
+    errors.fail("--processes", f"{processes} does not split train.batch_size={batch} "
                     f"into {'an even' if bi_data else 'a whole'} number of rows per process"
                     + (" (bi_data reads half of them backwards)." if bi_data else "."),
                     "Give the process count of the run that will train on the examples.")
@@ -207,10 +208,10 @@ def run(config: ml_collections.ConfigDict, output: str, copies: int = 1,
   from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
   config = config_lib.validate(config)
   if copies < 1:
-    config_lib.fail("--copies", f"must be at least 1, got {copies}.")
+    errors.fail("--copies", f"must be at least 1, got {copies}.")
   _check_processes(config, processes)
   if config.data.preprocessed:
-    config_lib.fail("data.preprocessed", "is set: preprocessing reads data.files or "
+    errors.fail("data.preprocessed", "is set: preprocessing reads data.files or "
                     "data.tfds_name, and writes to --output.")
   preprocessed.check_local(output, "--output")
   output = str(files_lib.path(output))

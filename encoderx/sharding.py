@@ -16,7 +16,7 @@ import jax
 import ml_collections
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from encoderx import config as config_lib
+from encoderx import errors
 
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
@@ -49,12 +49,12 @@ def make_mesh(mesh_config, devices=None) -> Mesh:
   described = " x ".join(f"{axis}={size}" for axis, size in zip(MESH_AXES, shape))
   if -1 in shape:
     if len(devices) % known:
-      config_lib.fail("mesh", f"{described}: the {len(devices)} devices do not divide by "
+      errors.fail("mesh", f"{described}: the {len(devices)} devices do not divide by "
                       f"the fixed axes' product {known}.",
                       f"Choose sizes whose product divides {len(devices)}.")
     shape[shape.index(-1)] = len(devices) // known
   if math.prod(shape) != len(devices):
-    config_lib.fail("mesh", f"{described} needs {math.prod(shape)} devices; "
+    errors.fail("mesh", f"{described} needs {math.prod(shape)} devices; "
                     f"{len(devices)} are available.",
                     f"Choose sizes whose product is {len(devices)}, or set one axis to -1 "
                     "(the devices left).")
@@ -82,11 +82,11 @@ def check_rules(rules_config) -> None:
   for name in rules_config.keys():
     value = rules_config[name]
     if not isinstance(value, str):
-      config_lib.fail(f"mesh.rules.{name}", f"{value!r} is not a string of mesh axes.",
+      errors.fail(f"mesh.rules.{name}", f"{value!r} is not a string of mesh axes.",
                       'Write e.g. "data,fsdp", "tensor" or "" (replicated).')
     for axis in (a.strip() for a in value.split(",") if a.strip()):
       if axis not in MESH_AXES:
-        config_lib.fail(f"mesh.rules.{name}",
+        errors.fail(f"mesh.rules.{name}",
                         f"{axis!r} is not a mesh axis ({', '.join(MESH_AXES)}).")
 
 

@@ -33,6 +33,7 @@ import numpy as np
 import seqio
 from tqdm.auto import tqdm
 
+from encoderx import errors
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import config as config_lib
 from encoderx import distributed
@@ -45,12 +46,9 @@ from encoderx.data import corpus, labelled, pipeline, vocabulary
 
 logger = logging.getLogger("encoderx")
 
-# Errors that come from what the user gave (config, corpus, vocabulary, work directory):
-# the command line prints their message, not a traceback.
-USER_ERRORS = (config_lib.ConfigError, corpus.CorpusError, vocabulary.VocabularyError,
-               checkpoint_lib.CheckpointError, initialize.InitError,
-               labelled.LabelledDataError, workdir_lib.WorkdirError,
-               trainer_lib.NonFiniteError)
+# Errors that come from what the user gave: the command line prints their message, not a
+# traceback (encoderx/errors.py).
+USER_ERRORS = (errors.UserError,)
 
 
 class _StopRequest:
@@ -112,7 +110,7 @@ def _shard_info(config) -> seqio.ShardInfo | None:
 def _local_batch_size(config, global_batch: int) -> int:
   """The batch size this process's iterator yields (rows mode: the global one)."""
   if global_batch % jax.process_count():
-    raise config_lib.ConfigError(
+    raise errors.ConfigError(
         f"batch size {global_batch} is not divisible by the {jax.process_count()} hosts.")
   return global_batch if _by_rows(config) else global_batch // jax.process_count()
 
@@ -454,7 +452,7 @@ def _config_from_flags(flags_) -> ml_collections.ConfigDict:
   """--config (with its --config.<field> overrides; default: the schema's defaults), then
   the gin files and bindings on top, then --init_from."""
   if flags_.config is None and not flags_.gin_file:
-    raise config_lib.ConfigError("no config: give --config=configs/NAME.py or "
+    raise errors.ConfigError("no config: give --config=configs/NAME.py or "
                                  "--gin_file=configs/gin/NAME.gin.")
   config = flags_.config if flags_.config is not None else config_lib.default_config()
   if flags_.gin_file or flags_.gin_bindings:

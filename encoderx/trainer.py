@@ -29,6 +29,7 @@ import numpy as np
 import optax
 from jax.sharding import PartitionSpec
 
+from encoderx import errors
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import config as config_lib
 from encoderx import method as method_lib
@@ -79,7 +80,7 @@ class StepCost:
             f"temporaries, {mb(self.output_bytes)} out (the state's donated)")
 
 
-class NonFiniteError(RuntimeError):
+class NonFiniteError(errors.UserError, RuntimeError):
   """Training produced non-finite values for longer than the run allows."""
 
 
@@ -189,11 +190,11 @@ class Trainer:
                         ("eval.batch_size", self.config.eval.batch_size)):
       for count, what in ((hosts, f"the {hosts} hosts"), (parallel, devices)):
         if size % count:
-          config_lib.fail(field, f"{size} is not divisible by {what}.",
+          errors.fail(field, f"{size} is not divisible by {what}.",
                           f"Use a multiple of {count}.")
     micro = train.batch_size // train.grad_accum_steps
     if micro % parallel:
-      config_lib.fail("train.grad_accum_steps", f"splits train.batch_size="
+      errors.fail("train.grad_accum_steps", f"splits train.batch_size="
                       f"{train.batch_size} into micro-batches of {micro}, which is not "
                       f"divisible by {devices}.",
                       f"Use fewer micro-batches, or a batch of {parallel} x "

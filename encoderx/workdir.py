@@ -26,6 +26,7 @@ import socket
 import tempfile
 import time
 
+from encoderx import errors
 from encoderx import files as files_lib
 
 logger = logging.getLogger("encoderx")
@@ -33,7 +34,7 @@ logger = logging.getLogger("encoderx")
 LOCK_NAME = "encoderx.lock"
 
 
-class WorkdirError(OSError):
+class WorkdirError(errors.UserError, OSError):
   """A work directory this run cannot use; the message says why and what to do."""
 
 

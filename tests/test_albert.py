@@ -12,6 +12,7 @@ import seqio
 import sentencepiece
 import tensorflow as tf
 
+from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import optim, train
 from encoderx.configs import albert_base, albert_tiny
@@ -20,6 +21,7 @@ from encoderx.data import sentencepiece_vocabulary as spm_lib
 from encoderx.data.vocabulary import VocabularyError
 from encoderx.export import hf
 from encoderx.models import common, pretraining
+from encoderx.data import resources
 
 from reference_models import (  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
     check_round_trip, flax_from_torch, mlm_logits, padded_batch, small_model,
@@ -58,7 +60,7 @@ def _lines(files, count):
 @pytest.mark.parametrize("model", ["trained", "bundled"])
 def test_sentencepiece_ids_equal_hugging_face_albert_tokenizer(
     model, trained_model, austen_files, tmp_path):
-  path = trained_model if model == "trained" else config_lib.BUNDLED_SENTENCEPIECE_VOCAB
+  path = trained_model if model == "trained" else resources.BUNDLED_SENTENCEPIECE_VOCAB
   vocabulary = spm_lib.SentencePieceVocabulary(path)
   theirs_tokenizer = _hf_albert_tokenizer(vocabulary.path, tmp_path)
   assert len(theirs_tokenizer) == vocabulary.vocab_size == (4000 if model == "trained"
@@ -74,7 +76,7 @@ def test_sentencepiece_ids_equal_hugging_face_albert_tokenizer(
 
 
 def test_sentencepiece_interface_and_word_grouping():
-  vocabulary = spm_lib.SentencePieceVocabulary(config_lib.BUNDLED_SENTENCEPIECE_VOCAB)
+  vocabulary = spm_lib.SentencePieceVocabulary(resources.BUNDLED_SENTENCEPIECE_VOCAB)
   assert (vocabulary.pad_id, vocabulary.unk_id, vocabulary.cls_id, vocabulary.sep_id,
           vocabulary.mask_id) == (0, 1, 2, 3, 4)
   assert vocabulary.eos_id is None and vocabulary.bos_id is None
@@ -120,7 +122,7 @@ def test_bad_sentencepiece_files_fail_clearly(tmp_path, austen_files):
   assert not list(tmp_path.glob("out*"))  # nothing half-written
   config = albert_tiny.get_config()
   config.data.vocab.path = str(tmp_path / "missing.model")
-  with pytest.raises(config_lib.ConfigError,
+  with pytest.raises(errors.ConfigError,
                      match=r"data\.vocab\.path.*encoderx\.data\.sentencepiece_vocabulary"):
     config_lib.validate(config)
 
@@ -134,7 +136,7 @@ POSITIONS_PER_DOCUMENT = 1_000_000
 def austen_documents():
   """The bundled chapters tokenized as the Task does, with every token id replaced by
   its document's number * 1e6 + its position, so pairs show where they came from."""
-  vocabulary = spm_lib.SentencePieceVocabulary(config_lib.BUNDLED_SENTENCEPIECE_VOCAB)
+  vocabulary = spm_lib.SentencePieceVocabulary(resources.BUNDLED_SENTENCEPIECE_VOCAB)
   chapters = list(corpus.read_documents(
       tasks.corpus_files(albert_tiny.get_config().data),
       corpus.CorpusFormat(document_marker=AUSTEN_CHAPTERS)))
@@ -320,10 +322,10 @@ def test_albert_configs_carry_the_paper_recipe():
   assert (config.optimizer.name, config.optimizer.learning_rate) == ("lamb", 0.00176)
   assert tuple(config.objective.names) == ("mlm", "sop")
   tiny = config_lib.validate(albert_tiny.get_config())
-  assert tiny.data.vocab.path == config_lib.BUNDLED_SENTENCEPIECE_VOCAB
+  assert tiny.data.vocab.path == resources.BUNDLED_SENTENCEPIECE_VOCAB
   bad = albert_tiny.get_config()
   bad.optimizer.name = "lamb2"
-  with pytest.raises(config_lib.ConfigError, match=r"optimizer\.name.*'adamw', 'lamb'"):
+  with pytest.raises(errors.ConfigError, match=r"optimizer\.name.*'adamw', 'lamb'"):
     config_lib.validate(bad)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import REPO
 
+from encoderx import errors
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import config as config_lib
 from encoderx import train, trainer as trainer_lib
@@ -45,7 +46,7 @@ def test_batches_and_meshes_that_do_not_fit_the_devices_fail_before_building(
   for field, value in fields.items():
     section, name = field.split(".")
     config[section][name] = value
-  with pytest.raises(config_lib.ConfigError, match=message):
+  with pytest.raises(errors.ConfigError, match=message):
     trainer_lib.Trainer(config)  # all 8 devices
 
 
@@ -140,7 +141,7 @@ def test_one_document_per_line(tiny_config, tmp_path):
   config_lib.validate(config)
   assert tasks.check_text_corpus(config) == {"train": 2, "validation": 1}
   config.data.sentence_per_line = True
-  with pytest.raises(config_lib.ConfigError, match=r"'data\.document_per_line': makes each "
+  with pytest.raises(errors.ConfigError, match=r"'data\.document_per_line': makes each "
                      r"line a document; it cannot be combined with data\.document_marker"):
     config_lib.validate(config)
 

@@ -7,10 +7,12 @@ import pytest
 import seqio
 import tensorflow as tf
 
+from encoderx import errors
 from encoderx import config as config_lib
 from encoderx.configs import bert_tiny
 from encoderx.data import bpe_vocabulary, corpus, preprocessors, tasks
 from encoderx.data.vocabulary import VocabularyError
+from encoderx.data import resources
 
 
 @pytest.fixture(scope="module")
@@ -148,15 +150,15 @@ def test_trains_a_vocabulary_from_the_command_line(tmp_path, austen_files, capsy
 def test_config_selects_the_byte_level_vocabulary(tmp_path):
   config = bert_tiny.get_config()
   config.data.vocab.kind = "byte_bpe"
-  config.data.vocab.path = config_lib.BUNDLED_BPE_VOCAB
+  config.data.vocab.path = resources.BUNDLED_BPE_VOCAB
   vocabulary = tasks.build_vocabulary(config.data.vocab)
   assert isinstance(vocabulary, bpe_vocabulary.ByteLevelBpeVocabulary)
   assert vocabulary.vocab_size == 8000
   config.data.vocab.path = str(tmp_path / "nowhere")
-  with pytest.raises(config_lib.ConfigError, match=r"data\.vocab\.path.*bpe_vocabulary"):
+  with pytest.raises(errors.ConfigError, match=r"data\.vocab\.path.*bpe_vocabulary"):
     config_lib.validate(config)
   config.data.vocab.kind = "bpe"
-  with pytest.raises(config_lib.ConfigError, match=r"data\.vocab\.kind.*'byte_bpe'"):
+  with pytest.raises(errors.ConfigError, match=r"data\.vocab\.kind.*'byte_bpe'"):
     config_lib.validate(config)
 
 

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from encoderx import errors
 from encoderx import config as config_lib
 from encoderx.configs import bert_base, bert_large, bert_tiny
 
@@ -36,7 +37,7 @@ def test_unknown_field_in_an_unlocked_config_is_reported():
   config = bert_tiny.get_config()
   config.unlock()
   config.train.stpes = 10
-  with pytest.raises(config_lib.ConfigError, match=r"train\.stpes.*train\.steps"):
+  with pytest.raises(errors.ConfigError, match=r"train\.stpes.*train\.steps"):
     config_lib.validate(config)
 
 
@@ -60,14 +61,14 @@ def test_invalid_values_name_the_field(field, value, message):
   for part in section.split("."):
     group = group[part]
   group[name] = value
-  with pytest.raises(config_lib.ConfigError, match=message):
+  with pytest.raises(errors.ConfigError, match=message):
     config_lib.validate(config)
 
 
 def test_objectives_and_example_builder_must_agree():
   config = bert_tiny.get_config()
   config.objective.names = ("mlm",)
-  with pytest.raises(config_lib.ConfigError, match=r"data\.builder"):
+  with pytest.raises(errors.ConfigError, match=r"data\.builder"):
     config_lib.validate(config)
 
 
@@ -81,7 +82,7 @@ def test_trainer_rejects_bad_config_before_building_anything(monkeypatch):
   monkeypatch.setattr(pretraining, "PretrainingModel", fail)
   config = bert_tiny.get_config()
   config.model.num_heads = 5
-  with pytest.raises(config_lib.ConfigError, match="model.hidden_size"):
+  with pytest.raises(errors.ConfigError, match="model.hidden_size"):
     trainer_lib.Trainer(config)
 
 

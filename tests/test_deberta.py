@@ -222,7 +222,7 @@ def _deberta_tokenizer(model_file, directory, lower_case=False):
 
 def test_deberta_sentencepiece_ids_equal_debertav2tokenizer(austen_lines, tmp_path):
   vocabulary = spm_lib.SentencePieceVocabulary(
-      config_lib.BUNDLED_DEBERTA_SENTENCEPIECE_VOCAB, lower_case=False,
+      resources.BUNDLED_DEBERTA_SENTENCEPIECE_VOCAB, lower_case=False,
       strip_accents=False, layout="deberta")
   tokenizer = _deberta_tokenizer(vocabulary.path, tmp_path)
   assert (vocabulary.pad_id, vocabulary.cls_id, vocabulary.sep_id, vocabulary.unk_id,
@@ -249,7 +249,7 @@ def test_deberta_sentencepiece_ids_equal_debertav2tokenizer(austen_lines, tmp_pa
 def test_sentencepiece_layouts_are_checked_and_trained(austen_files, tmp_path):
   with pytest.raises(VocabularyError, match=r"lacks the special pieces \['\[MASK\]'\] of "
                      r"the 'albert' layout.*data\.vocab\.layout"):
-    spm_lib.SentencePieceVocabulary(config_lib.BUNDLED_DEBERTA_SENTENCEPIECE_VOCAB)
+    spm_lib.SentencePieceVocabulary(resources.BUNDLED_DEBERTA_SENTENCEPIECE_VOCAB)
   prefix = tmp_path / "spm"
   spm_lib.main(["--files", austen_files[0], "--size", "1000", "--layout", "deberta",
                 "--output", str(prefix)])
@@ -264,7 +264,7 @@ def _hf_directory(directory, config):
   DeBERTa-layout SentencePiece model as its spm.model."""
   torch_model = _reference(config)
   torch_model.save_pretrained(directory)
-  _deberta_tokenizer(resources.resolve(config_lib.BUNDLED_DEBERTA_SENTENCEPIECE_VOCAB),
+  _deberta_tokenizer(resources.resolve(resources.BUNDLED_DEBERTA_SENTENCEPIECE_VOCAB),
                      directory)
   return torch_model
 

@@ -17,8 +17,8 @@ import pytest
 
 from conftest import REPO
 from test_faults import _flip_bytes, _largest_file  # pylint: disable=g-bad-import-order
+from encoderx import errors
 from encoderx import checkpoint as checkpoint_lib
-from encoderx import config as config_lib
 from encoderx import distributed
 from encoderx import plot
 from encoderx import train
@@ -47,18 +47,18 @@ def test_one_process_initializes_nothing(no_environment):
      "flag --num_processes: must be >= 1"),
 ])
 def test_incomplete_or_inconsistent_settings_name_the_flag(no_environment, settings, message):
-  with pytest.raises(config_lib.ConfigError, match=re.escape(message)):
+  with pytest.raises(errors.ConfigError, match=re.escape(message)):
     distributed.initialize(**settings)
 
 
 def test_settings_come_from_the_environment_when_not_given(no_environment, monkeypatch):
   monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "h:1")
   monkeypatch.setenv("JAX_NUM_PROCESSES", "two")
-  with pytest.raises(config_lib.ConfigError, match="JAX_NUM_PROCESSES='two' is not a whole"):
+  with pytest.raises(errors.ConfigError, match="JAX_NUM_PROCESSES='two' is not a whole"):
     distributed.initialize(process_id=0)
   monkeypatch.setenv("JAX_NUM_PROCESSES", "2")
   monkeypatch.setenv("JAX_PROCESS_ID", "5")
-  with pytest.raises(config_lib.ConfigError, match=re.escape("5 is not in [0, 2)")):
+  with pytest.raises(errors.ConfigError, match=re.escape("5 is not in [0, 2)")):
     distributed.initialize()
 
 
@@ -232,8 +232,8 @@ def test_one_process_agrees_without_exchanging(monkeypatch):
   def no_exchange(value):
     raise AssertionError("exchanged")
   monkeypatch.setattr(distributed, "exchange", no_exchange)
-  error = config_lib.ConfigError("config field 'data.files': 'x' matches no file.")
-  with pytest.raises(config_lib.ConfigError) as raised:
+  error = errors.ConfigError("config field 'data.files': 'x' matches no file.")
+  with pytest.raises(errors.ConfigError) as raised:
     with distributed.agreement(train.USER_ERRORS):
       raise error
   assert raised.value is error
@@ -308,15 +308,15 @@ def _fails(error):
 def test_a_check_failing_on_one_process_fails_on_all_with_one_message(monkeypatch):
   missing = "config field 'data.files': '/w1/x.txt' matches no file."
   outcomes = _as_processes(monkeypatch, [
-      lambda: None, _fails(config_lib.ConfigError(missing)), lambda: None])
-  assert [type(o) for o in outcomes] == [config_lib.ConfigError] * 3
+      lambda: None, _fails(errors.ConfigError(missing)), lambda: None])
+  assert [type(o) for o in outcomes] == [errors.ConfigError] * 3
   assert {str(o) for o in outcomes} == {f"process 1 of 3: {missing}"}
 
   # Two failures: the first failing process's class, every message once.
   locked = workdir_lib.WorkdirError("--workdir 'r' is locked.")
   outcomes = _as_processes(monkeypatch, [
-      _fails(locked), _fails(config_lib.ConfigError(missing)),
-      _fails(config_lib.ConfigError(missing))])
+      _fails(locked), _fails(errors.ConfigError(missing)),
+      _fails(errors.ConfigError(missing))])
   assert [type(o) for o in outcomes] == [workdir_lib.WorkdirError] * 3
   assert {str(o) for o in outcomes} == {
       f"process 0 of 3: {locked}; processes 1, 2 of 3: {missing}"}

@@ -14,6 +14,7 @@ import torch
 import transformers
 from scipy import stats
 
+from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import initialize, train, trainer as trainer_lib
 from encoderx.data import pipeline, resources
@@ -495,7 +496,7 @@ def test_bad_rtd_settings_name_the_field_and_the_fix(tiny_config, field, value, 
   config = _config(tiny_config)
   section, name = field.split(".")
   config[section][name] = value
-  with pytest.raises(config_lib.ConfigError, match=message):
+  with pytest.raises(errors.ConfigError, match=message):
     config_lib.validate(config)
 
 

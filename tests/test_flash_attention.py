@@ -14,6 +14,7 @@ import pytest
 from jax import export
 
 from conftest import REPO
+from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import trainer as trainer_lib
 from encoderx.models import attention
@@ -198,10 +199,10 @@ def test_kernels_compile_to_gpu_code_that_fits_an_h100():
 def test_config_refuses_the_kernel_for_other_attentions(tiny_config):
   config = tiny_config("deberta_tiny")
   config.model.attention_kernel = "pallas"
-  with pytest.raises(config_lib.ConfigError, match="attention_kernel"):
+  with pytest.raises(errors.ConfigError, match="attention_kernel"):
     config_lib.validate(config)
   config.model.attention_kernel = "triton"
-  with pytest.raises(config_lib.ConfigError, match="'auto', 'xla', 'pallas'"):
+  with pytest.raises(errors.ConfigError, match="'auto', 'xla', 'pallas'"):
     config_lib.validate(config)
 
 

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import gin_config
 from encoderx import train
@@ -70,12 +71,12 @@ def test_bindings_apply_after_files_and_the_base_config(tmp_path):
 def test_unknown_names_fail_as_a_misspelt_config_flag_does(binding, field, tmp_path):
   expected = config_lib.unknown_field(field)
   assert expected and "did you mean" in expected
-  with pytest.raises(config_lib.ConfigError) as raised:
+  with pytest.raises(errors.ConfigError) as raised:
     gin_config.apply(config_lib.default_config(), bindings=[binding])
   assert str(raised.value) == expected
   in_a_file = tmp_path / "typo.gin"
   in_a_file.write_text(f"# a comment\ntrain.steps = 5\n{binding}\n")
-  with pytest.raises(config_lib.ConfigError) as raised:
+  with pytest.raises(errors.ConfigError) as raised:
     gin_config.apply(config_lib.default_config(), files=[str(in_a_file)])
   assert str(raised.value) == expected
 
@@ -86,7 +87,7 @@ def test_unknown_names_fail_as_a_misspelt_config_flag_does(binding, field, tmp_p
     ("train.steps = (3", "gin: "),
 ])
 def test_bad_bindings_fail_in_one_line(binding, message):
-  with pytest.raises(config_lib.ConfigError) as raised:
+  with pytest.raises(errors.ConfigError) as raised:
     gin_config.apply(config_lib.default_config(), bindings=[binding])
   assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
 

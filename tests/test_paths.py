@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from etils import epath
 
-from encoderx import config as config_lib
+from encoderx import errors
 from encoderx import files, initialize, plot, train
 from encoderx import workdir as workdir_lib
 from encoderx.data import resources
@@ -48,9 +48,9 @@ def test_globs_match_the_same_files_by_url_and_path(tmp_path):
   assert files.glob(_url(tmp_path / "a/1.txt")) == expected[:1]
   assert files.glob(str(tmp_path / "c/*.txt")) == []
   both = f"{_url(tmp_path / 'a/*.txt')}, {tmp_path / 'b/*.txt'}"
-  assert config_lib.resolve_file_patterns(both) == expected
-  with pytest.raises(config_lib.ConfigError, match="'file://.*/c/\\*' matches no file"):
-    config_lib.resolve_file_patterns(_url(tmp_path / "c/*"))
+  assert files.resolve_patterns(both) == expected
+  with pytest.raises(errors.ConfigError, match="'file://.*/c/\\*' matches no file"):
+    files.resolve_patterns(_url(tmp_path / "c/*"))
 
 
 def test_write_atomically_never_leaves_a_partial_file(tmp_path, monkeypatch):
@@ -92,9 +92,9 @@ def test_preprocessed_examples_in_a_bucket_are_a_clear_error(tiny_config):
   # "gs:" directory (--output) or fail inside its C++ reader.
   from encoderx import preprocess  # pylint: disable=g-import-not-at-top
   from encoderx.data import preprocessed  # pylint: disable=g-import-not-at-top
-  with pytest.raises(config_lib.ConfigError, match="flag --output: 'gs://b/x' is a URL"):
+  with pytest.raises(errors.ConfigError, match="flag --output: 'gs://b/x' is a URL"):
     preprocess.run(tiny_config(), "gs://b/x")
-  with pytest.raises(config_lib.ConfigError,
+  with pytest.raises(errors.ConfigError,
                      match="'data.preprocessed': 'gs://b/x' is a URL"):
     preprocessed.read_manifest("gs://b/x")
 

@@ -4,6 +4,7 @@ import jax
 import numpy as np
 import pytest
 
+from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import train, trainer as trainer_lib
 from encoderx.configs import roberta_base, roberta_tiny
@@ -34,16 +35,16 @@ def test_configs_have_the_paper_sizes_and_recipe():
 def test_positions_plus_offset_must_fit_the_table():
   config = roberta_base.get_config()
   config.model.max_position_embeddings = 512
-  with pytest.raises(config_lib.ConfigError,
+  with pytest.raises(errors.ConfigError,
                      match=r"data\.seq_length.*512 \+ model\.position_offset=2 exceeds "
                            r"model\.max_position_embeddings=512"):
     config_lib.validate(config)
   config.model.position_offset = -1
-  with pytest.raises(config_lib.ConfigError, match=r"model\.position_offset"):
+  with pytest.raises(errors.ConfigError, match=r"model\.position_offset"):
     config_lib.validate(config)
   pairs = roberta_tiny.get_config()  # one token type cannot embed segment B
   pairs.data.builder, pairs.objective.names = "sentence_pairs", ("mlm", "nsp")
-  with pytest.raises(config_lib.ConfigError, match=r"model\.type_vocab_size"):
+  with pytest.raises(errors.ConfigError, match=r"model\.type_vocab_size"):
     config_lib.validate(pairs)
 
 

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from encoderx import errors
 from encoderx import batch_inspector, config as config_lib, train, trainer as trainer_lib
 from encoderx.configs import spanbert_base, spanbert_tiny
 from encoderx.data import tasks
@@ -166,7 +167,7 @@ def test_spanbert_configs_are_valid_with_the_papers_recipe():
 ])
 def test_bad_masking_fields_name_the_field(tiny_config, field, value, message):
   config = _span_config(tiny_config, **{field: value})
-  with pytest.raises(config_lib.ConfigError, match=message):
+  with pytest.raises(errors.ConfigError, match=message):
     config_lib.validate(config)
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec
 
+from encoderx import errors
 from encoderx import config as config_lib, gin_config, method as method_lib, sharding
 from encoderx import trainer as trainer_lib
 from encoderx.data import pipeline, tasks
@@ -46,7 +47,7 @@ def test_a_changed_rule_changes_the_parameters_sharding(tiny_config):
 def test_a_misspelt_mesh_axis_is_a_config_error(tiny_config, name, value, message):
   config = tiny_config()
   config.mesh.rules[name] = value
-  with pytest.raises(config_lib.ConfigError, match=message.replace("(", r"\(")
+  with pytest.raises(errors.ConfigError, match=message.replace("(", r"\(")
                      .replace(")", r"\)")):
     config_lib.validate(config)
 
@@ -55,7 +56,7 @@ def test_an_unknown_logical_name_is_a_config_error(tiny_config):
   config = tiny_config()
   config.mesh.rules.unlock()
   config.mesh.rules.embedd = "fsdp"
-  with pytest.raises(config_lib.ConfigError, match="mesh.rules.embedd"):
+  with pytest.raises(errors.ConfigError, match="mesh.rules.embedd"):
     config_lib.validate(config)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from encoderx import config as config_lib
+from encoderx import errors
 from encoderx import train
 from encoderx.methods import simcse, similarity
 
@@ -144,5 +144,5 @@ def test_supervised_simcse_takes_pairs_and_hard_negatives(tmp_path):
   result = train.run(config, str(tmp_path / "run"), show_progress=False, devices=ONE_DEVICE)
   assert "spearman" in result["eval"]
   config.finetune.simcse = "unsupervised"
-  with pytest.raises(config_lib.ConfigError, match="hard_negative_column"):
+  with pytest.raises(errors.ConfigError, match="hard_negative_column"):
     simcse.SimCSE.validate(config)

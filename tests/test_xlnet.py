@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import seqio
 
+from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import method as method_lib
 from encoderx import train, trainer as trainer_lib
@@ -472,7 +473,7 @@ def test_stop_and_resume_equals_running_straight_and_the_tiny_xlnet_learns(tmp_p
 def test_bad_xlnet_settings_fail_with_the_field(change, message):
   config = _config()
   change(config)
-  with pytest.raises(config_lib.ConfigError, match=message):
+  with pytest.raises(errors.ConfigError, match=message):
     config_lib.validate(config)
 
 

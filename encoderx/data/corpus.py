@@ -15,10 +15,11 @@ import dataclasses
 import re
 from typing import Iterator
 
+from encoderx import errors
 from encoderx import files as files_lib
 
 
-class CorpusError(ValueError):
+class CorpusError(errors.UserError, ValueError):
   """A corpus that cannot be read as documents; the message says which file and why."""
 
 

@@ -12,12 +12,13 @@ import csv
 import json
 import os
 
+from encoderx import errors
 from encoderx import files as files_lib
 
 FORMATS = ("tsv", "csv", "jsonl")
 
 
-class LabelledDataError(ValueError):
+class LabelledDataError(errors.UserError, ValueError):
   """A labelled data file that cannot be used; the message names the file and line."""
 
 

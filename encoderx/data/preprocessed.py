@@ -26,7 +26,7 @@ import seqio
 import tensorflow as tf
 from array_record.python import array_record_module
 
-from encoderx import config as config_lib
+from encoderx import errors
 from encoderx import files as files_lib
 from encoderx.data import resources, stream
 
@@ -38,7 +38,7 @@ WRITER_OPTIONS = "group_size:64"
 READ_CHUNK = 256  # records read at once when streaming a file
 
 
-class ManifestError(config_lib.ConfigError):
+class ManifestError(errors.ConfigError):
   """Preprocessed data that is missing, damaged or made for another config."""
 
 
@@ -143,7 +143,7 @@ def check_local(directory: str, field: str) -> None:
   """ArrayRecord's reader and writer open local files only (no gs:// in its C++ file
   layer): a bucket must be mounted (gcsfuse) and given by its mount path."""
   if files_lib.is_remote(directory):
-    config_lib.fail(field, f"'{directory}' is a URL, but ArrayRecord files are read and "
+    errors.fail(field, f"'{directory}' is a URL, but ArrayRecord files are read and "
                     "written with local file calls.", "Mount the bucket (e.g. gcsfuse) "
                     "on every worker and give its local path.")
 

@@ -7,6 +7,13 @@ import importlib_resources
 
 from encoderx import files as files_lib
 
+# The names configs give the shipped files.
+BUNDLED_CORPUS = "bundled:austen"
+BUNDLED_WORDPIECE_VOCAB = "bundled:austen-wordpiece"
+BUNDLED_BPE_VOCAB = "bundled:austen-bpe"
+BUNDLED_SENTENCEPIECE_VOCAB = "bundled:austen-sentencepiece"
+BUNDLED_DEBERTA_SENTENCEPIECE_VOCAB = "bundled:austen-deberta-sentencepiece"
+
 _BUNDLED = {
     # Three public-domain Jane Austen novels, verbatim (see resources/README.md).
     "austen": "austen/*.txt",

@@ -29,13 +29,15 @@ from typing import Callable, Iterator
 import grain
 import numpy as np
 
+from encoderx import errors
+
 # Shards read at once: examples of consecutive batches come from several documents'
 # files, as with BERT's run_pretraining.py (interleaving 4 input files per host).
 OPEN_SHARDS = 4
 PREFETCH_BATCHES = 2  # batches a background thread prepares ahead of the train step
 
 
-class StreamError(ValueError):
+class StreamError(errors.UserError, ValueError):
   """A sharded split that cannot be streamed as asked (e.g. fewer shards than processes)."""
 
 

@@ -22,7 +22,6 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from encoderx import config as config_lib
 from encoderx import files as files_lib
 from encoderx import objectives
 from encoderx.data import bpe_vocabulary, corpus, pipeline, preprocessed, preprocessors
@@ -106,9 +105,9 @@ def examples_options(config, process_count: int = 1) -> dict:
 
 
 def corpus_files(data_config) -> list[str]:
-  if data_config.files == config_lib.BUNDLED_CORPUS:
+  if data_config.files == resources.BUNDLED_CORPUS:
     return resources.bundled_corpus_files()
-  return config_lib.resolve_file_patterns(data_config.files)
+  return files_lib.resolve_patterns(data_config.files)
 
 
 def _corpus_format(data_config) -> corpus.CorpusFormat:

@@ -31,6 +31,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.python.ops import bert_tokenizer
 
+from encoderx import errors
 from encoderx import files as files_lib
 from encoderx.data import alignment, resources
 
@@ -42,7 +43,7 @@ UNKNOWN_RATE_WARNING = 0.01
 logger = logging.getLogger("encoderx")
 
 
-class VocabularyError(ValueError):
+class VocabularyError(errors.UserError, ValueError):
   """A vocabulary file that cannot be used."""
 
 
@@ -317,7 +318,6 @@ def training_cli(argv, description: str, output_help: str, default_size: int, tr
   `train(files, output, vocab_size, lower_case, *option values)` trains and returns the
   vocabulary. Bad files or sizes end with a one-line error, not a traceback.
   """
-  from encoderx import config as config_lib  # pylint: disable=g-import-not-at-top
   parser = argparse.ArgumentParser(description=description)
   parser.add_argument("--files", required=True, help="comma-separated text files or globs")
   parser.add_argument("--output", required=True, help=output_help)
@@ -330,10 +330,10 @@ def training_cli(argv, description: str, output_help: str, default_size: int, tr
   values = [getattr(args, flag.lstrip("-").replace("-", "_")) for flag in options or {}]
   logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
   try:
-    files = config_lib.resolve_file_patterns(args.files, "--files")
+    files = files_lib.resolve_patterns(args.files, "--files")
     vocabulary = train(files, args.output, args.size, not getattr(args, "cased", False),
                        *values)
-  except (config_lib.ConfigError, VocabularyError) as error:
+  except (errors.ConfigError, VocabularyError) as error:
     parser.error(str(error))
   print(f"wrote {args.output}: {vocabulary.vocab_size} tokens")
 

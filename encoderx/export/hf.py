@@ -34,10 +34,11 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from encoderx import errors
 from encoderx.models import common, embeddings
 
 
-class ConversionError(ValueError):
+class ConversionError(errors.UserError, ValueError):
   """Weights or a configuration that cannot be converted; the message names what."""
 
 

@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 
+from encoderx import errors
 from encoderx import files as files_lib
 from encoderx.export import hf
 from encoderx.models import common
@@ -23,7 +24,7 @@ from encoderx.models import common
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
-class HfDirectoryError(ValueError):
+class HfDirectoryError(errors.UserError, ValueError):
   """A directory that cannot be read as a Hugging Face model of a known family."""
 
 

@@ -23,6 +23,7 @@ import tempfile
 import flax
 import numpy as np
 
+from encoderx import errors
 from encoderx import files as files_lib
 from encoderx import initialize
 from encoderx import method as method_lib
@@ -30,7 +31,7 @@ from encoderx.export import hf, tokenizer_files
 from encoderx.models import common
 
 
-class ExportError(ValueError):
+class ExportError(errors.UserError, ValueError):
   """A run or an output that cannot be exported; the message says what to do."""
 
 

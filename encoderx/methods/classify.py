@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from encoderx import config as config_lib
+from encoderx import errors
 from encoderx import files as files_lib
 from encoderx import method as method_lib
 from encoderx.data import classification, labelled, pipeline
@@ -65,9 +65,9 @@ class Classification(finetune.ReadsLabelledFiles, finetune.FineTuning):
   @classmethod
   def validate(cls, config) -> None:
     super().validate(config)
-    finetune, fail = config.finetune, config_lib.fail
-    config_lib.check_choice("finetune.format", finetune.format, ("",) + labelled.FORMATS)
-    config_lib.check_choice("finetune.pooling", finetune.pooling, POOLINGS)
+    finetune, fail = config.finetune, errors.fail
+    errors.check_choice("finetune.format", finetune.format, ("",) + labelled.FORMATS)
+    errors.check_choice("finetune.pooling", finetune.pooling, POOLINGS)
     if not finetune.text_column or not finetune.label_column:
       fail("finetune.text_column" if not finetune.text_column else "finetune.label_column",
            "is empty.")

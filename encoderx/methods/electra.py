@@ -46,7 +46,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from encoderx import config as config_lib
+from encoderx import errors
 from encoderx import method as method_lib
 from encoderx import objectives as objectives_lib
 from encoderx.data import tasks
@@ -116,7 +116,7 @@ class ReplacedTokenDetection(method_lib.Method):
 
   @classmethod
   def validate(cls, config) -> None:
-    rtd_config, fail = config.rtd, config_lib.fail
+    rtd_config, fail = config.rtd, errors.fail
     pretrain.validate_data(config)
     pretrain.validate_mlm(config)
     if tuple(config.objective.names) != ("mlm",):
@@ -128,9 +128,9 @@ class ReplacedTokenDetection(method_lib.Method):
     if config.objective.weights.mlm < 0 or rtd_config.rtd_lambda < 0:
       fail("objective.weights.mlm" if config.objective.weights.mlm < 0 else
            "rtd.rtd_lambda", "must be >= 0.")
-    config_lib.check_choice("rtd.embedding_sharing", rtd_config.embedding_sharing,
+    errors.check_choice("rtd.embedding_sharing", rtd_config.embedding_sharing,
                             EMBEDDING_SHARING)
-    config_lib.check_choice("rtd.training", rtd_config.training, TRAINING)
+    errors.check_choice("rtd.training", rtd_config.training, TRAINING)
     for field in ("generator_depth", "generator_width"):
       if not 0.0 < rtd_config[field] <= 1.0:
         fail(f"rtd.{field}", f"must be in (0, 1], got {rtd_config[field]}.")

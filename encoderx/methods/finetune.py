@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoderx import config as config_lib
+from encoderx import errors
 from encoderx import files as files_lib
 from encoderx import method as method_lib
 from encoderx.data import labelled, tasks
@@ -52,7 +52,7 @@ class ReadsLabelledFiles:
     try:
       labelled.file_format(path, config.finetune.format)
     except labelled.LabelledDataError as error:
-      config_lib.fail(field, str(error))
+      errors.fail(field, str(error))
 
 
 class FineTuning(method_lib.Method):
@@ -80,9 +80,9 @@ class FineTuning(method_lib.Method):
 
   @classmethod
   def validate(cls, config) -> None:
-    finetune, fail = config.finetune, config_lib.fail
+    finetune, fail = config.finetune, errors.fail
     if cls.READS_TFDS and config.data.tfds_name:
-      config_lib.check_tfds_name(config.data.tfds_name)
+      errors.check_tfds_name(config.data.tfds_name)
     else:
       for field in ("train_file", "dev_file"):
         path = finetune[field]
@@ -99,7 +99,7 @@ class FineTuning(method_lib.Method):
       fail("train.long_fraction", "fine-tuning runs at one length (data.seq_length); "
            "set it to 0.")
     if config.eval.best_metric:
-      config_lib.check_choice("eval.best_metric", config.eval.best_metric, cls.METRICS)
+      errors.check_choice("eval.best_metric", config.eval.best_metric, cls.METRICS)
 
   # --- data ------------------------------------------------------------------------------
   def tfds_split(self, split: str) -> str:

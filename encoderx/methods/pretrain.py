@@ -14,13 +14,14 @@ import math
 import jax
 import jax.numpy as jnp
 
-from encoderx import config as config_lib
+from encoderx import errors
 from encoderx import files as files_lib
 from encoderx import method as method_lib
 from encoderx import objectives as objectives_lib
 from encoderx.data import tasks
 from encoderx.models import pretraining
 from encoderx.objectives import mlm
+from encoderx.data import resources
 
 
 def summarize_terms(terms: dict) -> dict:
@@ -36,8 +37,8 @@ def summarize_terms(terms: dict) -> dict:
 def validate_corpus(config) -> None:
   """Checks the corpus fields of `config.data` (text files, TFDS or preprocessed
   examples); raises config.ConfigError."""
-  data, fail = config.data, config_lib.fail
-  config_lib.check_choice("data.invalid_utf8", data.invalid_utf8, ("error", "replace"))
+  data, fail = config.data, errors.fail
+  errors.check_choice("data.invalid_utf8", data.invalid_utf8, ("error", "replace"))
   if data.document_per_line and (data.document_marker or data.sentence_per_line):
     fail("data.document_per_line", "makes each line a document; it cannot be combined "
          "with data.document_marker or data.sentence_per_line.",
@@ -45,13 +46,13 @@ def validate_corpus(config) -> None:
   if data.eval_every_nth_document < 2:
     fail("data.eval_every_nth_document", "must be >= 2 so that most documents train.")
   if data.tfds_name:
-    config_lib.check_tfds_name(data.tfds_name)
+    errors.check_tfds_name(data.tfds_name)
   if data.preprocessed and not files_lib.path(data.preprocessed).is_dir():
     fail("data.preprocessed", f"'{data.preprocessed}' is not a directory.",
          "Write one with `python -m encoderx.preprocess --config=... --output=DIR`.")
   if (not data.preprocessed and not data.tfds_name
-      and data.files != config_lib.BUNDLED_CORPUS):
-    config_lib.resolve_file_patterns(data.files)
+      and data.files != resources.BUNDLED_CORPUS):
+    files_lib.resolve_patterns(data.files)
 
 
 def check_corpus(config, process_count: int = 1, examples: str = "") -> None:
@@ -68,8 +69,8 @@ def check_corpus(config, process_count: int = 1, examples: str = "") -> None:
 
 def validate_data(config) -> None:
   """Checks the pretraining data fields (config.data); raises config.ConfigError."""
-  data, fail = config.data, config_lib.fail
-  config_lib.check_choice("data.builder", data.builder, tuple(tasks.BUILDERS))
+  data, fail = config.data, errors.fail
+  errors.check_choice("data.builder", data.builder, tuple(tasks.BUILDERS))
   if not 0.0 <= data.short_seq_prob <= 1.0:
     fail("data.short_seq_prob", f"must be in [0, 1], got {data.short_seq_prob}.")
   validate_corpus(config)
@@ -77,11 +78,11 @@ def validate_data(config) -> None:
 
 def validate_mlm(config) -> None:
   """Checks the masking fields (config.objective.mlm); raises config.ConfigError."""
-  mlm_fields, fail = config.objective.mlm, config_lib.fail
-  config_lib.check_positive(config, "objective.mlm.max_predictions",
+  mlm_fields, fail = config.objective.mlm, errors.fail
+  errors.check_positive(config, "objective.mlm.max_predictions",
                             "objective.mlm.long_max_predictions",
                             "objective.mlm.max_ngram", "objective.mlm.max_span_words")
-  config_lib.check_choice("objective.mlm.unit", mlm_fields.unit, mlm.UNITS)
+  errors.check_choice("objective.mlm.unit", mlm_fields.unit, mlm.UNITS)
   if not 0.0 < mlm_fields.span_geometric_p <= 1.0:
     fail("objective.mlm.span_geometric_p",
          f"must be in (0, 1], got {mlm_fields.span_geometric_p}.")
@@ -116,13 +117,13 @@ class Pretraining(method_lib.Method):
 
   @classmethod
   def validate(cls, config) -> None:
-    data, model, fail = config.data, config.model, config_lib.fail
+    data, model, fail = config.data, config.model, errors.fail
     validate_data(config)
     names = tuple(config.objective.names)
     if not names:
       fail("objective.names", "is empty; name at least one objective.")
     for name in names:
-      config_lib.check_choice("objective.names", name, objectives_lib.NAMES)
+      errors.check_choice("objective.names", name, objectives_lib.NAMES)
       if config.objective.weights[name] < 0:
         fail(f"objective.weights.{name}", f"must be >= 0, got "
              f"{config.objective.weights[name]}.")

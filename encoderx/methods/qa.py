@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from encoderx import config as config_lib
+from encoderx import errors
 from encoderx import files as files_lib
 from encoderx import method as method_lib
 from encoderx.data import pipeline, squad
@@ -50,11 +50,11 @@ class QuestionAnswering(finetune.FineTuning):
   def validate(cls, config) -> None:
     super().validate(config)
     finetune_config = config.finetune
-    config_lib.check_positive(config, "finetune.doc_stride", "finetune.max_query_length",
+    errors.check_positive(config, "finetune.doc_stride", "finetune.max_query_length",
                               "finetune.max_answer_length", "finetune.n_best_size")
     # [CLS] question [SEP] ([SEP]) context [SEP], with room for some context.
     if config.data.seq_length < finetune_config.max_query_length + 4 + 8:
-      config_lib.fail("data.seq_length", f"{config.data.seq_length} leaves too little "
+      errors.fail("data.seq_length", f"{config.data.seq_length} leaves too little "
                       f"room for the context after finetune.max_query_length="
                       f"{finetune_config.max_query_length} question tokens.")
 

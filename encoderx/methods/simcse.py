@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from encoderx import config as config_lib
+from encoderx import errors
 from encoderx import method as method_lib
 from encoderx.data import classification, example_tasks, labelled
 from encoderx.methods import finetune, similarity
@@ -73,9 +73,9 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
   @classmethod
   def validate(cls, config) -> None:
     super().validate(config)
-    finetune_config, fail = config.finetune, config_lib.fail
-    config_lib.check_choice("finetune.simcse", finetune_config.simcse, MODES)
-    config_lib.check_choice("finetune.pooling", finetune_config.pooling,
+    finetune_config, fail = config.finetune, errors.fail
+    errors.check_choice("finetune.simcse", finetune_config.simcse, MODES)
+    errors.check_choice("finetune.pooling", finetune_config.pooling,
                             finetuning.SENTENCE_POOLINGS)
     if not finetune_config.text_pair_column:
       fail("finetune.text_pair_column", "is empty; the dev file's pairs (and supervised "

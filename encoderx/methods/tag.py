@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from encoderx import config as config_lib
+from encoderx import errors
 from encoderx import files as files_lib
 from encoderx import method as method_lib
 from encoderx.data import pipeline, tagging
@@ -51,7 +51,7 @@ class Tagging(finetune.FineTuning):
     super().validate(config)
     if config.data.tfds_name and not (config.finetune.text_column
                                       and config.finetune.label_column):
-      config_lib.fail("finetune.text_column", "and finetune.label_column name the TFDS "
+      errors.fail("finetune.text_column", "and finetune.label_column name the TFDS "
                       "features of the tokens and the tags (conll2003: tokens, ner).")
 
   def export_fields(self) -> dict:

@@ -25,7 +25,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from encoderx import config as config_lib
+from encoderx import errors
 from encoderx import method as method_lib
 from encoderx.data import tasks
 from encoderx.methods import pretrain
@@ -62,7 +62,7 @@ class PermutationLanguageModelling(method_lib.Method):
 
   @classmethod
   def validate(cls, config) -> None:
-    fail, fields, model = config_lib.fail, config.objective.plm, config.model
+    fail, fields, model = errors.fail, config.objective.plm, config.model
     pretrain.validate_corpus(config)
     if model.attention != two_stream_attention.NAME:
       fail("model.attention", f"xlnet needs {two_stream_attention.NAME!r}, got "
@@ -70,7 +70,7 @@ class PermutationLanguageModelling(method_lib.Method):
     if 0 < model.type_vocab_size < 3:
       fail("model.type_vocab_size", f"XLNet's rows have 3 token types (A, B, [CLS]); "
            f"got {model.type_vocab_size}.", "Use 0 (segments enter the attention only).")
-    config_lib.check_positive(config, "objective.plm.partial_prediction_k",
+    errors.check_positive(config, "objective.plm.partial_prediction_k",
                               "objective.plm.num_predict", "objective.plm.max_span_words",
                               "objective.plm.perm_size", "objective.plm.reuse_len")
     seq_length = config.data.seq_length
