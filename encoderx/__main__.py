@@ -1,4 +1,6 @@
 """`python -m encoderx` is `python -m encoderx.train`."""
-from encoderx.train import cli
+from encoderx import cli
+from encoderx.train import __main__ as train_command
 
-cli()
+train_command.define_flags()
+cli.run(train_command.main)

@@ -166,7 +166,7 @@ def main(argv) -> None:
 def cli() -> None:
   from absl import app, flags  # pylint: disable=g-import-not-at-top
   from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
-  from encoderx import train  # pylint: disable=g-import-not-at-top
+  from encoderx import cli  # pylint: disable=g-import-not-at-top
   config_flags.DEFINE_config_file("config", None, "A pretraining config file.",
                                   lock_config=True)
   flags.DEFINE_integer("steps", 600, "Train steps of each run.")
@@ -174,7 +174,7 @@ def cli() -> None:
   flags.DEFINE_bool("same_init", False, "Start encoderx from HF's initial weights.")
   flags.DEFINE_string("output", "", "Also write the results as JSON here.")
   flags.mark_flags_as_required(["config"])
-  app.run(main, flags_parser=train._parse_flags)  # pylint: disable=protected-access
+  app.run(main, flags_parser=cli.parse_flags)
 
 
 if __name__ == "__main__":

@@ -24,19 +24,21 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
-import sys
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from absl import flags
 from tqdm.auto import tqdm
 
+from encoderx import cli
 from encoderx import files as files_lib
 from encoderx import initialize
 from encoderx.data import labelled, tasks
 from encoderx.models import common, finetuning
 
+FLAGS = flags.FLAGS
 POOLINGS = {"mean": "mean", "cls": "first_token"}
 # Padded lengths of the batches: each a compilation; a batch takes the shortest that fits.
 BUCKETS = (16, 32, 64, 128, 256, 512)
@@ -117,33 +119,33 @@ def read_lines(path: str) -> list[str]:
   return [line for _, line in labelled.numbered_lines(path)]
 
 
-def main(argv=None) -> None:
-  import argparse  # pylint: disable=g-import-not-at-top
-  parser = argparse.ArgumentParser(description="Embed each line of a text file.")
-  parser.add_argument("--init_from", required=True,
-                      help="a run's work directory, or hf:DIR (a Hugging Face model)")
-  parser.add_argument("--input", required=True, help="UTF-8 text, one text a line")
-  parser.add_argument("--output", required=True, help="where to write the .npy array")
-  parser.add_argument("--pooling", choices=tuple(POOLINGS), default="mean")
-  parser.add_argument("--normalize", action="store_true", help="scale to unit length")
-  parser.add_argument("--batch_size", type=int, default=64)
-  parser.add_argument("--max_length", type=int, default=256,
-                      help="tokens per text at most, [CLS] and [SEP] included")
-  args = parser.parse_args(argv)
-  try:
-    texts = read_lines(args.input)
-    embedder = Embedder(args.init_from, pooling=args.pooling, normalize=args.normalize,
-                        max_length=args.max_length, batch_size=args.batch_size)
-  except (labelled.LabelledDataError, initialize.InitError) as error:
-    print(f"encoderx: error: {error}", file=sys.stderr)
-    sys.exit(2)
+def main(argv) -> None:
+  del argv
+  texts = read_lines(FLAGS.input)
+  embedder = Embedder(FLAGS.init_from, pooling=FLAGS.pooling, normalize=FLAGS.normalize,
+                      max_length=FLAGS.max_length, batch_size=FLAGS.batch_size)
   vectors = embedder(texts, show_progress=True)
   buffer = io.BytesIO()
   np.save(buffer, vectors)
-  files_lib.write_atomically(args.output, buffer.getvalue())
+  files_lib.write_atomically(FLAGS.output, buffer.getvalue())
   print(f"wrote {vectors.shape[0]} embeddings of {vectors.shape[1]} dimensions to "
-        f"{args.output}")
+        f"{FLAGS.output}")
+
+
+def define_flags() -> None:
+  flags.DEFINE_string("init_from", None,
+                      "a run's work directory, or hf:DIR (a Hugging Face model)")
+  flags.DEFINE_string("input", None, "UTF-8 text, one text a line")
+  flags.DEFINE_string("output", None, "where to write the .npy array")
+  flags.DEFINE_enum("pooling", "mean", list(POOLINGS), "how a text's token outputs "
+                    "become one vector")
+  flags.DEFINE_bool("normalize", False, "scale to unit length")
+  flags.DEFINE_integer("batch_size", 64, "texts per batch")
+  flags.DEFINE_integer("max_length", 256, "tokens per text at most, [CLS] and [SEP] "
+                       "included")
+  flags.mark_flags_as_required(["init_from", "input", "output"])
 
 
 if __name__ == "__main__":
-  main()
+  define_flags()
+  cli.run(main)

@@ -1,7 +1,7 @@
 """Offline preprocessing: text files or a TFDS dataset -> files of a config's pretraining
 examples, written once and streamed by runs (`--config.data.preprocessed=DIR`).
 
-    python -m encoderx.preprocess --config=configs/bert_base.py --output=DIR \
+    python -m encoderx.preprocess --config=configs/bert.py:base --output=DIR \
         [--config.data.files='corpus/*.txt' | --config.data.tfds_name=NAME:VERSION] \
         [--copies=1] [--workers=<CPU cores>] [--processes=1]
 
@@ -36,16 +36,18 @@ import dataclasses
 import json
 import multiprocessing
 import os
-import sys
 import time
 
 import ml_collections
+from absl import flags
 
-from encoderx import errors
+from encoderx import cli
 from encoderx import config as config_lib
+from encoderx import errors
 from encoderx import files as files_lib
 from encoderx.data import corpus, pipeline, preprocessed, tasks
 
+FLAGS = flags.FLAGS
 PLAN = "plan.json"  # what an unfinished output directory is being written for
 
 
@@ -257,26 +259,15 @@ def _summary(manifest: dict, output: str, seconds: float) -> str:
 
 
 def main(argv) -> None:
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  from encoderx import train  # pylint: disable=g-import-not-at-top
   del argv
-  flags_ = flags.FLAGS
   started = time.perf_counter()
-  try:
-    manifest = run(flags_.config, flags_.output, copies=flags_.copies,
-                   workers=flags_.workers, processes=flags_.processes)
-  except train.USER_ERRORS as error:
-    print(f"encoderx: error: {error}", file=sys.stderr)
-    sys.exit(2)
-  print(_summary(manifest, flags_.output, time.perf_counter() - started))
+  manifest = run(cli.config_from_flags(FLAGS), FLAGS.output, copies=FLAGS.copies,
+                 workers=FLAGS.workers, processes=FLAGS.processes)
+  print(_summary(manifest, FLAGS.output, time.perf_counter() - started))
 
 
-def cli() -> None:
-  from absl import app, flags  # pylint: disable=g-import-not-at-top
-  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
-  from encoderx import train  # pylint: disable=g-import-not-at-top
-  config_flags.DEFINE_config_file("config", None, "Path to an ml_collections config file.",
-                                  lock_config=True)
+def define_flags() -> None:
+  cli.define_config_flags()
   flags.DEFINE_string("output", None, "Directory to write the examples and manifest to.")
   flags.DEFINE_integer("copies", 1, "Copies of the training examples, each built with "
                        "its own seeds (epoch e reads copy e % copies).")
@@ -285,9 +276,9 @@ def cli() -> None:
   flags.DEFINE_integer("processes", 1, "XLNet (method xlnet): the processes of the run "
                        "that will train on the examples; each reads train.batch_size / "
                        "processes rows.")
-  flags.mark_flags_as_required(["config", "output"])
-  app.run(main, flags_parser=train._parse_flags)  # pylint: disable=protected-access
+  flags.mark_flags_as_required(["output"])
 
 
 if __name__ == "__main__":
-  cli()
+  define_flags()
+  cli.run(main)

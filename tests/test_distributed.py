@@ -234,10 +234,10 @@ def test_one_process_agrees_without_exchanging(monkeypatch):
   monkeypatch.setattr(distributed, "exchange", no_exchange)
   error = errors.ConfigError("config field 'data.files': 'x' matches no file.")
   with pytest.raises(errors.ConfigError) as raised:
-    with distributed.agreement(train.USER_ERRORS):
+    with distributed.agreement((errors.UserError,)):
       raise error
   assert raised.value is error
-  with distributed.agreement(train.USER_ERRORS):
+  with distributed.agreement((errors.UserError,)):
     pass
 
 
@@ -283,7 +283,7 @@ def _as_processes(monkeypatch, bodies) -> list:
   def process(index):
     local.index, local.exchanges = index, itertools.count()
     try:
-      with distributed.agreement(train.USER_ERRORS):
+      with distributed.agreement((errors.UserError,)):
         bodies[index]()
     except Exception as error:  # pylint: disable=broad-except
       outcomes[index] = error
@@ -518,7 +518,7 @@ def test_processes_that_see_different_checkpoints_are_stopped(monkeypatch):
 
   seen = [Seen(6), Seen(None)]
   outcomes = _as_processes(monkeypatch, [
-      lambda: train._latest_step(seen[0]), lambda: train._latest_step(seen[1])])  # pylint: disable=protected-access
+      lambda: train.loop._latest_step(seen[0]), lambda: train.loop._latest_step(seen[1])])  # pylint: disable=protected-access
   assert [type(o) for o in outcomes] == [checkpoint.CheckpointError] * 2
   assert str(outcomes[0]) == str(outcomes[1])
   assert ("the processes see different checkpoints in runs/x/checkpoints (process 0: "

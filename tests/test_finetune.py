@@ -13,6 +13,7 @@ import torch
 import transformers
 
 from encoderx import checkpoint, initialize, train, trainer as trainer_lib
+from encoderx.train import progress
 from encoderx.data import labelled, resources
 from encoderx.export import hf
 from encoderx.models import common, embeddings, pretraining
@@ -88,7 +89,7 @@ def test_classifier_starts_from_a_pretraining_run_and_predicts(pretrained_run, t
   assert set(result["eval"]) == {"accuracy", "f1", "mcc", "loss"}
   assert 0.0 <= result["eval"]["accuracy"] <= 1.0
   assert (run / "best").is_dir()
-  assert "acc" in train._postfix(result["history"][-1])  # pylint: disable=protected-access
+  assert "acc" in progress.postfix(result["history"][-1])  # pylint: disable=protected-access
   output = tmp_path / "predictions.tsv"
   count, _ = train.predict(config, str(run), config.finetune.dev_file, str(output),
                            devices=ONE_DEVICE)

@@ -36,10 +36,10 @@ def test_gin_and_ml_collections_configs_are_the_same_config(name):
 
 
 def test_gin_and_ml_collections_bert_base_write_the_same_config_json(tmp_path):
-  """What a run records (train._write_config: config.json), from either front end."""
+  """What a run records (train.loop._write_config: config.json), from either front end."""
   for front, config in (("gin", _gin_config("bert_base")),
                         ("ml_collections", _python_config("bert_base"))):
-    train._write_config(config_lib.validate(config), str(tmp_path / front))
+    train.loop._write_config(config_lib.validate(config), str(tmp_path / front))
   written = (tmp_path / "gin" / "config.json").read_bytes()
   assert written == (tmp_path / "ml_collections" / "config.json").read_bytes()
   assert b'"vocab_size": 30522' in written and b'"long_fraction": 0.1' in written

@@ -83,7 +83,7 @@ def test_a_label_column_that_is_not_a_number_names_file_and_line(tmp_path):
   bad = tmp_path / "bad.tsv"
   bad.write_text("score\ttext_a\ttext_b\n4.5\ta\tb\nhigh\tc\td\n")
   config.finetune.train_file = config.finetune.dev_file = str(bad)
-  with pytest.raises(train.USER_ERRORS, match=r"bad.tsv' line 3"):
+  with pytest.raises(errors.UserError, match=r"bad.tsv' line 3"):
     train.run(config, str(tmp_path / "run"), show_progress=False, devices=ONE_DEVICE)
 
 

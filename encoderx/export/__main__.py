@@ -9,31 +9,26 @@ run's method's parameters. See encoderx/export/writer.py.
 """
 from __future__ import annotations
 
-import sys
+from absl import flags
+
+from encoderx import cli
+from encoderx.export import writer
+
+FLAGS = flags.FLAGS
 
 
 def main(argv) -> None:
   del argv
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  from encoderx import train  # pylint: disable=g-import-not-at-top
-  from encoderx.export import hf, writer  # pylint: disable=g-import-not-at-top
-  flags_ = flags.FLAGS
-  try:
-    if flags_.format == "npz":
-      if flags_.head:
-        raise writer.ExportError("--head applies to --format=hf only.")
-      exported = writer.export_npz(flags_.workdir, flags_.output, flags_.step)
-    else:
-      exported = writer.export_hf(flags_.workdir, flags_.output, flags_.step,
-                                    flags_.head or None)
-  except (writer.ExportError, hf.ConversionError) + train.USER_ERRORS as error:
-    print(f"encoderx: error: {error}", file=sys.stderr)
-    sys.exit(2)
+  if FLAGS.format == "npz":
+    if FLAGS.head:
+      raise writer.ExportError("--head applies to --format=hf only.")
+    exported = writer.export_npz(FLAGS.workdir, FLAGS.output, FLAGS.step)
+  else:
+    exported = writer.export_hf(FLAGS.workdir, FLAGS.output, FLAGS.step, FLAGS.head or None)
   print(exported.summary())
 
 
-def cli() -> None:
-  from absl import app, flags  # pylint: disable=g-import-not-at-top
+def define_flags() -> None:
   flags.DEFINE_string("workdir", None, "The run's work directory.")
   flags.DEFINE_string("output", None, "The directory (--format=hf) or .npz file to write; "
                       "must not exist yet (or be an empty directory).")
@@ -44,8 +39,8 @@ def cli() -> None:
   flags.DEFINE_enum("format", "hf", ["hf", "npz"], "hf: a Hugging Face model directory; "
                     "npz: numpy arrays keyed by parameter path.")
   flags.mark_flags_as_required(["workdir", "output"])
-  app.run(main)
 
 
 if __name__ == "__main__":
-  cli()
+  define_flags()
+  cli.run(main)

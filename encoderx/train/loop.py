@@ -1,0 +1,312 @@
+"""The training loop, for every training method: `run`, `evaluate`, `predict`.
+
+`run` trains as a config says in a work directory: config.json, TensorBoard metrics
+(train/ and eval/ under tensorboard/), orbax checkpoints (checkpoints/) and, when
+config.eval.best_metric is set, the parameters of the best evaluation (best/). It shows a
+progress bar, saves a checkpoint and returns at the next step boundary when SIGINT or
+SIGTERM asks it to stop (train/stop.py), continues exactly where it stopped with
+`resume=True`, and ends with a held-out evaluation. The command line is
+encoderx/train/__main__.py.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+from typing import Iterator
+
+import jax
+import ml_collections
+import numpy as np
+import seqio
+from tqdm.auto import tqdm
+
+from encoderx import errors
+from encoderx import checkpoint as checkpoint_lib
+from encoderx import distributed
+from encoderx import files as files_lib
+from encoderx import host_allocator
+from encoderx import initialize
+from encoderx import trainer as trainer_lib
+from encoderx import workdir as workdir_lib
+from encoderx.data import pipeline
+from encoderx.train import progress
+from encoderx.train import skips as skips_lib
+from encoderx.train import stop as stop_lib
+
+logger = logging.getLogger("encoderx")
+
+# Errors that come from what the user gave: every process of a run agrees on them
+# (distributed.agreement) and the command line prints them in one line.
+USER_ERRORS = (errors.UserError,)
+
+
+def _by_rows(config) -> bool:
+  """data.process_split=rows: every process reads the whole global stream."""
+  return config.data.process_split == "rows" and jax.process_count() > 1
+
+
+def _shard_info(config) -> seqio.ShardInfo | None:
+  if jax.process_count() == 1 or _by_rows(config):
+    return None
+  return seqio.ShardInfo(index=jax.process_index(), num_shards=jax.process_count())
+
+
+def _local_batch_size(config, global_batch: int) -> int:
+  """The batch size this process's iterator yields (rows mode: the global one)."""
+  if global_batch % jax.process_count():
+    raise errors.ConfigError(
+        f"batch size {global_batch} is not divisible by the {jax.process_count()} hosts.")
+  return global_batch if _by_rows(config) else global_batch // jax.process_count()
+
+
+def _device_batch(trainer: trainer_lib.Trainer, batch: dict[str, np.ndarray],
+                  whole: bool = False):
+  """This process's batch as global arrays; in rows mode, or with `whole`, `batch` is the
+  global batch, of which this process keeps the rows its devices hold."""
+  if whole or _by_rows(trainer.config):
+    rows = trainer.process_rows(len(next(iter(batch.values()))))
+    batch = {name: value[rows] for name, value in batch.items()}
+  return trainer.device_batch(batch)
+
+
+def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, state,
+             phase: trainer_lib.Phase) -> dict[str, float]:
+  """The method's held-out metrics: over `eval.batches` batches of the validation split
+  (the same examples and masks at every evaluation of a run), or, with eval.batches=0,
+  over every example of it once."""
+  config = trainer.config
+  batch_size = _local_batch_size(config, config.eval.batch_size)
+  batches = pipeline.evaluation_batches(
+      task, "validation", phase.seq_length, batch_size, count=config.eval.batches,
+      seed=config.train.seed, shard_info=_shard_info(config))
+  if not config.eval.batches:  # each process's shard has its own number of batches
+    batches = _padded_to_every_process(batches, lambda: next(pipeline.whole_split(
+        task, "validation", phase.seq_length, batch_size, config.train.seed)))
+  evaluate_step = trainer.evaluate_step(phase.index)
+  key = jax.random.key(config.train.seed + 1)
+  outputs = [evaluate_step(state.params, state.method_state, _device_batch(trainer, batch),
+                           jax.random.fold_in(key, index))
+             for index, batch in enumerate(batches)]
+  return trainer.methods[phase.index].summarize_evaluation(jax.device_get(outputs))
+
+
+def _padded_to_every_process(batches, split_batch) -> Iterator[dict[str, np.ndarray]]:
+  """A whole split's `batches` (this process's shard of it), then batches of padding
+  rows (zeros, `example_weight` 0.0) for as long as another process has batches left:
+  every process runs the same evaluation steps, the most any of them needs (one
+  all-gather per batch; one process: `batches` as they are). `split_batch()` gives a
+  batch of the split, the padding's shape when this process's shard is empty."""
+  last = None
+  for batch in itertools.chain(batches, itertools.repeat(None)):
+    if not distributed.any_process(batch is not None):
+      return
+    if batch is None:
+      batch = {name: np.zeros_like(value)
+               for name, value in (last if last is not None else split_batch()).items()}
+    last = batch
+    yield batch
+
+
+def _write_config(config, workdir: str) -> None:
+  files_lib.write_atomically(os.path.join(workdir, "config.json"),
+                             config.to_json_best_effort(indent=2))
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
+        stop_at_step: int | None = None, show_progress: bool = True,
+        devices=None, allow_config_change: bool = False,
+        allow_fresh_start: bool = False) -> dict:
+  """Trains as `config` says (its method, data and schedule), in `workdir`.
+
+  `stop_at_step` stops there as a preemption would (checkpoint saved, no evaluation),
+  to be continued with `resume=True`, which refuses a work directory without checkpoints
+  unless `allow_fresh_start`, and a checkpoint trained on another data or objective
+  config unless `allow_config_change`. `devices` (default: all) form the mesh.
+  Returns {'history': [{'step', 'loss', ...}, ...] (one per log interval),
+  'eval': {...held-out metrics...}, 'step': last step, 'stopped': bool,
+  'params': the trained parameters, 'method_state': the method's state}.
+  With several processes, every user error before the first step fails on every
+  process with the same message (distributed.agreement), checked in phases: the config,
+  data and work directory; the checkpoint restored (or refused); the first batch.
+  """
+  with contextlib.ExitStack() as held:
+    with distributed.agreement(USER_ERRORS):
+      config = initialize.resolve_config(config)
+      trainer = trainer_lib.Trainer(config, devices=devices)
+      checkpoint_dir = os.path.join(str(files_lib.path(workdir)), "checkpoints")
+      if (resume and not allow_fresh_start
+          and not checkpoint_lib.has_checkpoints(checkpoint_dir)):
+        raise checkpoint_lib.CheckpointError(
+            f"--resume: {files_lib.path(workdir)} holds no checkpoint to resume. Check the "
+            "path; to start a new run where there is none (a launch script that always "
+            "passes --resume), add --allow_fresh_start.")
+      workdir = workdir_lib.prepare(workdir)
+      if jax.process_index() == 0:
+        held.enter_context(workdir_lib.Lock(workdir))
+      trainer.method.check_data()
+      task = trainer.method.task()
+    return _run_in(trainer, task, workdir, resume, stop_at_step, show_progress,
+                   allow_config_change)
+
+
+def _latest_step(checkpoints: checkpoint_lib.Checkpoints) -> int | None:
+  """The newest checkpoint's step, which every process must see the same."""
+  steps = distributed.exchange(checkpoints.latest_step())
+  if len(set(steps)) > 1:
+    seen = ", ".join(f"process {i}: {'none' if s is None else f'step {s}'}"
+                     for i, s in enumerate(steps))
+    raise checkpoint_lib.CheckpointError(
+        f"the processes see different checkpoints in {checkpoints.directory} ({seen}). "
+        "Every worker must see the same work directory: a gs:// bucket or a shared file "
+        "system, not each its own disk.")
+  return steps[0]
+
+
+def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume: bool,
+            stop_at_step: int | None, show_progress: bool, allow_config_change: bool) -> dict:
+  """run() in a work directory that this run has locked, its data checked."""
+  from clu import metric_writers  # pylint: disable=g-import-not-at-top
+
+  config = trainer.config
+  description = trainer.describe()
+  checkpoints = checkpoint_lib.Checkpoints(os.path.join(workdir, "checkpoints"),
+                                           keep=config.checkpoint.keep,
+                                           async_save=config.checkpoint.async_save)
+  best = None
+  if config.eval.best_metric:
+    best = checkpoint_lib.BestCheckpoint(os.path.join(workdir, "best"),
+                                         config.eval.best_metric, config.eval.best_mode)
+  if jax.process_index() == 0:
+    checkpoints.remove_unfinished()
+    host_allocator.warn_if_slow_for(jax.default_backend())
+  stop = stop_lib.StopRequest()
+  history, eval_metrics, position = [], {}, {}
+  try:
+    start_step = kept_step = None
+    latest = _latest_step(checkpoints)
+    # Restoring reads the shared checkpoint with collectives: it fails on every process
+    # or on none, and the processes agree on the message.
+    with distributed.agreement(USER_ERRORS):
+      if latest is None:
+        state = initialize.initial_state(trainer)
+        logger.info("starting a new run in %s%s", workdir,
+                    " (--resume: no checkpoint there; --allow_fresh_start)" if resume else "")
+      elif not resume:
+        checkpoints.refuse_new_run(description)
+      else:
+        start_step, state, position, kept_step = checkpoints.restore_latest(
+            trainer.abstract_state_with_shardings(), description, allow_config_change)
+        logger.info("resuming %s from step %d", workdir, start_step)
+    skips = skips_lib.SkipWatch(trainer, state, start_step, kept_step)
+    if jax.process_index() == 0:
+      _write_config(config, workdir)
+    writer = metric_writers.create_default_writer(
+        os.path.join(workdir, "tensorboard"), just_logging=jax.process_index() > 0,
+        asynchronous=True)
+
+    def save(step, state, position):
+      checkpoints.save(step, state, position, description,
+                       kept_step=skips.before_save(state, step))
+
+    def evaluate_and_log(state, phase, step) -> dict:
+      metrics = evaluate(trainer, task, state, phase)
+      writer.write_scalars(step, {f"eval/{k}": v for k, v in metrics.items()})
+      if best is not None:
+        best.save(step, state, metrics)
+      return metrics
+
+    step = int(state.step)
+    with stop.installed(), tqdm(total=config.train.steps, initial=step, unit="step",
+                                disable=not show_progress or jax.process_index() > 0,
+                                desc=config.method,
+                                dynamic_ncols=True) as bar:
+      for phase in trainer.phases:
+        if step >= phase.end:
+          continue
+        start = position if position.get("phase") == phase.index else None
+        batches = None
+        try:
+          with distributed.agreement(USER_ERRORS):  # the data's errors, to the first batch
+            batches = pipeline.batch_iterator(
+                task, "train", phase.seq_length,
+                _local_batch_size(config, config.train.batch_size),
+                seed=config.train.seed + 1000 * phase.index, shard_info=_shard_info(config),
+                position=start)
+            feed = itertools.chain([next(batches)], batches)
+          train_step = None
+          meter = progress.Meter(config.train.batch_size * phase.seq_length)
+          while step < phase.end and not stop.stopping:
+            batch = _device_batch(trainer, next(feed))
+            if train_step is None:  # compiled ahead of time, its cost logged
+              train_step, cost = trainer.compile_train_step(state, batch, phase.index)
+              logger.info("train step at length %d %s", phase.seq_length, cost.describe())
+            state, metrics = train_step(state, batch)
+            step += 1
+            bar.update(1)
+            position = {"phase": phase.index, **batches.position.to_dict()}
+            meter.add(metrics)
+            log_step = meter.first or step % config.train.log_every == 0 or step == phase.end
+            if log_step:
+              means = meter.flush()
+              writer.write_scalars(step, means)
+              history.append({"step": step, **means})
+              bar.set_postfix(progress.postfix(means))
+              skips.check(state, step)
+            if step == stop_at_step:
+              stop.stopping = True
+            stop.update(agree=log_step)
+            if step % config.checkpoint.every_steps == 0 or step == config.train.steps:
+              save(step, state, position)
+            if (config.eval.every_steps and step % config.eval.every_steps == 0
+                and step < config.train.steps):
+              evaluation = evaluate_and_log(state, phase, step)  # main() prints the last
+              logger.info("evaluation at step %d: %s", step, progress.format_metrics(evaluation))
+        finally:
+          if batches is not None:
+            batches.close()
+        if stop.stopping:
+          break
+      if stop.stopping and checkpoints.latest_step() != step:
+        save(step, state, position)
+
+    if not stop.stopping:
+      eval_metrics = evaluate_and_log(state, trainer.phases[-1], step)
+    writer.flush()
+  finally:
+    checkpoints.close()
+    if best is not None:
+      best.close()
+  return {"history": history, "eval": eval_metrics, "step": step,
+          "stopped": stop.stopping, "params": state.params,
+          "method_state": state.method_state}
+
+
+def predict(config: ml_collections.ConfigDict, workdir: str, input_path: str,
+            output_path: str = "", devices=None) -> tuple[int, str]:
+  """Writes the predictions of the run in `workdir` (its best checkpoint, else its
+  latest) for the examples of `input_path` to `output_path` (default: the method's
+  prediction file in `workdir`); returns their number and the path.
+
+  With several processes, every process reads the whole file in global batches and
+  feeds the rows its devices hold (the files to predict are small): all run the same
+  steps, and the predictions come back each row once, in input order.
+  """
+  with distributed.agreement(USER_ERRORS):
+    config = initialize.resolve_config(config)
+    trainer = trainer_lib.Trainer(config, devices=devices)
+    workdir = str(files_lib.path(workdir))
+    rows, batches = trainer.method.prediction_batches(input_path, config.eval.batch_size)
+  with distributed.agreement(USER_ERRORS):  # see run(): fails on every process or none
+    params, method_state = checkpoint_lib.restore_for_inference(
+        workdir, trainer.describe(), trainer.abstract_state_with_shardings(),
+        config.eval.best_metric, config.eval.best_mode)
+  predict_step = trainer.predict_step()
+  outputs = [jax.device_get(predict_step(params, method_state,
+                                         _device_batch(trainer, b, whole=True)))
+             for b in batches]
+  predictions = {name: np.concatenate([o[name] for o in outputs])[:len(rows)]
+                 for name in outputs[0]} if outputs else {}
+  output_path = output_path or os.path.join(workdir, trainer.method.prediction_file)
+  return trainer.method.write_predictions(rows, predictions, output_path), output_path
