@@ -113,11 +113,10 @@ from absl import logging as absl_logging
 from encoderx import config as config_lib
 from encoderx import flops as flops_lib
 from encoderx import host_allocator
-from encoderx import method as method_lib
+from encoderx.methods import registry as method_registry
 from encoderx import trainer as trainer_lib
 from encoderx.export import hf
-from encoderx.configs import (albert_tiny, bert_tiny, deberta_tiny, electra_tiny,
-                              roberta_tiny, spanbert_tiny, xlnet_tiny)
+from encoderx import configs
 from encoderx.data import packing, pipeline, tasks
 from encoderx.models import common, contraction, pretraining
 
@@ -132,26 +131,26 @@ MLM_RATE = 0.15
 
 # Model name -> (Hugging Face family or None, its tiny config, the model fields it changes).
 MODELS = {
-    "bert_tiny": ("bert", bert_tiny, {}),
-    "bert_small": ("bert", bert_tiny, dict(num_layers=4, hidden_size=512, num_heads=8,
+    "bert_tiny": ("bert", "bert:tiny", {}),
+    "bert_small": ("bert", "bert:tiny", dict(num_layers=4, hidden_size=512, num_heads=8,
                                            intermediate_size=2048)),
     # BERT-Mini's sizes (4 x 256): the model of the issue's 600-step real-run comparison.
-    "bert_mini": ("bert", bert_tiny, dict(num_layers=4, hidden_size=256, num_heads=4,
+    "bert_mini": ("bert", "bert:tiny", dict(num_layers=4, hidden_size=256, num_heads=4,
                                           intermediate_size=1024)),
-    "roberta_tiny": ("roberta", roberta_tiny, {}),
-    "albert_tiny": ("albert", albert_tiny, {}),
-    "spanbert_tiny": (None, spanbert_tiny, {}),
-    "deberta_tiny": ("deberta-v2", deberta_tiny, {}),
-    "electra_tiny": ("electra", electra_tiny, {}),
+    "roberta_tiny": ("roberta", "roberta:tiny", {}),
+    "albert_tiny": ("albert", "albert:tiny", {}),
+    "spanbert_tiny": (None, "spanbert:tiny", {}),
+    "deberta_tiny": ("deberta-v2", "deberta:tiny", {}),
+    "electra_tiny": ("electra", "electra:tiny", {}),
     # ELECTRA-Small's sizes (12 x 256, 4 heads, FFN 1024; embeddings 128 wide) on the
     # bundled vocabulary, and a BERT of the same sizes (the paper's BERT-Small; Hugging
     # Face's BERT has no narrower embeddings): what replaced-token detection costs.
-    "electra_small": ("electra", electra_tiny, dict(num_layers=12, hidden_size=256,
+    "electra_small": ("electra", "electra:tiny", dict(num_layers=12, hidden_size=256,
                                                     num_heads=4, intermediate_size=1024,
                                                     embedding_size=128)),
-    "bert_electra_small": ("bert", bert_tiny, dict(num_layers=12, hidden_size=256,
+    "bert_electra_small": ("bert", "bert:tiny", dict(num_layers=12, hidden_size=256,
                                                    num_heads=4, intermediate_size=1024)),
-    "xlnet_tiny": ("xlnet", xlnet_tiny, {}),
+    "xlnet_tiny": ("xlnet", "xlnet:tiny", {}),
 }
 ATTENTION_LENGTHS = (128, 512)
 # --device=gpu|tpu: the paper's BERT-base and BERT-large, on the bundled vocabulary.
@@ -190,8 +189,8 @@ class StepTiming:
 
 
 def build_config(model_name: str, batch_size: int, seq_length: int = SEQ_LENGTH):
-  _, config_module, model_fields = MODELS[model_name]
-  config = config_module.get_config()
+  _, spec, model_fields = MODELS[model_name]
+  config = configs.get(spec)
   for field, value in model_fields.items():
     config.model[field] = value
   config.data.seq_length = seq_length
@@ -264,7 +263,7 @@ def time_interleaved(steps_of: list[Callable[[int], None]], warmup: int, steps: 
 def pretraining_task(config):
   """The Task the config's method trains on (XLNet's row streams for method 'xlnet')."""
   if config.method != "pretrain":
-    return method_lib.build(config_lib.validate(config)).task()
+    return method_registry.build(config_lib.validate(config)).task()
   return tasks.register_pretraining_task(config)
 
 
@@ -298,7 +297,7 @@ def measure_padding(lengths=(128, 512), num_batches: int = 8) -> list[dict]:
   for builder, objectives in PADDING_BUILDERS.items():
     row = {"builder": builder}
     for length in lengths:
-      config = bert_tiny.get_config()
+      config = configs.get("bert:tiny")
       config.data.builder, config.objective.names = builder, objectives
       config.data.seq_length = length
       pulled = pipeline.take_batches(pretraining_task(config), "train", length, 16,

@@ -50,7 +50,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from encoderx.configs import albert_tiny, bert_tiny, roberta_tiny, spanbert_tiny, xlnet_tiny
+from encoderx import configs
 from encoderx.data import corpus, resources
 
 BATCH_SIZE = 32
@@ -59,9 +59,9 @@ MEMORY_BATCHES = 50  # batches pulled before the peak resident memory is read
 RESUME_FRACTION = 0.9  # how far into the first epoch the text read whole resumes
 RESUME_LEFT = 800  # examples left in each shard open at a streamed resumed position
 # One config per example builder (and per sentence objective of the pair builder).
-BUILDER_CONFIGS = {"sentence_pairs (nsp)": bert_tiny, "sentence_pairs (sop)": albert_tiny,
-                   "full_sentences": roberta_tiny, "doc_sentences": spanbert_tiny,
-                   "xlnet_streams": xlnet_tiny}
+BUILDER_CONFIGS = {"sentence_pairs (nsp)": "bert:tiny", "sentence_pairs (sop)": "albert:tiny",
+                   "full_sentences": "roberta:tiny", "doc_sentences": "spanbert:tiny",
+                   "xlnet_streams": "xlnet:tiny"}
 SOURCES = ("preprocessed", "text stream", "on the fly")
 COPY_PREFIX = "copy%03d-"  # a corpus file's name: this prefix, then the novel's file name
 
@@ -70,7 +70,7 @@ COPY_PREFIX = "copy%03d-"  # a corpus file's name: this prefix, then the novel's
 def write_corpus(directory: str, scale: int) -> list[str]:
   """`scale` copies of the bundled corpus, each novel's chapters shuffled per copy."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  config = bert_tiny.get_config()
+  config = configs.get("bert:tiny")
   corpus_format = corpus.CorpusFormat(config.data.document_marker)
   novels = {os.path.basename(path): list(corpus.documents_of_file(path, corpus_format))
             for path in resources.bundled_corpus_files()}
@@ -95,8 +95,9 @@ def novel_of(path: str) -> str:
   return os.path.basename(path)[len(COPY_PREFIX % 0):]
 
 
-def corpus_config(module, corpus_dir: str, preprocessed: str = "", streaming: bool = False):
-  config = module.get_config()
+def corpus_config(spec: str, corpus_dir: str, preprocessed: str = "",
+                  streaming: bool = False):
+  config = configs.get(spec)
   config.data.files = os.path.join(corpus_dir, "*.txt")
   config.data.seq_length = SEQ_LENGTH
   config.data.streaming, config.data.preprocessed = streaming, preprocessed
@@ -104,14 +105,14 @@ def corpus_config(module, corpus_dir: str, preprocessed: str = "", streaming: bo
   return config
 
 
-def preprocess_corpus(module, corpus_dir: str, output: str, workers: int) -> float:
+def preprocess_corpus(spec: str, corpus_dir: str, output: str, workers: int) -> float:
   """Preprocesses (unless done before); returns the wall time (0 if it was done)."""
   from encoderx import preprocess  # pylint: disable=g-import-not-at-top
   from encoderx.data import preprocessed  # pylint: disable=g-import-not-at-top
   if os.path.exists(os.path.join(output, preprocessed.MANIFEST)):
     return 0.0
   start = time.perf_counter()
-  preprocess.run(corpus_config(module, corpus_dir), output, workers=workers,
+  preprocess.run(corpus_config(spec, corpus_dir), output, workers=workers,
                  show_progress=False)
   return time.perf_counter() - start
 
@@ -119,7 +120,7 @@ def preprocess_corpus(module, corpus_dir: str, output: str, workers: int) -> flo
 # --- measurements, each in a fresh process ------------------------------------------------
 def _task_and_check(config):
   """What a run does before its first batch: the method's data check, then the Task."""
-  from encoderx import method  # pylint: disable=g-import-not-at-top
+
   pretraining = method.build(config)
   pretraining.check_data()
   return pretraining.task()
@@ -162,7 +163,7 @@ def _stream_state_at_last_novels(config, manifest_directory: str) -> dict:
 def measure(spec: dict) -> dict:
   """Runs in a fresh process: start-up and memory, or resume (spec['what'])."""
   from encoderx.data import pipeline  # pylint: disable=g-import-not-at-top
-  config = corpus_config(bert_tiny, spec["corpus"], spec.get("preprocessed", ""),
+  config = corpus_config("bert:tiny", spec["corpus"], spec.get("preprocessed", ""),
                          spec.get("streaming", False))
   if spec["what"] == "resume":
     task = _task_and_check(config)
@@ -192,11 +193,12 @@ def measure_builder(spec: dict) -> dict:
   streaming the preprocessed examples, for one builder's config."""
   os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
   from encoderx.data import pipeline, tasks  # pylint: disable=g-import-not-at-top
-  module = BUILDER_CONFIGS[spec["builder"]]
+  config_spec = BUILDER_CONFIGS[spec["builder"]]
   rates = {}
   for name, config in (
-      ("build", corpus_config(module, spec["corpus"], streaming=True)),
-      ("read", corpus_config(module, spec["corpus"], preprocessed=spec["preprocessed"]))):
+      ("build", corpus_config(config_spec, spec["corpus"], streaming=True)),
+      ("read", corpus_config(config_spec, spec["corpus"],
+                             preprocessed=spec["preprocessed"]))):
     task = tasks.register_pretraining_task(config)
     count, seconds = 0, 0.0
     for shard in pipeline.stream_shards(task, "train", SEQ_LENGTH, 0):
@@ -226,7 +228,7 @@ def scale_rows(workdir: str, scales: list[int], sources: list[str], workers: int
     files = write_corpus(corpus_dir, scale)
     megabytes = sum(os.path.getsize(f) for f in files) / 2**20
     output = os.path.join(workdir, f"bert_tiny-x{scale}")
-    seconds = preprocess_corpus(bert_tiny, corpus_dir, output, workers)
+    seconds = preprocess_corpus("bert:tiny", corpus_dir, output, workers)
     print(f"corpus x{scale}: {len(files)} files, {megabytes:.0f} MB"
           + (f", preprocessed in {seconds:.0f} s" if seconds else ""), flush=True)
     base = {"corpus": corpus_dir, "manifest": output}
@@ -268,12 +270,12 @@ def builder_rows(workdir: str, workers: int) -> list[dict]:
   corpus_dir = os.path.join(workdir, "corpus-x1")
   write_corpus(corpus_dir, 1)
   rows = []
-  for builder, module in BUILDER_CONFIGS.items():
-    output = os.path.join(workdir, f"{module.__name__.rsplit('.', 1)[-1]}-x1")
-    seconds = preprocess_corpus(module, corpus_dir, output, workers)
+  for builder, config_spec in BUILDER_CONFIGS.items():
+    output = os.path.join(workdir, f"{config_spec.replace(':', '_')}-x1")
+    seconds = preprocess_corpus(config_spec, corpus_dir, output, workers)
     rates = _in_fresh_process("measure_builder", {"builder": builder, "corpus": corpus_dir,
                                                   "preprocessed": output})
-    config = module.get_config()
+    config = configs.get(config_spec)
     rows.append({"builder": builder, "vocabulary": config.data.vocab.kind,
                  "build ex/s/core": f"{rates['build']:,.0f}",
                  "read ex/s/core": f"{rates['read']:,.0f}",

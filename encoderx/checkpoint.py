@@ -233,8 +233,8 @@ class Checkpoints:
       logger.warning("checkpoint %d does not record its data and objective config (written "
                      "by an older encoderx); resuming without comparing them.", step)
       return
-    differences = _differences(stored[TRAINING], _as_stored(description[TRAINING]),
-                               absent=_default_value)
+    differences = _differences(config_lib.migrate_fields(stored[TRAINING]),
+                               _as_stored(description[TRAINING]), absent=_default_value)
     if not differences:
       return
     if not allow_change:

@@ -2,8 +2,10 @@
 
 Every group of config fields is a gin configurable named by its path, and its fields are
 the configurable's parameters; the fields at the top (method, init_from) belong to
-`config`:
+`config`. A gin file starts from the defaults, or from a config file it names (the
+same files `--config` takes, so no config has a second copy in gin):
 
+    base.config = 'configs/bert.py:base'     # optional: a config file and its argument
     config.method = 'pretrain'
     model.hidden_size = 768
     data.vocab.path = '/data/vocab.txt'
@@ -13,10 +15,10 @@ the configurable's parameters; the fields at the top (method, init_from) belong 
 
 `encoderx.config.model.hidden_size` (the full name) and `vocab.kind` (a unique suffix)
 name the same fields. A name that is no field fails with the message a misspelt
-`--config.<field>` gives. Bindings are applied on top of a config (the defaults, or an
-ml_collections config file), in order: gin files, then `--gin_bindings`.
+`--config.<field>` gives. Bindings are applied on top of the base config (`base.config`,
+or `--config`: not both), in order: gin files, then `--gin_bindings`.
 
-    python -m encoderx.gin_config configs/bert_base.py   # prints it as gin bindings
+    python -m encoderx.gin_config configs/bert.py:base   # prints it as gin bindings
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from encoderx import errors
 from encoderx import config as config_lib
 
 ROOT = "config"  # the configurable of the fields at the top of the schema
+BASE = "base"  # the configurable naming the config file the bindings start from
 _MODULE = "encoderx"
 _UNSET = object()  # a parameter no binding set
 _CONFIGURABLES: dict[str, object] = {}  # group path ("" for the top) -> its configurable
@@ -47,10 +50,16 @@ def _groups(node: ml_collections.ConfigDict, prefix: str = ""):
       yield from _groups(node[key], f"{prefix}{key}.")
 
 
+def _base(config: str = ""):
+  return config
+
+
 def _register() -> None:
-  """One gin configurable per group of fields, returning the fields bound in gin."""
+  """One gin configurable per group of fields, returning the fields bound in gin, and
+  `base` (the config file to start from)."""
   if _CONFIGURABLES:
     return
+  _CONFIGURABLES[BASE] = gin.external_configurable(_base, name=BASE, module=_MODULE)
   for prefix, fields in _groups(config_lib.default_config()):
     path = prefix.rstrip(".")
 
@@ -69,6 +78,8 @@ def _group_of(selector: str) -> str | None:
   """A gin selector ("vocab", "data.vocab", "encoderx.config.data.vocab") -> its group's
   path ("data.vocab"; "" for the top), None if it selects no group."""
   for path in _CONFIGURABLES:
+    if path == BASE:
+      continue
     full = f"{_MODULE}.{ROOT}" + (f".{path}" if path else "")
     if full == selector or full.endswith(f".{selector}"):
       return path
@@ -102,10 +113,25 @@ def _user_error(error: Exception, files, bindings) -> errors.ConfigError:
   return errors.ConfigError("gin: " + " ".join(text.split()) + where)
 
 
-def apply(config: ml_collections.ConfigDict, files=(), bindings=()) -> ml_collections.ConfigDict:
-  """A copy of `config` with the fields bound by the gin `files`, then `bindings`
-  (statements such as "train.steps = 10"); raises ConfigError (one line) for a name that
-  is no field, a value of the wrong type, or a file that gin cannot read or parse."""
+def config_file(spec: str) -> ml_collections.ConfigDict:
+  """'configs/bert.py:tiny' (a config file, relative to the working directory, and its
+  argument) -> its get_config(argument), as `--config` loads it."""
+  path, _, argument = spec.partition(":")
+  if not os.path.isfile(path):
+    errors.fail(f"{BASE}.config", f"no config file '{path}' (looked from {os.getcwd()}).")
+  module_spec = importlib.util.spec_from_file_location("encoderx_gin_base_config", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(argument) if argument else module.get_config()
+
+
+def apply(config: ml_collections.ConfigDict | None, files=(), bindings=()
+          ) -> ml_collections.ConfigDict:
+  """A copy of the base config with the fields bound by the gin `files`, then `bindings`
+  (statements such as "train.steps = 10"). The base is `config` (from --config), or the
+  file the bindings name as `base.config`, or the defaults; raises ConfigError (one line)
+  for both bases at once, a name that is no field, a value of the wrong type, or a file
+  that gin cannot read or parse."""
   _register()
   for path in files:
     if not os.path.isfile(path):
@@ -123,7 +149,15 @@ def apply(config: ml_collections.ConfigDict, files=(), bindings=()) -> ml_collec
   if scoped:
     scope, binding = scoped[0]
     raise errors.ConfigError(f"gin scopes are not part of the config schema: bind "
-                                 f"'{binding}' without the scope '{scope}'.")
+                             f"'{binding}' without the scope '{scope}'.")
+  base = values.pop(BASE)
+  if base and config is not None:
+    errors.fail(f"{BASE}.config", f"names {base!r}, but --config gave the base config "
+                "too.", "Give one of them.")
+  if base:
+    config = config_file(base)
+  elif config is None:
+    config = config_lib.default_config()
   config = config.copy_and_resolve_references()
   for path, fields in values.items():
     group = config
@@ -164,19 +198,16 @@ def to_gin(config: ml_collections.ConfigDict) -> str:
 
 
 def main(argv: list[str]) -> None:
-  """python -m encoderx.gin_config CONFIG.py: prints the config as gin bindings."""
+  """python -m encoderx.gin_config CONFIG.py[:ARG]: prints the config as gin bindings."""
   if len(argv) != 2:
-    sys.exit("usage: python -m encoderx.gin_config CONFIG.py  (prints it as gin bindings)")
-  spec = importlib.util.spec_from_file_location("config_module", argv[1])
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  summary = (module.__doc__ or "").strip().split("\n\n")[0].splitlines()  # its first paragraph
-  name = os.path.basename(argv[1])
-  sys.stdout.write("".join(f"# {line}\n" for line in summary) + (
-      f"# The gin form of configs/{name}: the fields it sets that differ from the defaults\n"
-      "# (encoderx/config.py, BERT-base's). tests/test_gin.py checks that both resolve to\n"
-      f"# the same config. Regenerate: python -m encoderx.gin_config configs/{name}\n\n")
-      + to_gin(module.get_config()))
+    sys.exit("usage: python -m encoderx.gin_config CONFIG.py[:ARG]  (prints the config as "
+             "gin bindings)")
+  try:
+    config = config_file(argv[1])
+  except errors.UserError as error:
+    sys.exit(f"encoderx: error: {error}")
+  sys.stdout.write(f"# {argv[1]} as gin bindings: the fields it sets that differ from the "
+                   "defaults.\n" + to_gin(config))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import orbax.checkpoint as ocp
 from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import files as files_lib
-from encoderx import method as method_lib
+from encoderx.methods import registry as method_registry
 from encoderx.export import hf, hf_directory
 from encoderx.models import common, embeddings
 
@@ -65,9 +65,10 @@ class Source:
 
 
 def run_config(path: str) -> ml_collections.ConfigDict:
-  """A run's config.json on the current schema (fields it lacks keep their defaults;
-  fields the schema no longer has, from older versions, are skipped)."""
-  stored = json.loads(files_lib.read_text(path))
+  """A run's config.json on the current schema (moved fields at their new place, fields it
+  lacks at their defaults; fields the schema no longer has, from older versions,
+  skipped)."""
+  stored = config_lib.migrate_fields(json.loads(files_lib.read_text(path)))
   config = config_lib.default_config()
 
   def fill(node, values):
@@ -108,7 +109,7 @@ def _run_source(path: str) -> Source:
   checkpoints = os.path.join(workdir, "checkpoints")
 
   def load_params():
-    source_method = method_lib.build(config)
+    source_method = method_registry.build(config)
     abstract = flax.linen.unbox(
         jax.eval_shape(source_method.init, jax.random.key(0))["params"])
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])

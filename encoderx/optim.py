@@ -12,7 +12,35 @@ whose steps these are, scales every parameter.
 from __future__ import annotations
 
 import flax
+import ml_collections
 import optax
+
+from encoderx import errors
+
+
+def config_section() -> ml_collections.ConfigDict:
+  """config.optimizer: BERT's AdamW."""
+  return ml_collections.ConfigDict(dict(
+      name="adamw",  # or "lamb" (ALBERT): same schedule, clipping and decay mask.
+      learning_rate=1e-4,
+      warmup_steps=10_000,
+      b1=0.9,
+      b2=0.999,
+      eps=1e-6,
+      weight_decay=0.01,
+      clip_norm=1.0,  # <= 0: no clipping
+  ))
+
+
+def validate(optimizer_config, total_steps: int) -> None:
+  """Checks config.optimizer for a run of `total_steps`; raises errors.ConfigError."""
+  errors.check_choice("optimizer.name", optimizer_config.name, tuple(OPTIMIZERS))
+  if optimizer_config.learning_rate <= 0:
+    errors.fail("optimizer.learning_rate",
+                f"must be positive, got {optimizer_config.learning_rate}.")
+  if optimizer_config.warmup_steps < 0 or optimizer_config.warmup_steps >= total_steps:
+    errors.fail("optimizer.warmup_steps", f"{optimizer_config.warmup_steps} must be >= 0 "
+                f"and below train.steps={total_steps}.")
 
 
 def learning_rate_schedule(optimizer_config, total_steps: int,

@@ -62,6 +62,26 @@ def make_mesh(mesh_config, devices=None) -> Mesh:
                        devices=devices)
 
 
+def config_section() -> ml_collections.ConfigDict:
+  """config.mesh: the axes' sizes (their product is the device count; -1 takes what is
+  left) and the logical axis rules (logical name -> the mesh axes it is split over,
+  "data,fsdp", "tensor", "" to keep it whole; activations' names included), by default
+  LOGICAL_AXIS_RULES."""
+  mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+  mesh.rules = rules_as_config()
+  return mesh
+
+
+def validate(mesh_config) -> None:
+  """Checks config.mesh; raises errors.ConfigError."""
+  for axis in MESH_AXES:
+    if mesh_config[axis] == 0 or mesh_config[axis] < -1:
+      errors.fail(f"mesh.{axis}", f"must be a positive size or -1, got {mesh_config[axis]}.")
+  if sum(mesh_config[axis] == -1 for axis in MESH_AXES) > 1:
+    errors.fail("mesh", "at most one axis may be -1.")
+  check_rules(mesh_config.rules)
+
+
 def rules_as_config(rules=LOGICAL_AXIS_RULES):
   """The rules as config.mesh.rules: logical name -> "mesh,axes" ("" = replicated)."""
   def axes(value):

@@ -32,7 +32,8 @@ from jax.sharding import PartitionSpec
 from encoderx import errors
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import config as config_lib
-from encoderx import method as method_lib
+from encoderx.methods import base as method_lib
+from encoderx.methods import registry as method_registry
 from encoderx import optim, sharding
 
 
@@ -160,7 +161,7 @@ class Trainer:
 
   def __init__(self, config, devices=None):
     self.config = config_lib.validate(config)
-    self.method = method_lib.build(config)
+    self.method = method_registry.build(config)
     self.phases = phases(config)
     self.methods = {p.index: self.method.for_phase(p) for p in self.phases}
     self.updates = self.method.updates

@@ -6,5 +6,5 @@ set -euo pipefail
 # An explicit (empty) extras argument: sourced without one, setup.sh would take ours.
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" ""
 workdir="${WORKDIR:-runs/bert_tiny-$(date +%Y%m%d-%H%M%S)}"
-echo "encoderx: pretraining configs/bert_tiny.py into $workdir"
-exec python -m encoderx.train --config=configs/bert_tiny.py --workdir="$workdir" "$@"
+echo "encoderx: pretraining configs/bert.py:tiny into $workdir"
+exec python -m encoderx.train --config=configs/bert.py:tiny --workdir="$workdir" "$@"

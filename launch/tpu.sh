@@ -8,7 +8,7 @@
 #   bash launch/tpu.sh --name=NAME --zone=ZONE --type=ACCELERATOR_TYPE [options] -- TRAIN_ARGS
 # e.g.
 #   bash launch/tpu.sh --name=bert-base --zone=us-central2-b --type=v4-32 -- \
-#     --config=configs/bert_base.py --workdir=/mnt/shared/runs/bert_base \
+#     --config=configs/bert.py:base --workdir=/mnt/shared/runs/bert_base \
 #     --config.data.files='/mnt/shared/corpus/*.txt' --config.data.streaming=True
 #
 # Options:
@@ -60,7 +60,7 @@ for required in name zone type; do
   fi
 done
 if [ ${#train_args[@]} -eq 0 ]; then
-  echo "launch/tpu.sh: give the training flags after --, e.g. -- --config=configs/bert_base.py" \
+  echo "launch/tpu.sh: give the training flags after --, e.g. -- --config=configs/bert.py:base" \
        "--workdir=gs://BUCKET/runs/NAME" >&2
   usage
 fi

@@ -1,6 +1,5 @@
 """Test set-up: 8 virtual CPU devices (for sharding tests), quiet TensorFlow, a persistent
 compilation cache, fixtures."""
-import importlib
 import os
 import pathlib
 
@@ -22,6 +21,8 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 * 2**30))
 
 import pytest  # noqa: E402
+
+from encoderx import configs  # noqa: E402
 
 
 def pytest_configure(config):
@@ -56,9 +57,8 @@ def vocabulary():
 def austen_batch():
   """A real batch: 64 NSP examples of 128 tokens from the bundled corpus, the tails of
   eight rows padded (so that padding is there to be, or not be, chosen)."""
-  from encoderx.configs import bert_tiny
   from encoderx.data import pipeline, tasks
-  config = bert_tiny.get_config()
+  config = configs.get("bert:tiny")
   task = tasks.register_pretraining_task(config)
   (first,) = pipeline.take_batches(task, "train", 128, 64, 1)
   batch = {name: value.copy() for name, value in first.items()}
@@ -83,24 +83,23 @@ def write_corpus(tmp_path):
 
 @pytest.fixture
 def tiny_config():
-  """tiny_config([name]) -> configs/<name>.py (default bert_tiny) shrunk for tests (a
-  fresh locked ConfigDict)."""
+  """tiny_config([spec]) -> the config 'family:variant' names (default bert:tiny, that
+  is configs/bert.py:tiny) shrunk for tests (a fresh locked ConfigDict)."""
   return _tiny_config
 
 
 # One vocabulary of each kind and layout: the configs' own (config.data.vocab).
-VOCABULARY_CONFIGS = {"wordpiece": "bert_tiny", "byte_bpe": "roberta_tiny",
-                      "sentencepiece": "albert_tiny", "sentencepiece-deberta": "deberta_tiny"}
+VOCABULARY_CONFIGS = {"wordpiece": "bert:tiny", "byte_bpe": "roberta:tiny",
+                      "sentencepiece": "albert:tiny", "sentencepiece-deberta": "deberta:tiny"}
 
 
 def vocab_config(kind: str):
   """config.data.vocab of the config of VOCABULARY_CONFIGS[kind]."""
-  return importlib.import_module(
-      f"encoderx.configs.{VOCABULARY_CONFIGS[kind]}").get_config().data.vocab
+  return configs.get(VOCABULARY_CONFIGS[kind]).data.vocab
 
 
-def _tiny_config(name: str = "bert_tiny"):
-  config = importlib.import_module(f"encoderx.configs.{name}").get_config()
+def _tiny_config(name: str = "bert:tiny"):
+  config = configs.get(name)
   config.model.num_layers = 2
   config.model.hidden_size = 32
   config.model.num_heads = 2

@@ -59,23 +59,23 @@ class FamilyCase:
 
 
 CASES = [
-    FamilyCase("bert", "bert", "bert_tiny", {}, {"layer_sharing": "all"},
+    FamilyCase("bert", "bert", "bert:tiny", {}, {"layer_sharing": "all"},
                r"layer_sharing='all' has no Hugging Face BERT equivalent"),
     # SpanBERT is a BERT without NSP: it exports as BertForMaskedLM, its SBO head left out.
-    FamilyCase("spanbert", "bert", "spanbert_tiny", {}, {"embedding_size": 16},
+    FamilyCase("spanbert", "bert", "spanbert:tiny", {}, {"embedding_size": 16},
                r"embedding_size=16 != hidden_size"),
-    FamilyCase("roberta", "roberta", "roberta_tiny",
+    FamilyCase("roberta", "roberta", "roberta:tiny",
                dict(position_offset=2, type_vocab_size=1, layer_norm_eps=1e-5,
                     max_position_embeddings=42),
                {"layer_sharing": "ffn"}, r"layer_sharing='ffn' has no Hugging Face RoBERTa"),
-    FamilyCase("albert", "albert", "albert_tiny",
+    FamilyCase("albert", "albert", "albert:tiny",
                dict(embedding_size=16, layer_sharing="all", hidden_act="gelu_new"),
                {"layer_sharing": "attention"},
                r"layer_sharing='attention' has no Hugging Face ALBERT equivalent"),
     # DeBERTa v2/v3 (tests/test_deberta.py's sizes): disentangled attention in log
     # buckets, no absolute positions, no token types. Hugging Face has no enhanced mask
     # decoder: the run exported is deberta_tiny without it.
-    FamilyCase("deberta-v2", "deberta-v2", "deberta_tiny",
+    FamilyCase("deberta-v2", "deberta-v2", "deberta:tiny",
                dict(attention="disentangled", position_embedding="none", type_vocab_size=0,
                     layer_norm_eps=1e-7, position_buckets=8, max_relative_positions=24,
                     max_position_embeddings=64, share_att_key=False),
@@ -83,12 +83,12 @@ CASES = [
                r"DeBERTa", run=dict(enhanced_mask_decoder=False)),
     # ELECTRA's discriminator (the electra method's run), embeddings projected to the
     # hidden size; the generator's class (ElectraForMaskedLM) in the round trip.
-    FamilyCase("electra", "electra", "electra_tiny", dict(embedding_size=32, pooler_act="gelu"),
+    FamilyCase("electra", "electra", "electra:tiny", dict(embedding_size=32, pooler_act="gelu"),
                {"layer_sharing": "all"}, r"layer_sharing='all' has no Hugging Face ELECTRA",
                flax_model="discriminator"),
     # XLNet: relative two-stream attention, segments in the attention only; the export
     # parity compares the content stream (the query stream's is tests/test_xlnet.py's).
-    FamilyCase("xlnet", "xlnet", "xlnet_tiny",
+    FamilyCase("xlnet", "xlnet", "xlnet:tiny",
                dict(attention="two_stream_relative", position_embedding="none",
                     type_vocab_size=0, embedding_layer_norm=False, max_position_embeddings=0),
                {"layer_sharing": "all"}, r"have no Hugging Face XLNet equivalent",

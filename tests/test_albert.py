@@ -15,7 +15,7 @@ import tensorflow as tf
 from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import optim, train
-from encoderx.configs import albert_base, albert_tiny
+from encoderx import configs
 from encoderx.data import corpus, pipeline, preprocessors, segment_pairs, tasks
 from encoderx.data import sentencepiece_vocabulary as spm_lib
 from encoderx.data.vocabulary import VocabularyError
@@ -97,7 +97,7 @@ def test_sentencepiece_interface_and_word_grouping():
   batch = vocabulary.tokenize_words_tf(tf.constant([text, "", "Anne"])).to_list()
   assert batch[0] == words and batch[1] == [] and len(batch[2]) == 1
   # The seqio Task's vocabulary is chosen by config.data.vocab.kind.
-  config = albert_tiny.get_config()
+  config = configs.get("albert:tiny")
   assert tasks.build_vocabulary(config.data.vocab) == vocabulary
 
 
@@ -120,7 +120,7 @@ def test_bad_sentencepiece_files_fail_clearly(tmp_path, austen_files):
   with pytest.raises(VocabularyError, match="Vocabulary size too high"):
     spm_lib.train_sentencepiece(austen_files[:1], str(tmp_path / "out"), vocab_size=90000)
   assert not list(tmp_path.glob("out*"))  # nothing half-written
-  config = albert_tiny.get_config()
+  config = configs.get("albert:tiny")
   config.data.vocab.path = str(tmp_path / "missing.model")
   with pytest.raises(errors.ConfigError,
                      match=r"data\.vocab\.path.*encoderx\.data\.sentencepiece_vocabulary"):
@@ -138,7 +138,7 @@ def austen_documents():
   its document's number * 1e6 + its position, so pairs show where they came from."""
   vocabulary = spm_lib.SentencePieceVocabulary(resources.BUNDLED_SENTENCEPIECE_VOCAB)
   chapters = list(corpus.read_documents(
-      tasks.corpus_files(albert_tiny.get_config().data),
+      tasks.corpus_files(configs.get("albert:tiny").data),
       corpus.CorpusFormat(document_marker=AUSTEN_CHAPTERS)))
   dataset = tf.data.Dataset.from_tensor_slices({
       "text": ["\n".join(blocks) for blocks in chapters],
@@ -217,7 +217,7 @@ def _sentence_word(document: int, sentence: int) -> str:
 def test_sop_objective_selects_sop_pairs_in_the_task(tiny_config, write_corpus):
   path = write_corpus([[f"{_sentence_word(d, s)} is here." for s in range(40)]
                        for d in range(6)])
-  config = tiny_config("albert_tiny")
+  config = tiny_config("albert:tiny")
   config.data.files = str(path)
   config.data.document_marker = ""
   config.data.sentence_per_line = True
@@ -297,7 +297,7 @@ def _parameter_count(model_config) -> int:
 
 
 def test_albert_base_has_about_12m_parameters():
-  config = albert_base.get_config()
+  config = configs.get("albert:base")
   config_lib.validate(config)
   model_config = common.ModelConfig.from_config(config.model)
   counts = {sharing: _parameter_count(dataclasses.replace(model_config,
@@ -311,7 +311,7 @@ def test_albert_base_has_about_12m_parameters():
 
 
 def test_albert_configs_carry_the_paper_recipe():
-  config = config_lib.validate(albert_base.get_config())
+  config = config_lib.validate(configs.get("albert:base"))
   model = config.model
   assert (model.vocab_size, model.embedding_size, model.hidden_size, model.num_layers,
           model.num_heads, model.intermediate_size) == (30000, 128, 768, 12, 12, 3072)
@@ -321,16 +321,16 @@ def test_albert_configs_carry_the_paper_recipe():
   assert (config.train.batch_size, config.train.steps) == (4096, 125_000)
   assert (config.optimizer.name, config.optimizer.learning_rate) == ("lamb", 0.00176)
   assert tuple(config.objective.names) == ("mlm", "sop")
-  tiny = config_lib.validate(albert_tiny.get_config())
+  tiny = config_lib.validate(configs.get("albert:tiny"))
   assert tiny.data.vocab.path == resources.BUNDLED_SENTENCEPIECE_VOCAB
-  bad = albert_tiny.get_config()
+  bad = configs.get("albert:tiny")
   bad.optimizer.name = "lamb2"
   with pytest.raises(errors.ConfigError, match=r"optimizer\.name.*'adamw', 'lamb'"):
     config_lib.validate(bad)
 
 
 def test_lamb_scales_each_update_to_the_learning_rate_times_the_weight_norm_but_biases():
-  config = albert_tiny.get_config().optimizer
+  config = configs.get("albert:tiny").optimizer
   config.warmup_steps = 0
   params = {"dense": {"kernel": jnp.full((4, 3), 0.5), "bias": jnp.full(3, 2.0)}}
   grads = {"dense": {"kernel": jnp.arange(12.0).reshape(4, 3) - 5, "bias": jnp.ones(3)}}
@@ -357,7 +357,7 @@ def test_lamb_scales_each_update_to_the_learning_rate_times_the_weight_norm_but_
 
 # --- Pretraining -----------------------------------------------------------------------------
 def test_tiny_albert_pretrains_on_the_bundled_corpus(tiny_config, tmp_path):
-  config = tiny_config("albert_tiny")
+  config = tiny_config("albert:tiny")
   config.model.embedding_size = 16
   config.train.steps = 30
   config.optimizer.warmup_steps = 3

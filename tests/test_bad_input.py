@@ -112,7 +112,7 @@ def test_resume_where_there_is_no_checkpoint_is_refused_unless_allowed(tiny_conf
 
 
 def test_command_line_reports_a_mesh_that_does_not_fit_in_one_line(tmp_path):
-  config = REPO / "configs" / "bert_tiny.py"
+  config = f"{REPO / 'configs' / 'bert.py'}:tiny"
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
   cli = subprocess.run([sys.executable, "-m", "encoderx.train", f"--config={config}",
                         f"--workdir={tmp_path / 'run'}", "--config.mesh.data=3"],
@@ -133,7 +133,7 @@ def test_one_document_per_line(tiny_config, tmp_path):
       [str(path)], corpus.CorpusFormat(document_per_line=True)))
   assert documents == [["First article. It has two sentences."], ["Second article."],
                        ["Third article, right after the second."]]
-  config = tiny_config("roberta_tiny")  # packed rows: one document per split is enough
+  config = tiny_config("roberta:tiny")  # packed rows: one document per split is enough
   config.data.files = str(path)
   config.data.document_marker = ""  # the bundled corpus's chapter marker
   config.data.document_per_line = True

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from encoderx import errors
 from encoderx import config as config_lib
-from encoderx.configs import bert_tiny
+from encoderx import configs
 from encoderx.data import bpe_vocabulary, corpus, preprocessors, tasks
 from encoderx.data.vocabulary import VocabularyError
 from encoderx.data import resources
@@ -110,7 +110,7 @@ def test_sentences_are_tokenized_as_running_text(austen_files, bpe, hf_tokenizer
   breaker cut them into keep the space before them ('Ġword'). Left out: paragraphs where
   the breaker cuts inside a run of punctuation ('etc.,' '."' '.--'), which GPT-2's
   regex keeps as one pre-token."""
-  corpus_format = corpus.CorpusFormat(bert_tiny.get_config().data.document_marker, False,
+  corpus_format = corpus.CorpusFormat(configs.get("bert:tiny").data.document_marker, False,
                                       "error")
   documents = [[p for p in document if ". " in p and not re.search(r"[.!?]\S", p)]
                for document in corpus.read_documents(austen_files, corpus_format)]
@@ -148,7 +148,7 @@ def test_trains_a_vocabulary_from_the_command_line(tmp_path, austen_files, capsy
 
 
 def test_config_selects_the_byte_level_vocabulary(tmp_path):
-  config = bert_tiny.get_config()
+  config = configs.get("bert:tiny")
   config.data.vocab.kind = "byte_bpe"
   config.data.vocab.path = resources.BUNDLED_BPE_VOCAB
   vocabulary = tasks.build_vocabulary(config.data.vocab)

@@ -8,13 +8,13 @@ import pytest
 
 from encoderx import errors
 from encoderx import config as config_lib
-from encoderx.configs import bert_base, bert_large, bert_tiny
+from encoderx import configs
 
 
 def test_shipped_configs_are_valid_with_paper_sizes():
-  for module in (bert_tiny, bert_base, bert_large):
-    config_lib.validate(module.get_config())
-  base, large = bert_base.get_config(), bert_large.get_config()
+  for variant in ("tiny", "mini", "small", "base", "large"):
+    config_lib.validate(configs.get(f"bert:{variant}"))
+  base, large = configs.get("bert:base"), configs.get("bert:large")
   assert (base.model.num_layers, base.model.hidden_size, base.model.num_heads) == (12, 768, 12)
   assert (large.model.num_layers, large.model.hidden_size, large.model.num_heads) == (24, 1024, 16)
   for config in (base, large):
@@ -28,13 +28,13 @@ def test_shipped_configs_are_valid_with_paper_sizes():
 
 
 def test_misspelt_field_fails_on_assignment_naming_it():
-  config = bert_tiny.get_config()
+  config = configs.get("bert:tiny")
   with pytest.raises(AttributeError, match="hiden_size"):
     config.model.hiden_size = 64
 
 
 def test_unknown_field_in_an_unlocked_config_is_reported():
-  config = bert_tiny.get_config()
+  config = configs.get("bert:tiny")
   config.unlock()
   config.train.stpes = 10
   with pytest.raises(errors.ConfigError, match=r"train\.stpes.*train\.steps"):
@@ -54,7 +54,7 @@ def test_unknown_field_in_an_unlocked_config_is_reported():
     ("train.batch_size", 30, r"train\.batch_size.*grad_accum_steps=4"),
 ])
 def test_invalid_values_name_the_field(field, value, message):
-  config = bert_tiny.get_config()
+  config = configs.get("bert:tiny")
   config.train.grad_accum_steps = 4
   section, name = field.rsplit(".", 1)
   group = config
@@ -66,7 +66,7 @@ def test_invalid_values_name_the_field(field, value, message):
 
 
 def test_objectives_and_example_builder_must_agree():
-  config = bert_tiny.get_config()
+  config = configs.get("bert:tiny")
   config.objective.names = ("mlm",)
   with pytest.raises(errors.ConfigError, match=r"data\.builder"):
     config_lib.validate(config)
@@ -80,7 +80,7 @@ def test_trainer_rejects_bad_config_before_building_anything(monkeypatch):
     raise AssertionError("the model was built for an invalid config")
 
   monkeypatch.setattr(pretraining, "PretrainingModel", fail)
-  config = bert_tiny.get_config()
+  config = configs.get("bert:tiny")
   config.model.num_heads = 5
   with pytest.raises(errors.ConfigError, match="model.hidden_size"):
     trainer_lib.Trainer(config)
@@ -92,7 +92,7 @@ def _cli(*args, cwd):
 
 
 def test_command_line_errors_are_one_paragraph_not_tracebacks(tmp_path):
-  config = str(pathlib.Path(__file__).resolve().parent.parent / "configs" / "bert_tiny.py")
+  config = str(pathlib.Path(__file__).resolve().parent.parent / "configs" / "bert.py") + ":tiny"
   typo = _cli(f"--config={config}", f"--workdir={tmp_path / 'a'}",
               "--config.model.hiden_size=64", cwd=tmp_path)
   assert typo.returncode != 0
@@ -109,3 +109,23 @@ def test_command_line_errors_are_one_paragraph_not_tracebacks(tmp_path):
   assert missing.returncode == 2
   assert "no config file 'configs/bert_tny.py'" in missing.stderr
   assert "Traceback" not in missing.stderr
+
+  moved = _cli("--config=configs/deberta_v3_tiny.py", f"--workdir={tmp_path / 'd'}",
+               cwd=tmp_path)
+  assert moved.returncode == 2
+  assert moved.stderr.strip().splitlines()[-1].startswith(
+      "encoderx: error: configs/deberta_v3_tiny.py is now configs/deberta.py:v3_tiny")
+  gin = _cli("--gin_file=configs/gin/bert_tiny.gin", f"--workdir={tmp_path / 'e'}",
+             cwd=tmp_path)
+  assert gin.returncode == 2 and "configs/bert.py:tiny" in gin.stderr.splitlines()[-1]
+  renamed = _cli(f"--config={config}", f"--workdir={tmp_path / 'f'}",
+                 "--config.finetune.doc_stride=64", cwd=tmp_path)
+  assert renamed.returncode == 2
+  assert renamed.stderr.strip().splitlines()[-1] == (
+      "encoderx: error: config field 'finetune.doc_stride' is now 'qa.doc_stride' "
+      "(docs/migration.md)")
+  unknown_variant = _cli(f"--config={config.replace(':tiny', ':huge')}",
+                         f"--workdir={tmp_path / 'g'}", cwd=tmp_path)
+  assert unknown_variant.returncode == 2
+  assert "config variant 'huge' is not one of tiny, mini, small, base, large" in (
+      unknown_variant.stderr)

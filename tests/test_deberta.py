@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from encoderx import config as config_lib
 from encoderx import initialize, train, trainer as trainer_lib
-from encoderx.configs import deberta_base, deberta_tiny
+from encoderx import configs
 from encoderx.data import sentencepiece_vocabulary as spm_lib
 from encoderx.data import resources
 from encoderx.data.vocabulary import VocabularyError
@@ -276,7 +276,7 @@ def test_pretraining_starts_from_a_hugging_face_deberta_directory(tiny_config, t
                                intermediate_size=64, num_layers=2, num_heads=2,
                                max_position_embeddings=128)
   torch_model = _hf_directory(directory, source)
-  config = tiny_config("deberta_tiny")
+  config = tiny_config("deberta:tiny")
   config.init_from = f"hf:{directory}"
   config = initialize.resolve_config(config)
   assert (config.model.attention, config.model.position_embedding,
@@ -325,7 +325,7 @@ def test_unsupported_deberta_configs_are_named(change, message):
 
 # --- configs and training ---------------------------------------------------------------------
 def test_deberta_configs_are_valid_with_the_papers_sizes():
-  tiny, base = deberta_tiny.get_config(), deberta_base.get_config()
+  tiny, base = configs.get("deberta:tiny"), configs.get("deberta:base")
   for config in (tiny, base):
     config_lib.validate(config)
     assert (config.model.attention, config.model.position_embedding,
@@ -344,7 +344,7 @@ def test_deberta_configs_are_valid_with_the_papers_sizes():
 
 
 def test_tiny_deberta_learns_on_the_bundled_corpus(tiny_config, tmp_path):
-  config = tiny_config("deberta_tiny")
+  config = tiny_config("deberta:tiny")
   config.model.hidden_size, config.model.intermediate_size = 64, 128
   config.train.steps = 40
   config.optimizer.learning_rate = 3e-3

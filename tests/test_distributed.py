@@ -68,9 +68,10 @@ def _free_port() -> int:
     return probe.getsockname()[1]
 
 
-def _start(workdir, port, index, *extra, processes=2, config="bert_tiny"):
+def _start(workdir, port, index, *extra, processes=2, config="bert:tiny"):
   """Process `index` of a run of two, 4 CPU devices each, a (data 4, fsdp 2) mesh; with
-  processes=1, the one process of a run on 8 CPU devices. configs/<config>.py, shrunk;
+  processes=1, the one process of a run on 8 CPU devices. `config` ('family:variant'),
+  shrunk;
   `extra` flags come last."""
   shrink = ["--config.model.num_layers=1", "--config.model.hidden_size=32",
             "--config.model.num_heads=2", "--config.model.intermediate_size=64",
@@ -89,7 +90,8 @@ def _start(workdir, port, index, *extra, processes=2, config="bert_tiny"):
   logs = workdir.parent / f"{workdir.name}_process_{index}{flags}"
   # Output to files, not pipes: nobody reads a pipe while the test waits for a checkpoint.
   process = subprocess.Popen(
-      [sys.executable, "-m", "encoderx.train", f"--config=configs/{config}.py", *shrink,
+      [sys.executable, "-m", "encoderx.train", "--config=configs/{}.py:{}".format(*config.split(":")),
+       *shrink,
        f"--workdir={workdir}", *cluster, *extra],
       cwd=REPO, env=environment, stdout=open(f"{logs}.out", "w"),
       stderr=open(f"{logs}.err", "w"))
@@ -365,7 +367,7 @@ def test_a_file_missing_on_one_process_stops_every_process_with_one_message(tmp_
 ONE_DEVICE = jax.devices()[:1]
 
 
-@pytest.mark.parametrize("name", ["bert_tiny", "electra_tiny", "xlnet_tiny"])
+@pytest.mark.parametrize("name", ["bert:tiny", "electra:tiny", "xlnet:tiny"])
 def test_padding_rows_count_for_nothing_in_pretraining_evaluations(tiny_config, name):
   """A batch of padding rows (zeros, example_weight 0.0, what completes a whole split's
   last batch or feeds a process whose shard ran out) adds nothing to any sum the
@@ -432,7 +434,7 @@ def test_two_processes_evaluate_and_predict_a_whole_split_as_one_process(tmp_pat
            "--config.eval.batches=0",
            "--config.model.initializer_range=0.5"]  # predictions that differ by row
   start = lambda *extra: _finish([
-      _start(run, port, index, *flags, *extra, config="finetune_classify")
+      _start(run, port, index, *flags, *extra, config="finetune:classify")
       for index in range(2)])
   port = _free_port()
   start()

@@ -28,7 +28,7 @@ ONE_DEVICE = jax.devices()[:1]
 
 
 def _config(tiny_config, sharing="shared", training="joint", **rtd_fields):
-  config = tiny_config("electra_tiny")
+  config = tiny_config("electra:tiny")
   config.rtd.embedding_sharing, config.rtd.training = sharing, training
   for field, value in rtd_fields.items():
     config.rtd[field] = value
@@ -148,8 +148,8 @@ def test_conversion_round_trips_exactly(electra_pair):
 @pytest.fixture(scope="module")
 def electra_batches():
   """(method of electra_tiny, 8 real batches of 32 rows of 128 tokens)."""
-  from encoderx.configs import electra_tiny  # pylint: disable=g-import-not-at-top
-  method = electra.ReplacedTokenDetection(config_lib.validate(electra_tiny.get_config()))
+  from encoderx import configs  # pylint: disable=g-import-not-at-top
+  method = electra.ReplacedTokenDetection(config_lib.validate(configs.get("electra:tiny")))
   return method, pipeline.take_batches(method.task(), "train", 128, 32, 8, seed=5)
 
 
@@ -502,11 +502,11 @@ def test_bad_rtd_settings_name_the_field_and_the_fix(tiny_config, field, value, 
 
 # --- DeBERTa-v3: this method on DeBERTa's encoder ---------------------------------------------
 def test_deberta_v3_is_gdes_replaced_token_detection_on_disentangled_attention(tiny_config):
-  """configs/deberta_v3_tiny.py: the generator half as deep and as wide as the DeBERTa
+  """configs/deberta.py:v3_tiny: the generator half as deep and as wide as the DeBERTa
   discriminator; under GDES the discriminator's loss reaches none of the generator but its
   word and position deltas; decoupled steps run on the disentangled encoder (3 steps,
   finite losses, two optimizer states) and what export takes is a DeBERTa encoder."""
-  config = tiny_config("deberta_v3_tiny")
+  config = tiny_config("deberta:v3_tiny")
   assert (config.method, config.rtd.embedding_sharing, config.rtd.training,
           config.rtd.rtd_lambda) == ("electra", "gdes", "decoupled", 10.0)
   method, params, _, prepared = _method_and_batch(config)

@@ -104,7 +104,7 @@ def test_a_padded_vocabulary_exports_its_real_rows_and_imports_them_padded(tmp_p
   the .npz has 8,000 rows; reading the export back pads zero rows, and exporting that
   again gives the same bytes."""
   workdir = str(tmp_path / "run")
-  method, params = make_run(_config("roberta_tiny", vocab_multiple=128), workdir)
+  method, params = make_run(_config("roberta:tiny", vocab_multiple=128), workdir)
   model = method.model_config
   assert (model.vocab_size, model.padded_vocab_size) == (8000, 8064)
   ours = flax.traverse_util.flatten_dict(params)
@@ -135,7 +135,7 @@ def test_a_padded_vocabulary_exports_its_real_rows_and_imports_them_padded(tmp_p
 
 def test_a_run_the_family_cannot_represent_is_refused_and_nothing_written(tmp_path):
   workdir = str(tmp_path / "run")
-  make_run(_config("bert_tiny", layer_sharing="all"), workdir)
+  make_run(_config("bert:tiny", layer_sharing="all"), workdir)
   with pytest.raises(writer.ExportError, match="layer_sharing='all' has no Hugging Face"):
     writer.export_hf(workdir, str(tmp_path / "hf"))
   assert sorted(os.listdir(tmp_path)) == ["run"]
@@ -149,7 +149,7 @@ def test_a_deberta_run_with_the_enhanced_mask_decoder_exports_its_encoder_alone(
   encoder (--head=base) exports, the decoder's position table and the MLM head named as
   left out."""
   workdir = str(tmp_path / "run")
-  make_run(_config("deberta_tiny"), workdir)
+  make_run(_config("deberta:tiny"), workdir)
   with pytest.raises(writer.ExportError, match="enhanced_mask_decoder=True: Hugging Face "
                      "DeBERTa has no enhanced mask decoder"):
     writer.export_hf(workdir, str(tmp_path / "hf"))
@@ -165,7 +165,7 @@ def test_a_deberta_v3_run_exports_its_discriminator_as_deberta_v2_model(tmp_path
   (which its encoder does not read) left out and named; Hugging Face computes its
   hidden states and its tokenizer gives its ids."""
   workdir = str(tmp_path / "run")
-  method, params = make_run(_config("deberta_v3_tiny"), workdir)
+  method, params = make_run(_config("deberta:v3_tiny"), workdir)
   exported = writer.export_hf(workdir, str(tmp_path / "hf"))
   assert (exported.family, exported.hf_class) == ("deberta-v2", "DebertaV2Model")
   assert exported.left_out == [DECODER_TABLE, "rtd_head"]
@@ -221,14 +221,14 @@ def _classify_config(tmp_path, name: str, **model):
   return config
 
 
-@pytest.mark.parametrize("name", ["bert_tiny", "roberta_tiny", "deberta_tiny", "electra_tiny"])
+@pytest.mark.parametrize("name", ["bert:tiny", "roberta:tiny", "deberta:tiny", "electra:tiny"])
 def test_a_fine_tuned_classifier_exports_with_its_head_and_labels(tmp_path, name):
   workdir = str(tmp_path / "run")
-  model = {"enhanced_mask_decoder": False} if name == "deberta_tiny" else {}
+  model = {"enhanced_mask_decoder": False} if name == "deberta:tiny" else {}
   method, params = make_run(_classify_config(tmp_path, name, **model), workdir)
   exported = writer.export_hf(workdir, str(tmp_path / "hf"))
-  prefix = {"bert_tiny": "Bert", "roberta_tiny": "Roberta", "deberta_tiny": "DebertaV2",
-            "electra_tiny": "Electra"}[name]
+  prefix = {"bert:tiny": "Bert", "roberta:tiny": "Roberta", "deberta:tiny": "DebertaV2",
+            "electra:tiny": "Electra"}[name]
   assert exported.hf_class == f"{prefix}ForSequenceClassification"
   loaded = transformers.AutoModelForSequenceClassification.from_pretrained(exported.output)
   assert loaded.config.id2label == {0: "no", 1: "yes", 2: "maybe"}
@@ -237,8 +237,8 @@ def test_a_fine_tuned_classifier_exports_with_its_head_and_labels(tmp_path, name
   # The bare encoder on request: the classifier left out, and said so (and the pooler,
   # which DeBERTa's and ELECTRA's classification classes hold, not their encoders).
   bare = writer.export_hf(workdir, str(tmp_path / "base"), head="base")
-  left_out = ["classifier"] + (["encoder_model/pooler"] if name in ("deberta_tiny",
-                                                                     "electra_tiny") else [])
+  left_out = ["classifier"] + (["encoder_model/pooler"] if name in ("deberta:tiny",
+                                                                     "electra:tiny") else [])
   assert (bare.hf_class, bare.left_out) == (f"{prefix}Model", left_out)
 
 

@@ -21,7 +21,7 @@ from conftest import REPO, _tiny_config
 
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import checksum
-from encoderx import method as method_lib
+from encoderx.methods import registry as method_registry
 from encoderx import train, trainer as trainer_lib
 from encoderx import workdir as workdir_lib
 from encoderx.data import pipeline, tasks
@@ -190,7 +190,7 @@ class Poisonable(pretrain.Pretraining):
     return loss * (1.0 + jnp.sum(batch["poison"])), output
 
 
-method_lib.register(Poisonable.name, "test_faults:Poisonable")
+method_registry.register(Poisonable.name, "test_faults:Poisonable")
 
 
 def _poisoned(batch, poison: bool) -> dict:
@@ -359,10 +359,10 @@ def test_a_full_disk_stops_the_run_with_the_intact_checkpoints_named(small_tmpfs
 
 # --- runs killed at random points ----------------------------------------------------------------
 KILL_CONFIG = """
-from encoderx.configs import bert_tiny
+from encoderx import configs
 
 def get_config():
-  config = bert_tiny.get_config()
+  config = configs.get("bert:tiny")
   config.model.num_layers, config.model.hidden_size = 2, 32
   config.model.num_heads, config.model.intermediate_size = 2, 64
   config.data.seq_length, config.data.shuffle_buffer, config.data.document_pool = 64, 200, 50

@@ -48,8 +48,8 @@ def _small_tsv(directory: pathlib.Path, name: str, rows: int, offset: int = 0) -
 
 
 def _classify_config(tmp_path, init_from="", train_rows=256, dev_rows=100):
-  from encoderx.configs import finetune_classify  # pylint: disable=g-import-not-at-top
-  config = finetune_classify.get_config()
+  from encoderx import configs  # pylint: disable=g-import-not-at-top
+  config = configs.get("finetune:classify")
   config.finetune.train_file = _small_tsv(tmp_path, "train.tsv", train_rows)
   config.finetune.dev_file = _small_tsv(tmp_path, "dev.tsv", dev_rows)
   config.init_from = init_from
@@ -306,7 +306,7 @@ def test_command_line_init_from_errors_are_one_line(tmp_path):
   _needs_rotten_tomatoes()
   result = subprocess.run(
       [sys.executable, "-m", "encoderx.train",
-       f"--config={REPO / 'configs' / 'finetune_classify.py'}:{ROTTEN_TOMATOES}",
+       f"--config={REPO / 'configs' / 'finetune.py'}:classify,data={ROTTEN_TOMATOES}",
        f"--workdir={tmp_path / 'run'}", f"--init_from={tmp_path / 'nowhere'}"],
       capture_output=True, text=True, cwd=tmp_path, timeout=300)
   assert result.returncode == 2

@@ -197,7 +197,7 @@ def test_kernels_compile_to_gpu_code_that_fits_an_h100():
 
 
 def test_config_refuses_the_kernel_for_other_attentions(tiny_config):
-  config = tiny_config("deberta_tiny")
+  config = tiny_config("deberta:tiny")
   config.model.attention_kernel = "pallas"
   with pytest.raises(errors.ConfigError, match="attention_kernel"):
     config_lib.validate(config)

@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO
 
 SCRIPT = REPO / "launch" / "tpu.sh"
-TRAIN_ARGS = ["--config=configs/bert_base.py", "--workdir=gs://bucket/runs/bert_base",
+TRAIN_ARGS = ["--config=configs/bert.py:base", "--workdir=gs://bucket/runs/bert_base",
               "--config.data.files=gs://bucket/corpus/*.txt", "--config.mesh.fsdp=4",
               "--gin_bindings=train.steps = 5", "--config.data.document_marker=^it's $HOME"]
 

@@ -13,7 +13,8 @@ import numpy as np
 import optax
 import pytest
 
-from encoderx import method as method_lib
+from encoderx.methods import base as method_lib
+from encoderx.methods import registry as method_registry
 from encoderx import train, trainer as trainer_lib
 from encoderx.data import pipeline, tasks
 from encoderx.methods import pretrain
@@ -23,9 +24,11 @@ ONE_DEVICE = jax.devices()[:1]
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "encoderx"
 # The core: the loop, the trainer and what they are built on. Methods live in
-# encoderx/methods/ and are loaded by name (encoderx/method.py: REGISTRY).
-CORE = ("trainer.py", "train.py", "method.py", "checkpoint.py", "initialize.py",
-        "sharding.py", "optim.py", "config.py")
+# encoderx/methods/ and are loaded by name (encoderx/methods/registry.py: REGISTRY).
+CORE = ("trainer.py", "train/loop.py", "train/__main__.py", "methods/base.py",
+        "checkpoint.py", "initialize.py", "sharding.py", "optim.py", "config.py")
+# What the core may import of encoderx/methods: the interface and the registry.
+INTERFACE = ("encoderx.methods.base", "encoderx.methods.registry")
 OBJECTIVE_AND_FAMILY_NAMES = {"mlm", "nsp", "sop", "sbo", "rtd", "plm", "electra",
                               "deberta", "xlnet", "classify", "classification",
                               "sentence_label", "label", "masked_positions"}
@@ -55,8 +58,8 @@ def _flax_dropout(x, rate, key):
   return jnp.where(keep, x / (1.0 - rate), jnp.zeros((), x.dtype))
 
 
-@pytest.mark.parametrize("name", ["bert_tiny", "roberta_tiny", "albert_tiny",
-                                  "spanbert_tiny"])
+@pytest.mark.parametrize("name", ["bert:tiny", "roberta:tiny", "albert:tiny",
+                                  "spanbert:tiny"])
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_pretraining_metrics_are_those_of_the_trainer_before_methods(
     tiny_config, monkeypatch, name, accumulate):
@@ -95,14 +98,17 @@ def _imports(path: pathlib.Path) -> set[str]:
 
 def test_the_core_imports_no_method_and_methods_import_the_core():
   for name in CORE:
-    methods = {i for i in _imports(PACKAGE / name) if i.startswith("encoderx.methods")}
+    methods = {i for i in _imports(PACKAGE / name) if i.startswith("encoderx.methods")
+               and not i.startswith(INTERFACE) and i != "encoderx.methods"}
     assert not methods, f"{name} imports {methods}"
   for path in (PACKAGE / "methods").glob("[!_]*.py"):
-    assert "encoderx.method" in _imports(path), f"{path.name} does not use the core"
+    if path.stem not in ("base", "registry"):
+      assert "encoderx.methods.base" in _imports(path), f"{path.name} does not use the core"
   # At run time too: loading the loop loads no method until a config names one.
   loaded = subprocess.run(
       [sys.executable, "-c", "import sys, encoderx.train, encoderx.trainer; "
-       "print([m for m in sys.modules if m.startswith('encoderx.methods.')])"],
+       f"print([m for m in sys.modules if m.startswith('encoderx.methods.') "
+       f"and m not in {INTERFACE}])"],
       capture_output=True, text=True, check=True, cwd=REPO)
   assert loaded.stdout.strip().splitlines()[-1] == "[]"
 
@@ -130,7 +136,7 @@ def _code_names(path: pathlib.Path) -> set[str]:
   return words
 
 
-@pytest.mark.parametrize("name", ["trainer.py", "train.py"])
+@pytest.mark.parametrize("name", ["trainer.py", "train/loop.py", "train/__main__.py"])
 def test_the_training_core_names_no_objective_head_or_family(name):
   words = {w.lower() for w in _code_names(PACKAGE / name)}
   assert not words & OBJECTIVE_AND_FAMILY_NAMES, words & OBJECTIVE_AND_FAMILY_NAMES
@@ -166,7 +172,7 @@ class TwoUpdates(pretrain.Pretraining):
     return metrics
 
 
-method_lib.register(TwoUpdates.name, "test_methods:TwoUpdates")
+method_registry.register(TwoUpdates.name, "test_methods:TwoUpdates")
 
 
 def _deterministic(config):
@@ -239,7 +245,7 @@ class CountingTokens(pretrain.Pretraining):
     return loss, output.replace(state={"tokens": seen})
 
 
-method_lib.register(CountingTokens.name, "test_methods:CountingTokens")
+method_registry.register(CountingTokens.name, "test_methods:CountingTokens")
 
 
 def _counting_config(tiny_config):

@@ -235,8 +235,8 @@ QUESTIONS = [
 
 def _qa_config(train_file="", dev_file=""):
   from conftest import _tiny_config  # pylint: disable=g-import-not-at-top
-  from encoderx.configs import finetune_qa  # pylint: disable=g-import-not-at-top
-  config = finetune_qa.get_config()
+  from encoderx import configs  # pylint: disable=g-import-not-at-top
+  config = configs.get("finetune:qa")
   config.finetune.train_file, config.finetune.dev_file = train_file, dev_file
   for field in ("num_layers", "hidden_size", "num_heads", "intermediate_size"):
     config.model[field] = _tiny_config().model[field]

@@ -7,14 +7,14 @@ import pytest
 from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import train, trainer as trainer_lib
-from encoderx.configs import roberta_base, roberta_tiny
+from encoderx import configs
 from encoderx.data import bpe_vocabulary, tasks
 
 ONE_DEVICE = jax.devices()[:1]
 
 
 def test_configs_have_the_paper_sizes_and_recipe():
-  base = config_lib.validate(roberta_base.get_config())
+  base = config_lib.validate(configs.get("roberta:base"))
   assert (base.model.num_layers, base.model.hidden_size, base.model.num_heads) == (12, 768, 12)
   assert (base.model.vocab_size, base.model.max_position_embeddings) == (50265, 514)
   assert (base.model.position_offset, base.model.type_vocab_size) == (2, 1)
@@ -25,7 +25,7 @@ def test_configs_have_the_paper_sizes_and_recipe():
   optimizer = base.optimizer
   assert (optimizer.learning_rate, optimizer.b2, optimizer.eps) == (6e-4, 0.98, 1e-6)
   assert (optimizer.weight_decay, optimizer.warmup_steps) == (0.01, 24_000)
-  tiny = config_lib.validate(roberta_tiny.get_config())
+  tiny = config_lib.validate(configs.get("roberta:tiny"))
   vocabulary = tasks.build_vocabulary(tiny.data.vocab)
   assert vocabulary.vocab_size == 8000 and vocabulary.pad_id == 1
   assert tiny.model.position_offset == vocabulary.pad_id + 1  # Hugging Face's numbering
@@ -33,7 +33,7 @@ def test_configs_have_the_paper_sizes_and_recipe():
 
 
 def test_positions_plus_offset_must_fit_the_table():
-  config = roberta_base.get_config()
+  config = configs.get("roberta:base")
   config.model.max_position_embeddings = 512
   with pytest.raises(errors.ConfigError,
                      match=r"data\.seq_length.*512 \+ model\.position_offset=2 exceeds "
@@ -42,7 +42,7 @@ def test_positions_plus_offset_must_fit_the_table():
   config.model.position_offset = -1
   with pytest.raises(errors.ConfigError, match=r"model\.position_offset"):
     config_lib.validate(config)
-  pairs = roberta_tiny.get_config()  # one token type cannot embed segment B
+  pairs = configs.get("roberta:tiny")  # one token type cannot embed segment B
   pairs.data.builder, pairs.objective.names = "sentence_pairs", ("mlm", "nsp")
   with pytest.raises(errors.ConfigError, match=r"model\.type_vocab_size"):
     config_lib.validate(pairs)
@@ -74,7 +74,7 @@ def _austen_rows(vocabulary, lines, length):
 
 
 def test_masks_are_dynamic_per_step_and_repeat_for_the_same_step(austen_lines):
-  config = _small(roberta_tiny.get_config())
+  config = _small(configs.get("roberta:tiny"))
   trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
   vocabulary = trainer.method.vocabulary
   assert isinstance(vocabulary, bpe_vocabulary.ByteLevelBpeVocabulary)
@@ -105,7 +105,7 @@ def _pretrain(config, tmp_path):
 
 
 def test_roberta_tiny_pretrains_a_few_steps_and_the_loss_falls(tmp_path):
-  result = _pretrain(_small(roberta_tiny.get_config()), tmp_path)
+  result = _pretrain(_small(configs.get("roberta:tiny")), tmp_path)
   history = result["history"]
   assert history[-1]["step"] == 60 and "nsp_loss" not in history[0]
   last = np.mean([h["mlm_loss"] for h in history[-10:]])

@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from encoderx.configs import roberta_tiny
+from encoderx import configs
 from encoderx.export import hf
 from encoderx.models import common
 
@@ -18,7 +18,7 @@ PAD = 1  # <pad> of RoBERTa vocabularies; Hugging Face numbers positions from PA
 # roberta_tiny's model fields (offset 2, one token type, LayerNorm eps 1e-5), smaller, and
 # a larger initializer_range so that logits are O(1-10).
 MODEL = common.ModelConfig.from_config(dict(
-    roberta_tiny.get_config().model, vocab_size=99, hidden_size=48, num_layers=3,
+    configs.get("roberta:tiny").model, vocab_size=99, hidden_size=48, num_layers=3,
     num_heads=4, intermediate_size=80, max_position_embeddings=42, initializer_range=0.2))
 
 

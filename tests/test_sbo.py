@@ -10,7 +10,7 @@ import pytest
 
 from encoderx import errors
 from encoderx import batch_inspector, config as config_lib, train, trainer as trainer_lib
-from encoderx.configs import spanbert_base, spanbert_tiny
+from encoderx import configs
 from encoderx.data import tasks
 from encoderx.models import common, embeddings as embeddings_lib, encoder, heads, pretraining
 from encoderx.objectives import mlm
@@ -139,7 +139,7 @@ def test_train_step_loss_is_mlm_plus_sbo_and_trains_the_sbo_head(tiny_config,
 
 
 def test_spanbert_configs_are_valid_with_the_papers_recipe():
-  base, tiny = spanbert_base.get_config(), spanbert_tiny.get_config()
+  base, tiny = configs.get("spanbert:base"), configs.get("spanbert:tiny")
   for config in (base, tiny):
     config_lib.validate(config)
     assert tuple(config.objective.names) == ("mlm", "sbo")
@@ -194,7 +194,7 @@ def test_batch_inspector_shows_each_span_with_its_boundaries(tiny_config, austen
 
 
 def test_spanbert_tiny_learns_on_the_bundled_corpus(tiny_config, tmp_path):
-  config = spanbert_tiny.get_config()
+  config = configs.get("spanbert:tiny")
   shrunk = tiny_config()
   for section in ("model", "train", "eval", "checkpoint"):
     config[section] = shrunk[section]

@@ -9,8 +9,9 @@ import pytest
 from jax.sharding import PartitionSpec
 
 from encoderx import errors
-from encoderx import config as config_lib, gin_config, method as method_lib, sharding
+from encoderx import config as config_lib, gin_config, sharding
 from encoderx import trainer as trainer_lib
+from encoderx.methods import registry as method_registry
 from encoderx.data import pipeline, tasks
 from encoderx.models import embeddings
 
@@ -81,20 +82,20 @@ def test_an_undivided_vocabulary_is_reported(tiny_config, caplog):
   assert padded.abstract_state.params["mlm_head"]["output_bias"].shape == (8064,)
 
 
-@pytest.mark.parametrize("name", ["spanbert_tiny", "xlnet_tiny", "deberta_v3_tiny"])
+@pytest.mark.parametrize("name", ["spanbert:tiny", "xlnet:tiny", "deberta:v3_tiny"])
 def test_the_vocabulary_params_by_name_are_those_with_a_vocab_axis(tiny_config, name):
   """What export, import and --init_from resize (embeddings.is_vocabulary_param) is
   every parameter with a 'vocab' axis: the word embedding, the MLM, SBO and PLM biases,
   and DeBERTa-v3's GDES delta of the word embedding."""
-  method = method_lib.build(config_lib.validate(tiny_config(name)))
+  method = method_registry.build(config_lib.validate(tiny_config(name)))
   specs = flax.traverse_util.flatten_dict(flax.linen.get_partition_spec(
       jax.eval_shape(method.init, jax.random.key(0))["params"]))
   by_axis = {path for path, spec in specs.items() if "vocab" in tuple(spec)}
   assert {path for path in specs if embeddings.is_vocabulary_param(path)} == by_axis
   heads = {path[0] for path in by_axis if path[-1] == "output_bias"}
-  assert heads == {"spanbert_tiny": {"mlm_head", "sbo_head"}, "xlnet_tiny": {"plm_head"},
-                   "deberta_v3_tiny": {"generator"}}[name]
-  if name == "deberta_v3_tiny":
+  assert heads == {"spanbert:tiny": {"mlm_head", "sbo_head"}, "xlnet:tiny": {"plm_head"},
+                   "deberta:v3_tiny": {"generator"}}[name]
+  if name == "deberta:v3_tiny":
     assert ("discriminator", "embedding_deltas", "word_embeddings") in by_axis
 
 

@@ -53,8 +53,8 @@ def test_correlations_by_hand():
 
 
 def test_regression_on_sts_pairs_reports_correlations_of_its_predictions(tmp_path):
-  from encoderx.configs import finetune_similarity  # pylint: disable=g-import-not-at-top
-  config = _shrunk(finetune_similarity.get_config())
+  from encoderx import configs  # pylint: disable=g-import-not-at-top
+  config = _shrunk(configs.get("finetune:similarity"))
   config.finetune.train_file = _stsb_subset(tmp_path, "train.tsv", 64)
   config.finetune.dev_file = _stsb_subset(tmp_path, "dev.tsv", 40)
   config.eval.every_steps = config.train.steps  # one evaluation: the best is the last
@@ -78,8 +78,8 @@ def test_regression_on_sts_pairs_reports_correlations_of_its_predictions(tmp_pat
 
 
 def test_a_label_column_that_is_not_a_number_names_file_and_line(tmp_path):
-  from encoderx.configs import finetune_similarity  # pylint: disable=g-import-not-at-top
-  config = _shrunk(finetune_similarity.get_config())
+  from encoderx import configs  # pylint: disable=g-import-not-at-top
+  config = _shrunk(configs.get("finetune:similarity"))
   bad = tmp_path / "bad.tsv"
   bad.write_text("score\ttext_a\ttext_b\n4.5\ta\tb\nhigh\tc\td\n")
   config.finetune.train_file = config.finetune.dev_file = str(bad)
@@ -103,8 +103,8 @@ def test_contrastive_loss_by_hand():
 
 
 def _simcse_config(tmp_path, mode):
-  from encoderx.configs import finetune_simcse  # pylint: disable=g-import-not-at-top
-  config = _shrunk(finetune_simcse.get_config())
+  from encoderx import configs  # pylint: disable=g-import-not-at-top
+  config = _shrunk(configs.get("finetune:simcse"))
   config.finetune.simcse = mode
   config.finetune.train_file = _stsb_subset(tmp_path, "train.tsv", 48)
   config.finetune.dev_file = _stsb_subset(tmp_path, "dev.tsv", 40)

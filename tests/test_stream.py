@@ -10,7 +10,7 @@ import pytest
 import seqio
 
 from encoderx import config as config_lib
-from encoderx import method as method_lib
+from encoderx.methods import registry as method_registry
 from encoderx import preprocess, train
 from encoderx.data import pipeline, preprocessed, stream, tasks
 
@@ -293,7 +293,7 @@ def xlnet_written(tmp_path_factory, corpus_dir):
   """(config, directory): the small corpus preprocessed as xlnet_tiny's row streams, in
   document sets of 6 documents (two per file: memory restarts inside files too)."""
   from conftest import _tiny_config  # pylint: disable=import-outside-toplevel
-  config = _config(lambda: _tiny_config("xlnet_tiny"), corpus_dir, document_pool=6)
+  config = _config(lambda: _tiny_config("xlnet:tiny"), corpus_dir, document_pool=6)
   output = tmp_path_factory.mktemp("xlnet") / "streams"
   preprocess.run(config, str(output), workers=1, show_progress=False)
   return config, str(output)
@@ -394,7 +394,7 @@ def test_xlnet_streams_resume_with_the_next_batch_at_a_seek(xlnet_written, tiny_
   position = _resumed_equals_straight(examples, epoch + 7, 3, batch_size=ROWS)
   assert position["stream"]["epoch"] == 1 and len(position["stream"]["open"]) == 1
   text = tasks.register_pretraining_task(
-      _config(lambda: tiny_config("xlnet_tiny"), corpus_dir, document_pool=6,
+      _config(lambda: tiny_config("xlnet:tiny"), corpus_dir, document_pool=6,
               streaming=True))
   _resumed_equals_straight(text, 9, 3, batch_size=ROWS)
   # Resuming decodes the batches it gives and prefetches, wherever the position is.
@@ -422,9 +422,9 @@ def test_a_tiny_xlnet_trains_on_preprocessed_streams_and_resumes_exactly(xlnet_w
 
 def test_electra_checks_a_preprocessed_manifest_instead_of_reading_the_text(written,
                                                                             tiny_config):
-  config = tiny_config("electra_tiny")
+  config = tiny_config("electra:tiny")
   config.data.preprocessed = written[1]  # sentence pairs, which electra does not train on
-  method = method_lib.build(config_lib.validate(config))
+  method = method_registry.build(config_lib.validate(config))
   with pytest.raises(preprocessed.ManifestError, match="builder: preprocessed "
                      "'sentence_pairs', this config 'doc_sentences'"):
     method.check_data()

@@ -123,8 +123,8 @@ def _conll_subset(directory: pathlib.Path, name: str, sentences: int) -> str:
 
 def _tag_config(tmp_path, train_file, dev_file):
   from conftest import _tiny_config  # pylint: disable=g-import-not-at-top
-  from encoderx.configs import finetune_tag  # pylint: disable=g-import-not-at-top
-  config = finetune_tag.get_config()
+  from encoderx import configs  # pylint: disable=g-import-not-at-top
+  config = configs.get("finetune:tag")
   config.finetune.train_file, config.finetune.dev_file = train_file, dev_file
   for field in ("num_layers", "hidden_size", "num_heads", "intermediate_size"):
     config.model[field] = _tiny_config().model[field]

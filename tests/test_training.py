@@ -35,13 +35,13 @@ def _losses(trainer, batches):
   return losses, state
 
 
-@pytest.mark.parametrize("name, accumulate", [("bert_tiny", 1), ("bert_tiny", 2),
-                                              ("deberta_tiny", 2)])
+@pytest.mark.parametrize("name, accumulate", [("bert:tiny", 1), ("bert:tiny", 2),
+                                              ("deberta:tiny", 2)])
 def test_mesh_2x2x2_matches_one_device(tiny_config, name, accumulate):
   """With 2 micro-batches of 4 rows each data-parallel device holds one row: XLA once
   computed that case's gradients wrong (see models/heads.py: _transform)."""
   config = tiny_config(name)  # dropout on: the masks and dropout are sharding-independent
-  if name == "deberta_tiny":
+  if name == "deberta:tiny":
     config.model.vocab_multiple = 8  # 8,001 tokens in 8,008 rows, to split in two
   config.train.grad_accum_steps = accumulate
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
@@ -132,7 +132,7 @@ def test_a_dropped_trainer_is_freed_with_its_steps(tiny_config):
   """Its jitted steps are cached in the Trainer, not on the class: a class-level cache
   kept every Trainer's compiled executables (hundreds of memory mappings each) alive,
   and a long test process crashed in XLA past the kernel's map count."""
-  trainer = trainer_lib.Trainer(tiny_config("bert_tiny"), devices=ONE_DEVICE)
+  trainer = trainer_lib.Trainer(tiny_config("bert:tiny"), devices=ONE_DEVICE)
   assert trainer.train_step(0) is trainer.train_step(0)  # still compiled once
   trainer.evaluate_step(0), trainer.predict_step()
   dropped = weakref.ref(trainer)
@@ -168,7 +168,7 @@ def _step_losses(result):
   return {entry["step"]: entry["loss"] for entry in result["history"]}
 
 
-@pytest.mark.parametrize("name", ["bert_tiny", "deberta_tiny"])
+@pytest.mark.parametrize("name", ["bert:tiny", "deberta:tiny"])
 def test_stop_and_resume_equals_running_straight(tiny_config, tmp_path, name):
   config = tiny_config(name)
   config.train.steps = 8

@@ -33,10 +33,10 @@ LOSS_RTOL, GRAD_NORM_RTOL, PARAM_ATOL = 1e-5, 5e-4, 1e-4
 # decoder, which HF's class does not have).
 # RoBERTa and DeBERTa (AdamW, like BERT; their forward parity is tested on its own) are
 # marked slow: each case costs ~30 s of CPU, mostly compiling.
-CASES = [("bert_tiny", "pretraining"),
-         pytest.param("roberta_tiny", "mlm", marks=pytest.mark.slow),
-         ("albert_tiny", "pretraining"),
-         pytest.param("deberta_tiny", "mlm", marks=pytest.mark.slow)]
+CASES = [("bert:tiny", "pretraining"),
+         pytest.param("roberta:tiny", "mlm", marks=pytest.mark.slow),
+         ("albert:tiny", "pretraining"),
+         pytest.param("deberta:tiny", "mlm", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -100,7 +100,7 @@ def test_electra_generator_and_discriminator_match_hugging_face_step_for_step(ti
   """ElectraForMaskedLM + ElectraForPreTraining sharing their embeddings, trained jointly
   on MLM + 50 x RTD; the discriminator reads tokens sampled with encoderx's key from
   HF's generator logits (equal to encoderx's within ~1e-6, so the draws agree)."""
-  config = parity_config(tiny_config, "electra_tiny")
+  config = parity_config(tiny_config, "electra:tiny")
   trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
   torch.manual_seed(0)
   pair = parity.electra_pair(trainer)
@@ -150,7 +150,7 @@ def test_xlnet_matches_hugging_face_step_for_step(tiny_config):
   32 embedding gradient, 2.1e-5 off its float64 value (JAX's: 1.6e-8). The memory is
   under test: fed no mems, HF's loss moves only ~2e-6 (attention is near uniform at
   init), but its gradient norm by ~2e-4 and its weights by 4e-3 within 4 steps."""
-  config = parity_config(tiny_config, "xlnet_tiny")
+  config = parity_config(tiny_config, "xlnet:tiny")
   trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
   assert trainer.method.mem_len and trainer.method.bi_data  # both under test
   torch.manual_seed(0)
@@ -167,7 +167,7 @@ def test_xlnet_weight_decay_leaves_out_what_hugging_faces_trainer_does(tiny_conf
   mask_emb, seg_embed, the word embedding and every kernel."""
   import transformers  # pylint: disable=g-import-not-at-top
   from encoderx import optim  # pylint: disable=g-import-not-at-top
-  trainer = trainer_lib.Trainer(parity_config(tiny_config, "xlnet_tiny"),
+  trainer = trainer_lib.Trainer(parity_config(tiny_config, "xlnet:tiny"),
                                 devices=jax.devices()[:1])
   torch_model = parity.xlnet_lm_head_model(trainer)
   params = parity.converted_params(trainer, torch_model)

@@ -11,9 +11,9 @@ import seqio
 
 from encoderx import errors
 from encoderx import config as config_lib
-from encoderx import method as method_lib
+from encoderx.methods import registry as method_registry
 from encoderx import train, trainer as trainer_lib
-from encoderx.configs import xlnet_base, xlnet_large, xlnet_tiny
+from encoderx import configs
 from encoderx.data import pipeline, segment_pairs, streams
 from encoderx.export import hf
 from encoderx.models import common, pretraining, xlnet
@@ -31,13 +31,13 @@ SPECIAL = segment_pairs.SpecialIds(pad=0, cls=2, sep=3)
 def _config():
   """xlnet_tiny shrunk like the other tests' configs (conftest's _tiny_config); document
   sets of 8 chapters (the first batch comes sooner)."""
-  config = _tiny_config("xlnet_tiny")
+  config = _tiny_config("xlnet:tiny")
   config.data.document_pool = 8
   return config
 
 
 def _method(config):
-  return method_lib.build(config_lib.validate(config))
+  return method_registry.build(config_lib.validate(config))
 
 
 @pytest.fixture(scope="module")
@@ -484,6 +484,6 @@ def test_configs_carry_the_papers_sizes():
     model = config.model
     assert (model.num_layers, model.hidden_size, model.num_heads,
             model.intermediate_size) == sizes
-  large = xlnet_large.get_config()
+  large = configs.get("xlnet:large")
   assert (large.data.seq_length, large.objective.plm.reuse_len, large.objective.plm.mem_len,
           large.objective.plm.num_predict, large.train.batch_size) == (512, 256, 384, 85, 8192)

@@ -85,7 +85,7 @@ def read_squad(path: str, version_2: bool, with_answers: bool = True) -> list[Ex
         impossible = bool(qa.get("is_impossible", False))
         if impossible and not version_2:
           raise SquadError(f"{where} has no answer (is_impossible), a SQuAD v2.0 "
-                           "question; set finetune.version_2=True.")
+                           "question; set qa.version_2=True.")
         answers = [] if impossible else [Answer(a["text"], int(a["answer_start"]))
                                          for a in qa.get("answers", [])]
         for answer in answers:

@@ -63,11 +63,11 @@ def read_conll(path: str, tag_column: int = -1, with_tags: bool = True) -> list[
             "the token and its tag on each line (whitespace-separated).")
       if columns > 1 and not -columns <= tag_column < columns:
         raise labelled.LabelledDataError(
-            f"'{path}': finetune.tag_column={tag_column}, but line {number} has {columns} "
+            f"'{path}': tag.column={tag_column}, but line {number} has {columns} "
             "columns.")
       if tag_column in (0, -columns) and columns > 1:
         raise labelled.LabelledDataError(
-            f"'{path}': finetune.tag_column={tag_column} is the token column.")
+            f"'{path}': tag.column={tag_column} is the token column.")
     if len(fields) != columns:
       raise labelled.LabelledDataError(
           f"'{path}' line {number} has {len(fields)} columns; line {first_line} has "

@@ -8,8 +8,7 @@ The source reads text files whole (on the fly, for small corpora) or file by fil
 (`data.streaming`), a TFDS dataset file by file, or a directory of preprocessed examples
 (`data.preprocessed`, no preprocessors left to run); the last three are streamed shard by
 shard (encoderx/data/stream.py). Each distinct data config registers one Task, named after
-its contents; importing this module registers `encoderx_bert_austen`, BERT pretraining
-data from the bundled corpus.
+its contents (or as the caller names it); importing this module registers none.
 """
 from __future__ import annotations
 
@@ -329,11 +328,3 @@ def register_stream_task(config, process_count: int = 1) -> seqio.Task:
                               rows=rows, bi_data=plm.bi_data,
                               document_pool=config.data.document_pool)
   return _register(name, config, builder, 1, process_count, pipeline.OrderedTask)
-
-
-def _register_default():
-  from encoderx.configs import bert_tiny  # pylint: disable=g-import-not-at-top
-  register_pretraining_task(bert_tiny.get_config(), name="encoderx_bert_austen")
-
-
-_register_default()

@@ -26,7 +26,8 @@ import numpy as np
 from encoderx import errors
 from encoderx import files as files_lib
 from encoderx import initialize
-from encoderx import method as method_lib
+from encoderx.methods import base as method_lib
+from encoderx.methods import registry as method_registry
 from encoderx.export import hf, tokenizer_files
 from encoderx.models import common
 
@@ -70,7 +71,7 @@ def _load_run(workdir: str, step: int | None) -> _Run:
   except initialize.InitError as error:
     raise ExportError(str(error).replace("--init_from", "export")) from None
   config = initialize.run_config(os.path.join(workdir, "config.json"))
-  method = method_lib.build(config)
+  method = method_registry.build(config)
   model_config = dataclasses.replace(method.model_config, scan_layers=False)
   return _Run(config, method, model_config, params)
 

@@ -1,2 +1,2 @@
-"""Training methods, one module each (see encoderx/method.py for the interface and the
-registry that loads them by name)."""
+"""Training methods, one module each: the interface in methods/base.py, the registry that
+loads them by name (config.method) in methods/registry.py."""

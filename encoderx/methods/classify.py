@@ -20,7 +20,7 @@ import optax
 
 from encoderx import errors
 from encoderx import files as files_lib
-from encoderx import method as method_lib
+from encoderx.methods import base as method_lib
 from encoderx.data import classification, labelled, pipeline
 from encoderx.methods import finetune
 from encoderx.models import finetuning

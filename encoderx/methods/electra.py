@@ -45,9 +45,10 @@ import math
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 
 from encoderx import errors
-from encoderx import method as method_lib
+from encoderx.methods import base as method_lib
 from encoderx import objectives as objectives_lib
 from encoderx.data import tasks
 from encoderx.methods import pretrain
@@ -96,10 +97,43 @@ def _with_embeddings(params: dict, embeddings: dict) -> dict:
   return {**params, "encoder_model": encoder_model}
 
 
+def config_section() -> ml_collections.ConfigDict:
+  """config.rtd: a small generator, trained by MLM (config.objective.mlm), fills the masked
+  positions with samples; the discriminator (config.model) learns which tokens were
+  replaced."""
+  return ml_collections.ConfigDict(dict(
+      # The generator's layers, and its hidden size, heads and FFN size, as fractions of
+      # the discriminator's (ELECTRA: depth 1, width 1/4 small, 1/3 base; DeBERTa-v3:
+      # depth 1/2, width 1).
+      generator_depth=1.0,
+      generator_width=0.25,
+      # loss = objective.weights.mlm x generator MLM + rtd_lambda x discriminator binary
+      # cross-entropy over every non-padding token (ELECTRA 50, DeBERTa-v3 10).
+      rtd_lambda=50.0,
+      # "shared" (ELECTRA): one token, position and type embedding and embedding
+      # LayerNorm, trained by both losses. "gdes" (DeBERTa-v3, gradient-disentangled):
+      # the discriminator's word (and absolute position) embedding is stop_gradient(the
+      # generator's) + its own delta initialized at zero, its other embedding parameters
+      # its own; the generator is trained by MLM only.
+      embedding_sharing="shared",
+      # "joint" (ELECTRA): one optimizer update of the summed loss. "decoupled" (DeBERTa's
+      # decoupled_training): the generator's update (MLM), then the discriminator's
+      # (rtd_lambda x BCE) on the batch the generator corrupted, each with its own
+      # optimizer state.
+      training="joint",
+      # The discriminator's peak learning rate when decoupled; 0: optimizer.learning_rate.
+      discriminator_learning_rate=0.0,
+  ))
+
+
 class ReplacedTokenDetection(method_lib.Method):
   """ELECTRA's generator + discriminator (see the module docstring)."""
   name = "electra"
   config_sections = ("data", "objective", "rtd")
+
+  @classmethod
+  def config_fields(cls):
+    return {"objective": objectives_lib.config_section(), "rtd": config_section()}
 
   def __init__(self, config, max_predictions: int | None = None):
     super().__init__(config)

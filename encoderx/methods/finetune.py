@@ -16,11 +16,12 @@ from typing import ClassVar
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
 from encoderx import errors
 from encoderx import files as files_lib
-from encoderx import method as method_lib
+from encoderx.methods import base as method_lib
 from encoderx.data import labelled, tasks
 from encoderx.models import pretraining
 
@@ -43,6 +44,33 @@ def label_fields(labels) -> dict:
           "label2id": {label: i for i, label in enumerate(labels)}}
 
 
+def config_section() -> ml_collections.ConfigDict:
+  """config.finetune: the labelled examples every fine-tuning method reads, and its head."""
+  return ml_collections.ConfigDict(dict(
+      # classify / similarity / simcse: TSV, CSV or JSON-lines files (by extension, or
+      # `format`), one example a row, with a header naming the columns (TSV/CSV) or keys
+      # (JSONL). tag: CoNLL column files. qa: SQuAD JSON files. tag and qa read a TFDS
+      # dataset instead when data.tfds_name is set (splits data.tfds_train_split and
+      # data.tfds_eval_split).
+      train_file="",
+      dev_file="",
+      format="",  # "", "tsv", "csv" or "jsonl"; "": from the file's extension.
+      # The text column (tag on TFDS: the feature of a sentence's tokens).
+      text_column="text",
+      text_pair_column="",  # set for sentence-pair tasks: [CLS] text [SEP] pair [SEP].
+      # The label column: a label (classify), a score (similarity, simcse's dev file);
+      # tag on TFDS: the feature of the tags (a ClassLabel sequence, e.g. "ner").
+      label_column="label",
+      # Label names in order (ids 0, 1, ...); (): the training file's, sorted.
+      labels=(),
+      # The sentence representation: classify / similarity feed "pooler" (BERT's tanh
+      # dense on the first token) or "first_token" (the encoder's output there) to the
+      # head; simcse embeds by "first_token" or "mean" (of the tokens' outputs).
+      pooling="pooler",
+      classifier_dropout=0.1,
+  ))
+
+
 class ReadsLabelledFiles:
   """Mixed into the methods that read classification's labelled files (TSV, CSV, JSON
   lines): their names must give a format (or finetune.format must)."""
@@ -62,6 +90,10 @@ class FineTuning(method_lib.Method):
   # True when config.data.tfds_name may replace finetune.train_file / dev_file.
   READS_TFDS: ClassVar[bool] = False
   config_sections = ("data", "finetune")
+
+  @classmethod
+  def config_fields(cls):
+    return {"finetune": config_section()}
 
   def __init__(self, config):
     super().__init__(config)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from encoderx import errors
 from encoderx import files as files_lib
-from encoderx import method as method_lib
+from encoderx.methods import base as method_lib
 from encoderx import objectives as objectives_lib
 from encoderx.data import tasks
 from encoderx.models import pretraining
@@ -114,6 +114,10 @@ class Pretraining(method_lib.Method):
                     for o in self.objectives}
     self.model = pretraining.PretrainingModel(
         self.model_config, heads=objectives_lib.model_heads(self.objectives))
+
+  @classmethod
+  def config_fields(cls):
+    return {"objective": objectives_lib.config_section()}
 
   @classmethod
   def validate(cls, config) -> None:

@@ -17,12 +17,13 @@ import json
 import logging
 
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 
 from encoderx import errors
 from encoderx import files as files_lib
-from encoderx import method as method_lib
+from encoderx.methods import base as method_lib
 from encoderx.data import pipeline, squad
 from encoderx.evaluation import squad as squad_eval
 from encoderx.methods import finetune
@@ -34,9 +35,24 @@ V2_METRICS = ("has_answer_exact_match", "has_answer_f1", "no_answer_exact_match"
               "no_answer_f1")
 
 
+def config_section() -> ml_collections.ConfigDict:
+  """config.qa: SQuAD's windows and answer decoding (BERT's run_squad.py)."""
+  return ml_collections.ConfigDict(dict(
+      # SQuAD v2.0 (questions may have no answer: "" is predicted when the no-answer score
+      # exceeds the best span's score by more than null_score_threshold).
+      version_2=False,
+      null_score_threshold=0.0,
+      doc_stride=128,  # tokens between the starts of a long context's windows
+      max_query_length=64,  # question tokens kept
+      max_answer_length=30,  # answer tokens at most
+      n_best_size=20,  # start and end candidates considered per window
+  ))
+
+
 class QuestionAnswering(finetune.FineTuning):
   """Start and end logits over the context's tokens, n-best decoding, SQuAD EM / F1."""
   name = "qa"
+  config_sections = ("data", "finetune", "qa")
   METRICS = ("exact_match", "f1") + V2_METRICS
   READS_TFDS = True
   prediction_file = "predictions.json"
@@ -47,16 +63,20 @@ class QuestionAnswering(finetune.FineTuning):
     return finetuning.SpanExtractor(self.model_config)
 
   @classmethod
+  def config_fields(cls):
+    return {**super().config_fields(), "qa": config_section()}
+
+  @classmethod
   def validate(cls, config) -> None:
     super().validate(config)
-    finetune_config = config.finetune
-    errors.check_positive(config, "finetune.doc_stride", "finetune.max_query_length",
-                              "finetune.max_answer_length", "finetune.n_best_size")
+    qa_config = config.qa
+    errors.check_positive(config, "qa.doc_stride", "qa.max_query_length",
+                          "qa.max_answer_length", "qa.n_best_size")
     # [CLS] question [SEP] ([SEP]) context [SEP], with room for some context.
-    if config.data.seq_length < finetune_config.max_query_length + 4 + 8:
+    if config.data.seq_length < qa_config.max_query_length + 4 + 8:
       errors.fail("data.seq_length", f"{config.data.seq_length} leaves too little "
-                      f"room for the context after finetune.max_query_length="
-                      f"{finetune_config.max_query_length} question tokens.")
+                      f"room for the context after qa.max_query_length="
+                      f"{qa_config.max_query_length} question tokens.")
 
   # --- data ------------------------------------------------------------------------------
   def examples(self, split: str) -> list[squad.Example]:
@@ -68,13 +88,13 @@ class QuestionAnswering(finetune.FineTuning):
             data, self.tfds_split(split))
       else:
         self._examples[split] = squad.read_squad(self.source(split),
-                                                 self.config.finetune.version_2)
+                                                 self.config.qa.version_2)
     return self._examples[split]
 
   def _windows_of(self, examples: list[squad.Example]) -> list[squad.Window]:
-    finetune_config = self.config.finetune
+    qa_config = self.config.qa
     return squad.windows(examples, self.vocabulary, self.config.data.seq_length,
-                         finetune_config.doc_stride, finetune_config.max_query_length,
+                         qa_config.doc_stride, qa_config.max_query_length,
                          token_types=self.model_config.type_vocab_size > 1)
 
   def windows(self, split: str) -> list[squad.Window]:
@@ -83,9 +103,9 @@ class QuestionAnswering(finetune.FineTuning):
     return self._windows[split]
 
   def _task(self, windows_fn: dict, sources: dict):
-    finetune_config = self.config.finetune
-    description = [finetune_config.doc_stride, finetune_config.max_query_length,
-                   finetune_config.version_2, self.config.data.vocab.to_dict(),
+    qa_config = self.config.qa
+    description = [qa_config.doc_stride, qa_config.max_query_length,
+                   qa_config.version_2, self.config.data.vocab.to_dict(),
                    self.model_config.type_vocab_size]
     return squad.register_task(windows_fn, sources, self.config.data.seq_length,
                                self.vocabulary, description, self.config.data.shuffle_buffer)
@@ -143,24 +163,24 @@ class QuestionAnswering(finetune.FineTuning):
 
   def answers(self, windows: list[squad.Window], outputs: dict) -> dict[str, str]:
     """{question id: answer} of the windows' logits (rows in `window_index` order)."""
-    finetune_config = self.config.finetune
+    qa_config = self.config.qa
     return squad_eval.best_answers(
         [windows[int(i)] for i in outputs["window_index"]], outputs["start_logits"],
-        outputs["end_logits"], finetune_config.n_best_size,
-        finetune_config.max_answer_length, finetune_config.version_2,
-        finetune_config.null_score_threshold)
+        outputs["end_logits"], qa_config.n_best_size,
+        qa_config.max_answer_length, qa_config.version_2,
+        qa_config.null_score_threshold)
 
   def summarize_evaluation(self, outputs: list) -> dict[str, float]:
     answers = self.answers(self.windows("validation"), finetune.real_rows(outputs))
     return squad_eval.scores(answers, self.examples("validation"),
-                             self.config.finetune.version_2)
+                             self.config.qa.version_2)
 
   def describe_head(self) -> dict:
     return {"head": "span"}
 
   # --- predictions -----------------------------------------------------------------------
   def prediction_batches(self, path: str, batch_size: int):
-    examples = squad.read_squad(path, self.config.finetune.version_2, with_answers=False)
+    examples = squad.read_squad(path, self.config.qa.version_2, with_answers=False)
     windows = self._windows_of(examples)
     task = self._task({"predict": lambda: windows}, {"predict": path})
     return windows, pipeline.whole_split(task, "predict", self.config.data.seq_length,

@@ -1,7 +1,7 @@
 """SimCSE: sentence embeddings trained by contrast (Gao, Yao and Chen, 2021), evaluated by
 Spearman's correlation of cosine similarities with STS scores.
 
-Unsupervised (`finetune.simcse="unsupervised"`): each sentence of the training file
+Unsupervised (`simcse.kind="unsupervised"`): each sentence of the training file
 (every distinct value of its text column, and of its text_pair column when set) goes
 through the encoder twice; dropout is the only difference between the two views. The
 loss is the cross-entropy of picking a sentence's other view among the batch's second
@@ -26,10 +26,11 @@ import logging
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 
 from encoderx import errors
-from encoderx import method as method_lib
+from encoderx.methods import base as method_lib
 from encoderx.data import classification, example_tasks, labelled
 from encoderx.methods import finetune, similarity
 from encoderx.models import finetuning
@@ -62,9 +63,26 @@ def contrastive_losses(anchors: jax.Array, candidates: jax.Array,
   return losses, (jnp.argmax(scores, -1) == targets).astype(jnp.float32)
 
 
+def config_section() -> ml_collections.ConfigDict:
+  """config.simcse: what the contrast is between."""
+  return ml_collections.ConfigDict(dict(
+      # "unsupervised" (every sentence of the training file's text columns, twice through
+      # dropout) or "supervised" (rows of text, text_pair and optionally
+      # hard_negative_column).
+      kind="unsupervised",
+      hard_negative_column="",
+      temperature=0.05,  # of the cosine similarities in the contrastive loss
+  ))
+
+
 class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
   """Contrastive training of the encoder's pooled output (see the module docstring)."""
   name = "simcse"
+  config_sections = ("data", "finetune", "simcse")
+
+  @classmethod
+  def config_fields(cls):
+    return {**super().config_fields(), "simcse": config_section()}
   METRICS = ("spearman", "pearson")
 
   def build_model(self):
@@ -73,30 +91,30 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
   @classmethod
   def validate(cls, config) -> None:
     super().validate(config)
-    finetune_config, fail = config.finetune, errors.fail
-    errors.check_choice("finetune.simcse", finetune_config.simcse, MODES)
+    finetune_config, simcse_config, fail = config.finetune, config.simcse, errors.fail
+    errors.check_choice("simcse.kind", simcse_config.kind, MODES)
     errors.check_choice("finetune.pooling", finetune_config.pooling,
                             finetuning.SENTENCE_POOLINGS)
     if not finetune_config.text_pair_column:
       fail("finetune.text_pair_column", "is empty; the dev file's pairs (and supervised "
            "training pairs) are text_column and text_pair_column.")
-    if finetune_config.hard_negative_column and finetune_config.simcse != "supervised":
-      fail("finetune.hard_negative_column", "is for finetune.simcse='supervised'.")
-    if finetune_config.temperature <= 0:
-      fail("finetune.temperature", f"must be positive, got {finetune_config.temperature}.")
+    if simcse_config.hard_negative_column and simcse_config.kind != "supervised":
+      fail("simcse.hard_negative_column", "is for simcse.kind='supervised'.")
+    if simcse_config.temperature <= 0:
+      fail("simcse.temperature", f"must be positive, got {simcse_config.temperature}.")
 
   # --- data ------------------------------------------------------------------------------
   @property
   def supervised(self) -> bool:
-    return self.config.finetune.simcse == "supervised"
+    return self.config.simcse.kind == "supervised"
 
   def training_columns(self) -> dict:
     """Unsupervised: {'text': every distinct sentence}; supervised: {'text',
     'text_pair'[, 'hard_negative']} per row."""
     finetune_config = self.config.finetune
     names = {"text": finetune_config.text_column, "text_pair": finetune_config.text_pair_column}
-    if self.supervised and finetune_config.hard_negative_column:
-      names["hard_negative"] = finetune_config.hard_negative_column
+    if self.supervised and self.config.simcse.hard_negative_column:
+      names["hard_negative"] = self.config.simcse.hard_negative_column
     rows = labelled.read_rows(finetune_config.train_file, list(names.values()),
                               finetune_config.format)
     if self.supervised:
@@ -114,10 +132,11 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
     finetune_config = self.config.finetune
     columns = {"train": self.training_columns, "validation": self.dev_columns}
     prefixes = dict(VIEWS) if self.supervised else {"text": ""}
-    if not (self.supervised and finetune_config.hard_negative_column):
+    if not (self.supervised and self.config.simcse.hard_negative_column):
       prefixes.pop("hard_negative", None)
     return example_tasks.register(
-        "simcse", [finetune_config.to_dict(), self.config.data.vocab.to_dict()], columns,
+        "simcse", [finetune_config.to_dict(), self.config.simcse.to_dict(),
+                   self.config.data.vocab.to_dict()], columns,
         self.vocabulary,
         [functools.partial(_encode_split, train_prefixes=prefixes)],
         self.config.data.shuffle_buffer)
@@ -139,7 +158,7 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
     else:  # the same sentences again, with other dropout masks
       candidates = [self.apply(params, view(batch, ""), keys[1])]
     losses, correct = contrastive_losses(anchors, jnp.concatenate(candidates, axis=0),
-                                         self.config.finetune.temperature)
+                                         self.config.simcse.temperature)
     sums = {"loss_sum": losses.sum(), "correct": correct.sum(),
             "count": jnp.asarray(losses.shape[0], jnp.float32)}
     return losses.sum() / denominators["examples"], method_lib.LossOutput(sums, state)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from encoderx import method as method_lib
+from encoderx.methods import base as method_lib
 from encoderx.methods import classify, finetune
 from encoderx.models import finetuning
 

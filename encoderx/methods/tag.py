@@ -17,12 +17,13 @@ import collections
 import logging
 
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 
 from encoderx import errors
 from encoderx import files as files_lib
-from encoderx import method as method_lib
+from encoderx.methods import base as method_lib
 from encoderx.data import pipeline, tagging
 from encoderx.evaluation import tags as tags_lib
 from encoderx.methods import finetune
@@ -32,9 +33,19 @@ logger = logging.getLogger("encoderx")
 
 
 
+def config_section() -> ml_collections.ConfigDict:
+  """config.tag: how CoNLL files give the tags."""
+  return ml_collections.ConfigDict(dict(
+      # Which whitespace-separated column of a CoNLL line holds the tag (the token is the
+      # first); -1: the last.
+      column=-1,
+  ))
+
+
 class Tagging(finetune.FineTuning):
   """A tag for every word, from its first word piece."""
   name = "tag"
+  config_sections = ("data", "finetune", "tag")
   METRICS = ("f1", "precision", "recall", "accuracy", "loss")
   READS_TFDS = True
   prediction_file = "predictions.conll"
@@ -45,6 +56,10 @@ class Tagging(finetune.FineTuning):
     self.labels = self._labels()
     return finetuning.TokenClassifier(self.model_config, num_labels=len(self.labels),
                                       dropout=self.config.finetune.classifier_dropout)
+
+  @classmethod
+  def config_fields(cls):
+    return {**super().config_fields(), "tag": config_section()}
 
   @classmethod
   def validate(cls, config) -> None:
@@ -67,7 +82,8 @@ class Tagging(finetune.FineTuning):
             self.config.data, self.tfds_split(split), finetune_config.text_column,
             finetune_config.label_column)
       else:
-        self._sentences[split] = tagging.read_conll(self.source(split), finetune_config.tag_column)
+        self._sentences[split] = tagging.read_conll(self.source(split),
+                                                     self.config.tag.column)
     return self._sentences[split]
 
   def _labels(self) -> tuple[str, ...]:
@@ -173,7 +189,7 @@ class Tagging(finetune.FineTuning):
     return {"tags": jnp.argmax(self.apply(params, batch), -1), "word_ids": batch["word_ids"]}
 
   def prediction_batches(self, path: str, batch_size: int):
-    sentences = tagging.read_conll(path, self.config.finetune.tag_column, with_tags=False)
+    sentences = tagging.read_conll(path, self.config.tag.column, with_tags=False)
     untagged = [tagging.Sentence(s.line, s.words, []) for s in sentences]  # gold: echoed
     task = self._task({"predict": lambda: untagged}, {"predict": path})
     return sentences, pipeline.whole_split(task, "predict", self.config.data.seq_length,

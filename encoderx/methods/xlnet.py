@@ -26,10 +26,11 @@ import jax
 import jax.numpy as jnp
 
 from encoderx import errors
-from encoderx import method as method_lib
+from encoderx.methods import base as method_lib
 from encoderx.data import tasks
 from encoderx.methods import pretrain
 from encoderx.models import two_stream_attention, xlnet
+from encoderx import objectives as objectives_lib
 from encoderx.objectives import plm
 
 MEMORY_AXES = {"hidden": ("activation_batch", None, None, "activation_embed"),
@@ -59,6 +60,10 @@ class PermutationLanguageModelling(method_lib.Method):
         reuse_len=fields.reuse_len)
     self.mem_len, self.bi_data = fields.mem_len, fields.bi_data
     self.model = xlnet.PermutationLanguageModel(self.model_config)
+
+  @classmethod
+  def config_fields(cls):
+    return {"objective": objectives_lib.config_section()}
 
   @classmethod
   def validate(cls, config) -> None:

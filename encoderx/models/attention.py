@@ -17,13 +17,14 @@ them flat and reshapes, which breaks under logical axis rules (the flat kernel g
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from encoderx import errors
 from encoderx.models import common
 from encoderx.models import contraction
 from encoderx.models import dropout as dropout_lib
@@ -278,9 +279,12 @@ class Variant:
   context: None, or a module class built as `context(config, name='relative')` by the
     encoder stack and called once per forward pass as `(LayerContext, deterministic) ->
     value`; layers then see that value as `context.relative`.
+  validate: None, or `(config.model) -> None`: checks the model fields only this variant
+    reads, raising errors.ConfigError.
   """
   attention: type[nn.Module]
   context: type[nn.Module] | None = None
+  validate: Callable[[Any], None] | None = None
 
 
 VARIANTS: dict[str, Variant] = {"standard": Variant(SelfAttention)}
@@ -291,3 +295,9 @@ def register(name: str, variant: Variant) -> Variant:
   VARIANTS[name] = variant
   return variant
 
+
+def validate(model) -> None:
+  """Checks config.model.attention and the fields its variant reads."""
+  errors.check_choice("model.attention", model.attention, tuple(VARIANTS))
+  if VARIANTS[model.attention].validate is not None:
+    VARIANTS[model.attention].validate(model)

@@ -14,7 +14,9 @@ import functools
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 
+from encoderx import errors
 from encoderx.models import contraction
 
 # Logical shape of the hidden states between layers: [batch, length, hidden].
@@ -129,6 +131,51 @@ class ModelConfig:
   @property
   def head_dim(self) -> int:
     return self.hidden_size // self.num_heads
+
+
+def config_section() -> ml_collections.ConfigDict:
+  """config.model: ModelConfig's fields with their defaults."""
+  return ml_collections.ConfigDict(dataclasses.asdict(ModelConfig()))
+
+
+def validate(model) -> None:
+  """Checks config.model's values (those of every encoder; an attention variant checks
+  its own fields: attention.Variant.validate); raises errors.ConfigError."""
+  errors.check_positive(model, "hidden_size", "num_layers", "num_heads",
+                        "intermediate_size", "max_position_embeddings")
+  if model.hidden_size % model.num_heads:
+    errors.fail("model.hidden_size", f"{model.hidden_size} is not divisible by "
+                f"model.num_heads={model.num_heads}.")
+  if model.embedding_size < 0 or model.vocab_size < 0:
+    errors.fail("model.embedding_size" if model.embedding_size < 0 else "model.vocab_size",
+                "must be >= 0 (0 means the default).")
+  if model.vocab_multiple < 1:
+    errors.fail("model.vocab_multiple", f"must be >= 1 (1: no padding rows), got "
+                f"{model.vocab_multiple}.", "Use e.g. 128 to pad the vocabulary so that it "
+                "splits over the mesh.")
+  if model.position_offset < 0:
+    errors.fail("model.position_offset", f"must be >= 0, got {model.position_offset}.")
+  errors.check_choice("model.hidden_act", model.hidden_act, tuple(ACTIVATIONS))
+  errors.check_choice("model.pooler_act", model.pooler_act, tuple(ACTIVATIONS))
+  errors.check_choice("model.attention_kernel", model.attention_kernel, ATTENTION_KERNELS)
+  if model.attention_kernel != "auto" and model.attention != "standard":
+    errors.fail("model.attention_kernel", f"{model.attention_kernel!r} is a kernel of the "
+                f"standard attention; model.attention={model.attention!r} computes its "
+                "own.", "Use 'auto'.")
+  errors.check_choice("model.position_embedding", model.position_embedding,
+                      POSITION_EMBEDDINGS)
+  errors.check_choice("model.layer_sharing", model.layer_sharing, LAYER_SHARING)
+  if model.enhanced_mask_decoder and model.embedding_size not in (0, model.hidden_size):
+    errors.fail("model.enhanced_mask_decoder", "adds position embeddings to hidden states; "
+                f"it needs model.embedding_size = hidden_size, got {model.embedding_size}.")
+  errors.check_choice("model.dtype", model.dtype, DTYPES)
+  errors.check_choice("model.param_dtype", model.param_dtype, DTYPES)
+  if model.scan_layers and model.layer_sharing != "none":
+    errors.fail("model.scan_layers", "scans distinct layers; it cannot be combined with "
+                f"model.layer_sharing={model.layer_sharing!r}.")
+  for field in ("hidden_dropout", "attention_dropout"):
+    if not 0.0 <= model[field] < 1.0:
+      errors.fail(f"model.{field}", f"must be in [0, 1), got {model[field]}.")
 
 
 def initializer(config: ModelConfig, axes: tuple[str | None, ...], rows: int | None = None):

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from encoderx import errors
 from encoderx.models import attention, common
 from encoderx.models import dropout as dropout_lib
 
@@ -170,5 +171,24 @@ class DisentangledSelfAttention(nn.Module):
     return attention.output_projection(config)(attended)
 
 
+def validate(model) -> None:
+  """DeBERTa's fields: disentangled attention's terms and buckets."""
+  terms = tuple(model.relative_attention_terms)
+  for term in terms:
+    errors.check_choice("model.relative_attention_terms", term, TERMS)
+  if len(set(terms)) != len(terms):
+    errors.fail("model.relative_attention_terms", f"{terms} names a term twice.")
+  if model.max_relative_positions < 2:
+    errors.fail("model.max_relative_positions",
+                f"must be >= 2, got {model.max_relative_positions}.")
+  if model.position_buckets < 0 or model.position_buckets == 1:
+    errors.fail("model.position_buckets", f"must be 0 (no buckets) or >= 2, got "
+                f"{model.position_buckets}.")
+  if model.position_buckets and model.max_relative_positions - 1 <= model.position_buckets // 2:
+    errors.fail("model.max_relative_positions", f"{model.max_relative_positions} must "
+                f"exceed model.position_buckets / 2 + 1 = {model.position_buckets // 2 + 1} "
+                "(log buckets shrink the distances between the two).")
+
+
 attention.register("disentangled", attention.Variant(DisentangledSelfAttention,
-                                                     RelativePositionContext))
+                                                     RelativePositionContext, validate))

@@ -1,7 +1,9 @@
 """Pretraining objectives: one module per objective, built by name from a config."""
 from __future__ import annotations
 
-from encoderx.objectives import base, mlm, sbo, sentence
+import ml_collections
+
+from encoderx.objectives import base, mlm, plm, sbo, sentence
 
 
 def mlm_config(mlm_fields, vocabulary, max_predictions: int | None = None) -> mlm.MlmConfig:
@@ -45,3 +47,15 @@ def sentence_objective(names) -> str | None:
 
 def model_heads(objectives) -> tuple[str, ...]:
   return tuple(dict.fromkeys(objective.head for objective in objectives))
+
+
+def config_section() -> ml_collections.ConfigDict:
+  """config.objective: which objectives a pretraining run sums, their weights, the
+  masking (objective.mlm) and XLNet's permutation LM (objective.plm)."""
+  return ml_collections.ConfigDict(dict(
+      names=("mlm", "nsp"),
+      # The loss is the sum over `names` of weight x that objective's mean loss.
+      weights=ml_collections.ConfigDict({name: 1.0 for name in NAMES}),
+      mlm=mlm.config_section(),
+      plm=plm.config_section(),
+  ))

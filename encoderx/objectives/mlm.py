@@ -30,6 +30,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
 from encoderx.objectives import base
@@ -39,6 +40,26 @@ from encoderx.objectives import base
 # tokens, which SBO predicts it from.
 UNITS = ("token", "word", "ngram", "span")
 WHOLE_WORD_UNITS = ("word", "ngram", "span")
+
+
+def config_section() -> ml_collections.ConfigDict:
+  """config.objective.mlm: BERT's masking."""
+  return ml_collections.ConfigDict(dict(
+      rate=0.15,
+      mask_token_prob=0.8,
+      random_token_prob=0.1,
+      max_predictions=20,
+      # The cap in the long-sequence phase (train.long_fraction; BERT: 80 at 512).
+      long_max_predictions=80,
+      # What is masked: "token" (BERT), "word" (whole-word masking, BERT-wwm), "ngram"
+      # (n whole words, p(n) ~ 1/n, n <= max_ngram: ALBERT) or "span" (SpanBERT: n whole
+      # words, n ~ Geometric(span_geometric_p) on 1..max_span_words). Words come from the
+      # batch's word_starts.
+      unit="token",
+      max_ngram=3,
+      span_geometric_p=0.2,
+      max_span_words=10,
+  ))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,9 +38,28 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import ml_collections
 import jax.numpy as jnp
 
 from encoderx.objectives import base, mlm
+
+
+def config_section() -> ml_collections.ConfigDict:
+  """config.objective.plm (method 'xlnet'): XLNet's values at length 512."""
+  return ml_collections.ConfigDict(dict(
+      # The last 1/K of each factorization order is predicted: 1/K of the tokens.
+      partial_prediction_k=6,
+      num_predict=85,  # prediction slots per row (a cap, like max_predictions)
+      max_span_words=5,  # predicted n-grams of 1..n whole words, p(n) ~ 1/n
+      perm_size=256,  # orders permute blocks of this many tokens
+      # A row's first reuse_len tokens continue the previous step's row; their hidden
+      # states are what the memory keeps.
+      reuse_len=256,
+      mem_len=384,  # tokens of previous steps each layer attends to; 0: no memory
+      # Half of the rows read their stream backwards, with negated relative positions
+      # (XLNet's bidirectional data pipeline).
+      bi_data=False,
+  ))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""What a training method is to the trainer, and the registry that picks one by name.
+"""What a training method is to the trainer (methods/registry.py picks one by name).
 
 The trainer (encoderx/trainer.py, encoderx/train.py) keeps what every run shares: mesh
 and shardings, jit, gradient accumulation, optimizers, schedule and clipping,
@@ -14,9 +14,10 @@ inputs, losses and metrics) is a `Method`, chosen by `config.method`:
     similarity  sentence-pair regression (STS-B)
     simcse      contrastive sentence embeddings (SimCSE, unsupervised or supervised)
 
-Methods live in encoderx/methods/, one module each. The core imports none of them: the
-registry holds import paths and loads the module a config names (`register` adds one
-from outside the package).
+Methods live in encoderx/methods/, one module each, and declare the config sections they
+read (`config_fields`): the schema (encoderx/config.py) is assembled from them. The core
+imports none of them: the registry holds import paths and loads the module a config
+names (`registry.register` adds one from outside the package).
 
 One train step, all inside one jax.jit:
 
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import importlib
 from typing import Any, ClassVar
 
 import flax
@@ -43,33 +43,6 @@ import ml_collections
 
 from encoderx import errors
 from encoderx.models import common
-
-REGISTRY: dict[str, str] = {
-    "pretrain": "encoderx.methods.pretrain:Pretraining",
-    "electra": "encoderx.methods.electra:ReplacedTokenDetection",
-    "classify": "encoderx.methods.classify:Classification",
-    "xlnet": "encoderx.methods.xlnet:PermutationLanguageModelling",
-    "tag": "encoderx.methods.tag:Tagging",
-    "qa": "encoderx.methods.qa:QuestionAnswering",
-    "similarity": "encoderx.methods.similarity:Similarity",
-    "simcse": "encoderx.methods.simcse:SimCSE",
-}
-
-
-def register(name: str, target: str) -> None:
-  """Makes `config.method=name` load `target` ('package.module:ClassName')."""
-  REGISTRY[name] = target
-
-
-def method_class(name: str) -> type["Method"]:
-  module, _, attribute = REGISTRY[name].partition(":")
-  return getattr(importlib.import_module(module), attribute)
-
-
-def build(config: ml_collections.ConfigDict) -> "Method":
-  """The method `config.method` names, built from the (validated) config."""
-  return method_class(config.method)(config)
-
 
 def model_config(config: ml_collections.ConfigDict, vocabulary) -> common.ModelConfig:
   """`config.model` resolved against the vocabulary (vocab_size 0: the vocabulary's)."""
@@ -144,8 +117,15 @@ class Method(abc.ABC):
     return (Update(),)
 
   @classmethod
+  def config_fields(cls) -> dict[str, ml_collections.ConfigDict]:
+    """The config sections this method declares (section name -> its fields with their
+    defaults): encoderx/config.py's schema is the core's sections plus every registered
+    method's. Methods that share a section return the same one."""
+    return {}
+
+  @classmethod
   def validate(cls, config: ml_collections.ConfigDict) -> None:
-    """Checks the config fields this method reads; raises config.ConfigError."""
+    """Checks the config fields this method reads; raises errors.ConfigError."""
 
   # --- data ------------------------------------------------------------------------------
   @abc.abstractmethod
