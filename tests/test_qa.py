@@ -213,7 +213,7 @@ def test_squad_files_with_errors_name_file_and_line(tmp_path):
   impossible = _squad_json(tmp_path / "v2.json", [("Anne went.", [("b1", "Who?", "", 0)])],
                            version_2=True)
   with pytest.raises(squad.SquadError,
-                     match=f"v2.json' line {_line(impossible, 'b1')} .*set finetune.version_2"):
+                     match=f"v2.json' line {_line(impossible, 'b1')} .*set qa.version_2"):
     squad.read_squad(impossible, version_2=False)
   assert squad.read_squad(impossible, version_2=True)[0].answers == []
   (tmp_path / "list.json").write_text("[1, 2]")
@@ -241,7 +241,7 @@ def _qa_config(train_file="", dev_file=""):
   for field in ("num_layers", "hidden_size", "num_heads", "intermediate_size"):
     config.model[field] = _tiny_config().model[field]
   config.data.seq_length = 20  # short windows: each context is read in several
-  config.finetune.max_query_length, config.finetune.doc_stride = 8, 4
+  config.qa.max_query_length, config.qa.doc_stride = 8, 4
   config.train.steps, config.train.batch_size = 3, 4
   config.optimizer.warmup_steps = 1
   config.eval.batch_size = 8
@@ -297,7 +297,7 @@ def test_qa_reads_a_tfds_squad_dataset(tmp_path):
   TinySquad(data_dir=str(tmp_path)).download_and_prepare()
   config = _qa_config()
   config.data.tfds_name, config.data.tfds_data_dir = "tiny_squad:1.0.0", str(tmp_path)
-  config.finetune.version_2 = True
+  config.qa.version_2 = True
   config.train.steps = 2
   method = qa_method.QuestionAnswering(config)
   examples = {e.id: e for e in method.examples("validation")}

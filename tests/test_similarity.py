@@ -105,7 +105,7 @@ def test_contrastive_loss_by_hand():
 def _simcse_config(tmp_path, mode):
   from encoderx import configs  # pylint: disable=g-import-not-at-top
   config = _shrunk(configs.get("finetune:simcse"))
-  config.finetune.simcse = mode
+  config.simcse.kind = mode
   config.finetune.train_file = _stsb_subset(tmp_path, "train.tsv", 48)
   config.finetune.dev_file = _stsb_subset(tmp_path, "dev.tsv", 40)
   return config
@@ -136,13 +136,13 @@ def test_unsupervised_simcse_trains_and_its_encoder_embeds(tmp_path):
 
 def test_supervised_simcse_takes_pairs_and_hard_negatives(tmp_path):
   config = _simcse_config(tmp_path, "supervised")
-  config.finetune.hard_negative_column = "text_a"  # any column will do for the shapes
+  config.simcse.hard_negative_column = "text_a"  # any column will do for the shapes
   columns = simcse.SimCSE(config).training_columns()
   assert len(columns["text"]) == len(columns["text_pair"]) == len(
       columns["hard_negative"]) == 48
   config.train.steps, config.eval.every_steps = 2, 2
   result = train.run(config, str(tmp_path / "run"), show_progress=False, devices=ONE_DEVICE)
   assert "spearman" in result["eval"]
-  config.finetune.simcse = "unsupervised"
+  config.simcse.kind = "unsupervised"
   with pytest.raises(errors.ConfigError, match="hard_negative_column"):
     simcse.SimCSE.validate(config)
