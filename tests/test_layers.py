@@ -1,0 +1,149 @@
+"""The house: encoderx's declared layers, read from the imports of its code.
+
+Imports go down the layers, never up, and no modules import each other in a circle; the
+measuring tools are apart from what a run needs; no library module imports configs/;
+no module grows past about 500 lines. Every import counts, at the top of a module or
+inside a function.
+"""
+import ast
+import pathlib
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "encoderx"
+
+# (layer, the top-level modules and packages of encoderx in it), bottom first: a module may
+# import its own layer and the layers below.
+LAYERS = (
+    ("leaves", ("errors", "files", "checksum", "host_allocator")),
+    ("building blocks", ("models", "objectives", "data", "evaluation", "optim", "sharding",
+                         "distributed")),
+    ("methods", ("methods",)),
+    ("conversion", ("hf",)),
+    ("core of a run", ("config", "checkpoint", "workdir", "initialize", "trainer")),
+    ("loop and command line", ("train", "cli", "gin_config")),
+    ("commands", ("export", "embed", "preprocess", "__main__")),
+    ("measuring tools", ("tools",)),
+)
+LAYER_OF = {name: index for index, (_, names) in enumerate(LAYERS) for name in names}
+MOST_LINES = 550
+
+
+def _module_name(path: pathlib.Path) -> str:
+  parts = path.relative_to(REPO).with_suffix("").parts
+  if parts[0] == "configs":  # installed as encoderx.configs
+    parts = ("encoderx",) + parts
+  return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(path): path
+           for path in [*PACKAGE.rglob("*.py"), *(REPO / "configs").glob("*.py")]}
+
+
+def _target(module: str) -> str | None:
+  """The encoderx module an import names (a name imported from a package may be one of
+  its modules), or None outside encoderx."""
+  if module in MODULES:
+    return module
+  parent = module.rpartition(".")[0]
+  return parent if parent in MODULES else None
+
+
+def imports(name: str) -> set[str]:
+  """The encoderx modules `name` imports, anywhere in its code."""
+  path = MODULES[name]
+  package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+  found = set()
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.Import):
+      found.update(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ""
+      if node.level:  # relative: from the package's own
+        base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
+                        + ([base] if base else []))
+      found.update(f"{base}.{alias.name}" for alias in node.names)
+  targets = {_target(module) for module in found if module.startswith("encoderx")}
+  return {target for target in targets if target and target != name}
+
+
+GRAPH = {name: imports(name) for name in MODULES}
+
+
+def _layer(module: str) -> int:
+  top = module.split(".")[1] if module.count(".") else "__init__"
+  return LAYER_OF.get(top, -1)
+
+
+def test_every_module_has_a_layer():
+  unplaced = sorted(m for m in MODULES if m != "encoderx" and m.split(".")[1] != "configs"
+                    and _layer(m) < 0)
+  assert "encoderx.configs.bert" in MODULES
+  assert not unplaced, f"modules in no layer of tests/test_layers.py: {unplaced}"
+
+
+def test_imports_go_down_the_layers():
+  upward = [f"{name} ({LAYERS[_layer(name)][0]}) imports {target} "
+            f"({LAYERS[_layer(target)][0]})"
+            for name, targets in GRAPH.items() for target in sorted(targets)
+            if _layer(name) >= 0 and _layer(target) > _layer(name)]
+  assert not upward, "\n".join(upward)
+
+
+def _cycles() -> list[list[str]]:
+  """The strongly connected components of more than one module (Tarjan's algorithm)."""
+  index, low, on_stack, stack, components = {}, {}, set(), [], []
+
+  def visit(node):
+    index[node] = low[node] = len(index)
+    stack.append(node)
+    on_stack.add(node)
+    for target in GRAPH[node]:
+      if target not in index:
+        visit(target)
+        low[node] = min(low[node], low[target])
+      elif target in on_stack:
+        low[node] = min(low[node], index[target])
+    if low[node] == index[node]:
+      component = []
+      while True:
+        member = stack.pop()
+        on_stack.discard(member)
+        component.append(member)
+        if member == node:
+          break
+      if len(component) > 1:
+        components.append(sorted(component))
+
+  for node in sorted(GRAPH):
+    if node not in index:
+      visit(node)
+  return components
+
+
+def test_no_modules_import_each_other_in_a_circle():
+  assert not _cycles(), _cycles()
+
+
+def test_the_cycle_finder_finds_a_circle(monkeypatch):
+  monkeypatch.setitem(GRAPH, "encoderx.errors", {"encoderx.files"})
+  monkeypatch.setitem(GRAPH, "encoderx.files", {"encoderx.errors"})
+  assert ["encoderx.errors", "encoderx.files"] in _cycles()
+
+
+def test_only_the_tools_import_configs_and_nothing_imports_the_tools():
+  configs = sorted(name for name, targets in GRAPH.items() if name.startswith("encoderx.")
+                   and name.split(".")[1] not in ("tools", "configs")
+                   and any(t.startswith("encoderx.configs") for t in targets))
+  assert not configs, f"library modules importing configs/: {configs}"
+  tools = sorted(name for name, targets in GRAPH.items() if _layer(name) >= 0
+                 and _layer(name) != LAYER_OF["tools"]
+                 and any(t.startswith("encoderx.tools") for t in targets))
+  assert not tools, f"modules outside tools/ importing the tools: {tools}"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_module_is_over_about_500_lines(name):
+  lines = len(MODULES[name].read_text().splitlines())
+  assert lines <= MOST_LINES, f"{MODULES[name]}: {lines} lines; one job per module"
