@@ -8,7 +8,7 @@
 #   bash launch/tpu.sh --name=NAME --zone=ZONE --type=ACCELERATOR_TYPE [options] -- TRAIN_ARGS
 # e.g.
 #   bash launch/tpu.sh --name=bert-base --zone=us-central2-b --type=v4-32 -- \
-#     --config=configs/bert_base.py --workdir=/mnt/shared/runs/bert_base \
+#     --config=configs/bert.py:base --workdir=/mnt/shared/runs/bert_base \
 #     --config.data.files='/mnt/shared/corpus/*.txt' --config.data.streaming=True
 #
 # Options:
@@ -23,8 +23,8 @@
 #   --python=P        the Python the workers build .venv with (default python3.11,
 #                     installed from the deadsnakes PPA when missing)
 #   --dry_run         print the commands (gcloud, git archive) instead of running them
-# TRAIN_ARGS go to `python -m encoderx.train` on every worker (see README "Training on a
-# TPU pod"); each worker's output is in ~/encoderx-train.log there.
+# TRAIN_ARGS go to `python -m encoderx.train` on every worker (see docs/guides/tpu-pods.md);
+# each worker's output is in ~/encoderx-train.log there.
 set -euo pipefail
 
 name="" zone="" type="" project="" runtime="" queued=0 spot=0 reuse=0 keep=0 dry_run=0
