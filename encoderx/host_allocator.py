@@ -4,7 +4,7 @@ XLA's CPU runtime allocates a step's temporaries anew on every execution. glibc'
 hands such large blocks back to the kernel when they are freed (mmap/munmap, heap trims),
 and the kernel faults them in again, zeroed, on the next step: BERT-Small's step took
 ~0.5 million page faults and ~1 s of system time per step, and ran 1.4-1.5x slower than
-under tcmalloc or jemalloc, which keep freed memory for reuse (README, Benchmark).
+under tcmalloc or jemalloc, which keep freed memory for reuse (CHANGELOG.md, 2026-11-26).
 
 The allocator is chosen before a process starts (LD_PRELOAD); launch/setup.sh preloads
 tcmalloc where it is installed. This module only tells which one is in use.
@@ -43,5 +43,5 @@ def warn_if_slow_for(platform: str) -> bool:
       "the train step runs on CPU with glibc's malloc, which returns each step's buffers "
       "to the kernel and faults them in again (~1.4x slower steps). Preload tcmalloc: "
       "`apt-get install libtcmalloc-minimal4` and LD_PRELOAD=libtcmalloc_minimal.so.4; "
-      "`source launch/setup.sh` does both (README, Benchmark).")
+      "`source launch/setup.sh` does both (docs/getting-started.md).")
   return True

@@ -6,5 +6,5 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" hf,test
 # Two workers: the tests compile on one core each (a 2-core machine: 48 min, not 56).
 # --reruns with a pattern that matches no error: a failed test is never rerun, but a test
 # whose worker process crashed natively (XLA, LLVM) is run once more on a fresh worker
-# (see the README's Tests section).
+# (see docs/getting-started.md, "Running the tests").
 exec python -m pytest tests -q -n 2 --reruns 1 --only-rerun '^(?!)' "$@"

@@ -23,8 +23,8 @@
 #   --python=P        the Python the workers build .venv with (default python3.11,
 #                     installed from the deadsnakes PPA when missing)
 #   --dry_run         print the commands (gcloud, git archive) instead of running them
-# TRAIN_ARGS go to `python -m encoderx.train` on every worker (see README "Training on a
-# TPU pod"); each worker's output is in ~/encoderx-train.log there.
+# TRAIN_ARGS go to `python -m encoderx.train` on every worker (see docs/guides/tpu-pods.md);
+# each worker's output is in ~/encoderx-train.log there.
 set -euo pipefail
 
 name="" zone="" type="" project="" runtime="" queued=0 spot=0 reuse=0 keep=0 dry_run=0
