@@ -1,13 +1,16 @@
 """Configs: the shipped ones are valid and have the paper's sizes; bad ones fail early,
 naming the field."""
+import json
 import pathlib
 import subprocess
 import sys
 
 import pytest
 
+from encoderx import checkpoint as checkpoint_lib
 from encoderx import errors
 from encoderx import config as config_lib
+from encoderx import initialize
 from encoderx import configs
 
 
@@ -129,3 +132,30 @@ def test_command_line_errors_are_one_paragraph_not_tracebacks(tmp_path):
   assert unknown_variant.returncode == 2
   assert "config variant 'huge' is not one of tiny, mini, small, base, large" in (
       unknown_variant.stderr)
+
+
+# --- fields that moved (config.MOVED_FIELDS): older runs still read -------------------------
+def test_moved_fields_are_read_at_their_new_place_from_older_runs(tmp_path):
+  old = {"method": "qa", "finetune": {"train_file": "t.json", "doc_stride": 64,
+                                      "version_2": True},
+         "simcse": {"temperature": 0.1}}
+  migrated = config_lib.migrate_fields(old)
+  assert migrated["finetune"] == {"train_file": "t.json"}
+  assert migrated["qa"] == {"doc_stride": 64, "version_2": True}
+  assert old["finetune"]["doc_stride"] == 64  # the argument is left as it was
+  # An older run's config.json, as --init_from and export read it.
+  (tmp_path / "config.json").write_text(json.dumps(old))
+  config = initialize.run_config(str(tmp_path / "config.json"))
+  assert (config.qa.doc_stride, config.qa.version_2, config.finetune.train_file) == (
+      64, True, "t.json")
+
+
+def test_a_checkpoint_recording_moved_fields_resumes_with_the_same_values(tmp_path):
+  checkpoints = checkpoint_lib.Checkpoints(str(tmp_path / "checkpoints"), async_save=False)
+  stored = {checkpoint_lib.TRAINING: {"data": {}, "finetune": {"doc_stride": 64}}}
+  same = {checkpoint_lib.TRAINING: {"data": {}, "finetune": {}, "qa": {"doc_stride": 64}}}
+  checkpoints._check_training(3, stored, same, allow_change=False)  # pylint: disable=protected-access
+  other = {checkpoint_lib.TRAINING: {"data": {}, "finetune": {}, "qa": {"doc_stride": 32}}}
+  with pytest.raises(checkpoint_lib.CheckpointError, match=r"qa\.doc_stride: checkpoint 64"):
+    checkpoints._check_training(3, stored, other, allow_change=False)  # pylint: disable=protected-access
+  checkpoints.close()
