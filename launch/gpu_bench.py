@@ -260,13 +260,13 @@ def check_fused_attention() -> None:
   """cuDNN's attention against XLA's on this device (bf16, padded rows, BERT-large's
   heads): relative error of the outputs and of the three gradients."""
   import jax  # pylint: disable=g-import-not-at-top
-  from encoderx.models import attention  # pylint: disable=g-import-not-at-top
+  from encoderx.models import attention, masks  # pylint: disable=g-import-not-at-top
   query, key, _, _ = _attention_inputs()
   print("fused attention:", attention.fused_implementation(query, key, None), flush=True)
 
   def dot_product_attention(implementation):
     return lambda q, k, v, segment_ids: jax.nn.dot_product_attention(
-        q, k, v, mask=attention.padding_and_packing_mask(segment_ids),
+        q, k, v, mask=masks.padding_and_packing_mask(segment_ids),
         implementation=implementation)
   _compare_attention("cuDNN against XLA (bf16, padded rows)",
                      dot_product_attention("cudnn"), dot_product_attention("xla"))
@@ -290,13 +290,13 @@ def attention_times(shapes=TIMED_SHAPES) -> None:
   dropout 0.1, cuDNN's without dropout and encoderx's kernel with dropout 0.1 and 0,
   over BERT-large's heads at 512 and 128 (batch 32, bf16, padded rows)."""
   import jax  # pylint: disable=g-import-not-at-top
-  from encoderx.models import attention  # pylint: disable=g-import-not-at-top
+  from encoderx.models import attention, masks  # pylint: disable=g-import-not-at-top
   dropout_key = jax.random.key(5)
   candidates = {
       "XLA, dropout 0.1": lambda q, k, v, s: attention.attend(
-          q, k, v, attention.padding_and_packing_mask(s), None, 0.1, dropout_key),
+          q, k, v, masks.padding_and_packing_mask(s), None, 0.1, dropout_key),
       "cuDNN, no dropout": lambda q, k, v, s: attention.attend(
-          q, k, v, attention.padding_and_packing_mask(s)),
+          q, k, v, masks.padding_and_packing_mask(s)),
       "encoderx's kernel, dropout 0.1": _kernel(0.1, dropout_key),
       "encoderx's kernel, dropout 0": _kernel(0.0, None)}
   for shape in shapes:

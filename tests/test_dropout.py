@@ -9,6 +9,7 @@ from scipy import stats
 
 from encoderx.models import attention
 from encoderx.models import dropout as dropout_lib
+from encoderx.models import masks
 
 
 @pytest.mark.parametrize("shape", [(64, 128, 64), (7, 9, 33), (1001,)])
@@ -61,7 +62,7 @@ def _qkv_and_mask(dtype=jnp.float32):
   query, key, value = (jax.random.normal(k, (2, 12, 4, 8), dtype) for k in keys[:3])
   segment_ids = jnp.array([[1] * 9 + [0] * 3, [1] * 5 + [2] * 7])
   bias = jax.random.normal(keys[3], (2, 4, 12, 12))
-  return query, key, value, attention.padding_and_packing_mask(segment_ids), bias
+  return query, key, value, masks.padding_and_packing_mask(segment_ids), bias
 
 
 @pytest.mark.parametrize("with_bias", [False, True])
@@ -72,7 +73,7 @@ def test_attend_matches_flax_attention(with_bias):
   bias = bias if with_bias else None
   reference = nn.dot_product_attention(query, key, value, bias=bias, mask=mask)
   fused = attention.attend(query, key, value, mask, bias=bias)
-  probabilities = attention.attention_probabilities(query, key, mask, bias)
+  probabilities = masks.attention_probabilities(query, key, mask, bias)
   unfused = jnp.einsum("bnqk,bknd->bqnd", probabilities, value)
   np.testing.assert_allclose(fused, reference, atol=1e-5)
   np.testing.assert_allclose(unfused, reference, atol=1e-5)
@@ -83,7 +84,7 @@ def test_attend_with_dropout_drops_probabilities():
   dropout_key = jax.random.key(5)
   attended = attention.attend(query, key, value, mask, dropout_rate=0.5,
                               dropout_key=dropout_key)
-  kept = dropout_lib.dropout(attention.attention_probabilities(query, key, mask), 0.5,
+  kept = dropout_lib.dropout(masks.attention_probabilities(query, key, mask), 0.5,
                              dropout_key)
   np.testing.assert_allclose(attended, jnp.einsum("bnqk,bknd->bqnd", kept, value),
                              atol=1e-6)

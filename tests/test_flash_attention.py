@@ -19,6 +19,7 @@ from encoderx import config as config_lib
 from encoderx import trainer as trainer_lib
 from encoderx.models import attention
 from encoderx.models import dropout as dropout_lib
+from encoderx.models import masks
 from encoderx.models import flash_attention as fa
 from tests.test_training import ONE_DEVICE, _batches, _losses
 
@@ -68,7 +69,7 @@ def test_kernel_without_dropout_is_the_models_attention():
   """Rate 0: the model's `attend` (jax.nn.dot_product_attention under the padding and
   packing mask), padding queries' uniform rows included, forward and gradients."""
   q, k, v, d_out = _heads()
-  mask = attention.padding_and_packing_mask(SEGMENTS)
+  mask = masks.padding_and_packing_mask(SEGMENTS)
   got = _outputs_and_gradients(
       lambda *qkv: fa.flash_attention(*qkv, SEGMENTS, interpret=True),
       q, k, v, d_out)

@@ -27,7 +27,9 @@ import jax.numpy as jnp
 from encoderx import errors
 from encoderx.models import common
 from encoderx.models import contraction
+from encoderx.models import masks
 from encoderx.models import dropout as dropout_lib
+from encoderx.models import flash_attention
 
 # Logical shape of per-head activations: [batch, length, heads, head_dim].
 HEADS_AXES = ("activation_batch", "activation_length", "activation_heads", "activation_kv")
@@ -56,24 +58,9 @@ class LayerContext:
     return self.replace(mask=mask, relative=relative)
 
 
-def segment_mask(query_segments: jax.Array, key_segments: jax.Array) -> jax.Array:
-  """[..., queries, keys] from segment ids [..., queries] and [..., keys]: tokens attend
-  to tokens of their own segment (one document of a packed row); id 0 is padding and is
-  never attended to. (flash_attention.py applies it block by block: a padding key's id
-  becomes -1, which no query's equals, so that it costs one compare an element.)"""
-  key_segments = jnp.where(key_segments > 0, key_segments, -1)
-  return query_segments[..., :, None] == key_segments[..., None, :]
-
-
-def padding_and_packing_mask(segment_ids: jax.Array) -> jax.Array:
-  """Attention mask [batch, 1, length, length] from segment ids [batch, length]
-  (`segment_mask`)."""
-  return segment_mask(segment_ids, segment_ids)[:, None, :, :]
-
-
 def layer_context(batch: dict) -> LayerContext:
   """The context of a model input batch (see encoderx/models/pretraining.py)."""
-  return LayerContext(mask=padding_and_packing_mask(batch["segment_ids"]),
+  return LayerContext(mask=masks.padding_and_packing_mask(batch["segment_ids"]),
                       positions=batch["positions"], segment_ids=batch["segment_ids"],
                       token_type_ids=batch["token_type_ids"])
 
@@ -120,19 +107,6 @@ def output_projection(config: common.ModelConfig, name: str = "out",
                     (hidden,), ("embed",), use_bias, name=name)
 
 
-def attention_probabilities(query: jax.Array, key: jax.Array, mask: jax.Array,
-                            bias: jax.Array | None = None) -> jax.Array:
-  """softmax(query . key / sqrt(head_dim) + bias) over the keys a query may attend to:
-  [batch, heads, query, key], in float32 (the softmax of bfloat16 logits loses the small
-  probabilities), as `jax.nn.dot_product_attention` computes it."""
-  logits = jnp.einsum("bqnd,bknd->bnqk", query, key, preferred_element_type=jnp.float32)
-  logits = logits * jnp.float32(query.shape[-1] ** -0.5)
-  if bias is not None:
-    logits = logits + bias.astype(jnp.float32)
-  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-  return jax.nn.softmax(logits, axis=-1)
-
-
 def fused_implementation(query: jax.Array, key: jax.Array, bias: jax.Array | None
                          ) -> str | None:
   """The `implementation` of `jax.nn.dot_product_attention` for these heads: "cudnn"
@@ -167,7 +141,7 @@ def attend(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array,
   if dropout_key is None or dropout_lib.effective_rate(dropout_rate) == 0:
     return jax.nn.dot_product_attention(query, key, value, bias=bias, mask=mask,
                                         implementation=fused_implementation(query, key, bias))
-  probabilities = dropout_lib.dropout(attention_probabilities(query, key, mask, bias),
+  probabilities = dropout_lib.dropout(masks.attention_probabilities(query, key, mask, bias),
                                       dropout_rate, dropout_key)
   return jnp.einsum("bnqk,bknd->bqnd", probabilities.astype(value.dtype), value)
 
@@ -220,8 +194,6 @@ def kernel_refusal(query: jax.Array, key: jax.Array, value: jax.Array,
   """Why encoderx/models/flash_attention.py's kernel cannot take these heads (a separate
   query stream, a shape it lacks, a layout that splits sequences or heads over
   devices), or None."""
-  # Imported here: the kernel's module builds on this one's mask and softmax.
-  from encoderx.models import flash_attention  # pylint: disable=g-import-not-at-top
   if query_given:
     return ("it takes self-attention over whole sequences, not a separate query "
             "stream")
@@ -241,7 +213,6 @@ def fused_attention_with_dropout(query: jax.Array, key: jax.Array, value: jax.Ar
   which rebuilds the mask from the segment ids block by block (so it takes the whole
   sequence's self-attention only). On GPU its Triton kernels; elsewhere Pallas's
   interpreter (slow: for tests on CPU). TPU would need a Mosaic kernel of its own."""
-  from encoderx.models import flash_attention  # pylint: disable=g-import-not-at-top
   refusal = kernel_refusal(query, key, value, query_given)
   if refusal:
     raise ValueError(f"model.attention_kernel='pallas': {refusal}. Use 'auto' or 'xla'.")

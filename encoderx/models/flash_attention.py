@@ -13,7 +13,7 @@ what fits a Triton kernel written in jnp.
 The kernels follow `jax.experimental.pallas.ops.gpu.attention` (Apache 2.0): its
 FlashAttention-2 forward (online softmax in base 2) and the Triton tutorial's fused
 backward (dK and dV over query blocks, then dQ over key blocks, in one program). What
-differs: dropout on the probabilities; encoderx's mask (`attention.segment_mask`: a
+differs: dropout on the probabilities; encoderx's mask (`masks.segment_mask`: a
 query attends to the keys of its own packed sequence, and a key of segment 0 is never
 attended: padding); and the softmax's row maximum and sum are kept apart, not as one
 log-sum-exp, so that a row with no key to attend to (a padding query) comes out uniform
@@ -23,7 +23,7 @@ log2(keys) vanishes beside that maximum).
 Dropout draws what `encoderx.models.dropout` draws: 8 bits per element (the hash's top
 byte), kept when at least `dropout.threshold(rate)`, survivors scaled by 256 / (256 -
 threshold). `reference_attention` is the same function over whole arrays, on the model's
-own softmax (`attention.attention_probabilities`); tests/test_flash_attention.py checks
+own softmax (`masks.attention_probabilities`); tests/test_flash_attention.py checks
 the kernels against it (forward and gradients, with Pallas's interpreter on CPU) and the
 mask's statistics.
 
@@ -44,7 +44,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 from jax.sharding import PartitionSpec
 
-from encoderx.models import attention
+from encoderx.models import masks
 from encoderx.models import dropout as dropout_lib
 
 MASK_VALUE = float(jnp.finfo(jnp.float32).min)
@@ -145,7 +145,7 @@ def _forward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, o_ref, max_re
     o, row_max, row_sum = carry
     keys = pl.ds(start_k * block_k, block_k)
     qk = plgpu.dot(q, k_ref[keys, :].T) * qk_scale
-    qk = jnp.where(attention.segment_mask(q_segments, segments_ref[keys]), qk, MASK_VALUE)
+    qk = jnp.where(masks.segment_mask(q_segments, segments_ref[keys]), qk, MASK_VALUE)
     new_max = jnp.maximum(row_max, jnp.max(qk, axis=-1))
     correction = jnp.exp2(row_max - new_max)
     p = jnp.exp2(qk - new_max[:, None])
@@ -187,7 +187,7 @@ def _backward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, do_ref, max_
   def probabilities(q, k, q_segments, k_segments, row_max, inverse_sum, rows, cols):
     """Softmax probabilities of a [queries, keys] block, the mask, and which elements
     dropout keeps (None without dropout)."""
-    mask = attention.segment_mask(q_segments, k_segments)
+    mask = masks.segment_mask(q_segments, k_segments)
     qk = jnp.where(mask, plgpu.dot(q, k.T) * (scale * LOG2_E), MASK_VALUE)
     p = jnp.exp2(qk - row_max[:, None]) * inverse_sum[:, None]
     keep = (keep_mask(seed0, seed1, batch_head, rows, cols, length, threshold)
@@ -418,8 +418,8 @@ def reference_attention(query: jax.Array, key: jax.Array, value: jax.Array,
   """`flash_attention` in plain jnp over whole arrays: the same softmax, mask and
   dropout bits, for tests."""
   batch, length, num_heads, _ = query.shape
-  probabilities = attention.attention_probabilities(
-      query, key, attention.padding_and_packing_mask(segment_ids))
+  probabilities = masks.attention_probabilities(
+      query, key, masks.padding_and_packing_mask(segment_ids))
   threshold = dropout_lib.threshold(dropout_rate) if dropout_key is not None else 0
   if threshold:
     seed = jax.random.bits(dropout_key, (2,), jnp.uint32)
