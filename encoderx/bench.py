@@ -115,7 +115,7 @@ from encoderx import flops as flops_lib
 from encoderx import host_allocator
 from encoderx import method as method_lib
 from encoderx import trainer as trainer_lib
-from encoderx.export import hf
+from encoderx.hf import engine
 from encoderx.configs import (albert_tiny, bert_tiny, deberta_tiny, electra_tiny,
                               roberta_tiny, spanbert_tiny, xlnet_tiny)
 from encoderx.data import packing, pipeline, tasks
@@ -404,7 +404,7 @@ def torch_stepper(family: str, config, method, batches: list[dict],
   if family == "xlnet":  # its memory as the config's: HF keeps mems when mem_len is set
     plm = config.objective.plm
     overrides = dict(mem_len=plm.mem_len, reuse_len=plm.reuse_len, bi_data=plm.bi_data)
-  model = hf.hf_pretraining_model(method.model_config, family, **overrides).train()
+  model = engine.hf_pretraining_model(method.model_config, family, **overrides).train()
   model.to(device)
   optimizer = torch_adamw(config, model.parameters())
   rng = np.random.default_rng(0)
@@ -508,9 +508,9 @@ def torch_electra_stepper(config, method, batches: list[dict]) -> Stepper:
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   torch.manual_seed(0)
-  discriminator = hf.hf_pretraining_model(method.model_config, "electra").train()
+  discriminator = engine.hf_pretraining_model(method.model_config, "electra").train()
   generator = transformers.ElectraForMaskedLM(
-      hf.hf_config(method.generator_config, "electra")).train()
+      engine.hf_config(method.generator_config, "electra")).train()
   generator.electra.embeddings = discriminator.electra.embeddings  # shared, and the
   # generator's output layer tied to the shared table (as from_pretrained would tie it)
   generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight

@@ -16,6 +16,7 @@ from encoderx import errors
 from encoderx import files as files_lib
 from encoderx import objectives, optim
 from encoderx.data import resources
+from encoderx.hf import families
 from encoderx.models import attention, common, disentangled
 
 
@@ -374,8 +375,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
          "over the mesh.")
   if model.position_offset < 0:
     errors.fail("model.position_offset", f"must be >= 0, got {model.position_offset}.")
-  from encoderx.export import hf  # pylint: disable=g-import-not-at-top
-  errors.check_choice("model.family", model.family, tuple(hf.FAMILIES))
+  errors.check_choice("model.family", model.family, families.names())
   errors.check_choice("model.hidden_act", model.hidden_act, tuple(common.ACTIVATIONS))
   errors.check_choice("model.pooler_act", model.pooler_act, tuple(common.ACTIVATIONS))
   errors.check_choice("model.attention", model.attention, tuple(attention.VARIANTS))
