@@ -115,7 +115,7 @@ from encoderx import flops as flops_lib
 from encoderx import host_allocator
 from encoderx.methods import registry as method_registry
 from encoderx import trainer as trainer_lib
-from encoderx.export import hf
+from encoderx.hf import engine
 from encoderx import configs
 from encoderx.data import packing, pipeline, tasks
 from encoderx.models import common, contraction, pretraining
@@ -403,7 +403,7 @@ def torch_stepper(family: str, config, method, batches: list[dict],
   if family == "xlnet":  # its memory as the config's: HF keeps mems when mem_len is set
     plm = config.objective.plm
     overrides = dict(mem_len=plm.mem_len, reuse_len=plm.reuse_len, bi_data=plm.bi_data)
-  model = hf.hf_pretraining_model(method.model_config, family, **overrides).train()
+  model = engine.hf_pretraining_model(method.model_config, family, **overrides).train()
   model.to(device)
   optimizer = torch_adamw(config, model.parameters())
   rng = np.random.default_rng(0)
@@ -507,9 +507,9 @@ def torch_electra_stepper(config, method, batches: list[dict]) -> Stepper:
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   torch.manual_seed(0)
-  discriminator = hf.hf_pretraining_model(method.model_config, "electra").train()
+  discriminator = engine.hf_pretraining_model(method.model_config, "electra").train()
   generator = transformers.ElectraForMaskedLM(
-      hf.hf_config(method.generator_config, "electra")).train()
+      engine.hf_config(method.generator_config, "electra")).train()
   generator.electra.embeddings = discriminator.electra.embeddings  # shared, and the
   # generator's output layer tied to the shared table (as from_pretrained would tie it)
   generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight

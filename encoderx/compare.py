@@ -27,7 +27,7 @@ import numpy as np
 
 from encoderx import parity, trainer as trainer_lib
 from encoderx.data import pipeline
-from encoderx.export import hf
+from encoderx.hf import engine
 
 HELD_OUT_SEED = 1234  # the key of the held-out masks, the same for every run
 
@@ -85,7 +85,7 @@ def run_seed(config, seed: int, steps: int, same_init: bool, head: str | None = 
   trainer = trainer_lib.Trainer(config)
   model_config = trainer.method.model_config
   torch.manual_seed(seed)
-  torch_model = hf.hf_model(model_config, model_config.family, head)
+  torch_model = engine.hf_model(model_config, model_config.family, head)
   state = trainer.init_state(parity.converted_params(trainer, torch_model)
                              if same_init else None)
   batches = pipeline.take_batches(trainer.method.task(), "train", config.data.seq_length,

@@ -30,7 +30,7 @@ import ml_collections
 from encoderx import errors
 from encoderx import optim, sharding
 from encoderx.data import fields as data_fields
-from encoderx.export import hf
+from encoderx.hf import families
 from encoderx.methods import registry
 from encoderx.models import attention, common
 
@@ -231,7 +231,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   errors.check_choice("method", config.method, tuple(registry.REGISTRY))
   common.validate(config.model)
   attention.validate(config.model)
-  errors.check_choice("model.family", config.model.family, tuple(hf.FAMILIES))
+  errors.check_choice("model.family", config.model.family, families.names())
   data_fields.validate(config.data)
   _validate_run(config)
   optim.validate(config.optimizer, config.train.steps)

@@ -35,8 +35,8 @@ from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import files as files_lib
 from encoderx.methods import registry as method_registry
-from encoderx.export import hf, hf_directory
-from encoderx.models import common, embeddings
+from encoderx.hf import directory as hf_directory
+from encoderx.models import common, embeddings, encoder
 
 logger = logging.getLogger("encoderx")
 
@@ -86,7 +86,7 @@ def run_config(path: str) -> ml_collections.ConfigDict:
 
 def _unscanned(params, model_fields: dict):
   if model_fields.get("scan_layers"):
-    return hf.unstack_layers(params, model_fields["num_layers"])
+    return encoder.unstack_layers(params, model_fields["num_layers"])
   return params
 
 
@@ -254,6 +254,6 @@ def initial_state(trainer):
                                                method.model_config.padded_vocab_size)
   merged, report = merge(run_params, source_params)
   if config.model.scan_layers:
-    merged = hf.stack_layers(merged)
+    merged = encoder.stack_layers(merged)
   logger.info("init_from %s: %s", source.name, report.summary())
   return trainer.init_state(method.with_transferable_params(fresh, merged))

@@ -2,7 +2,7 @@
 optimizer, step for step.
 
     trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
-    torch_model = hf.hf_model(trainer.method.model_config, family, head)  # initial weights
+    torch_model = engine.hf_model(trainer.method.model_config, family, head)  # initial weights
     result = step_parity(trainer, torch_model, batches)
     result.losses      # [steps, 2]: (encoderx, Hugging Face) loss of every step
     result.grad_norms  # [steps, 2]: the global gradient norm before clipping
@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from encoderx import trainer as trainer_lib
-from encoderx.export import hf
+from encoderx.hf import engine
 
 # The HF pretraining class's argument for the sentence objective's labels.
 SENTENCE_LABELS = {"BertForPreTraining": "next_sentence_label",
@@ -198,19 +198,20 @@ class Parity:
 
 
 def converted_params(trainer, torch_model) -> dict:
-  """The HF model's weights as the trainer's parameters (export/hf.py's rules)."""
+  """The HF model's weights as the trainer's parameters (encoderx/hf/'s rules)."""
   config = trainer.method.model_config
-  head = hf.head_of_class(config.family, type(torch_model).__name__)
-  params, _, _ = hf.import_state_dict(torch_model.state_dict(), config, config.family, head)
-  hf.check_tree(params, trainer.abstract_state.params)
+  head = engine.head_of_class(config.family, type(torch_model).__name__)
+  params, _, _ = engine.import_state_dict(torch_model.state_dict(), config, config.family,
+                                          head)
+  engine.check_tree(params, trainer.abstract_state.params)
   return params
 
 
 def exported_state_dicts(trainer, params, torch_model) -> tuple[dict, dict]:
   """(the trainer's parameters as the HF class's state dict, the HF model's), numpy."""
   config = trainer.method.model_config
-  head = hf.head_of_class(config.family, type(torch_model).__name__)
-  return (hf.to_hf(params, config, config.family, head),
+  head = engine.head_of_class(config.family, type(torch_model).__name__)
+  return (engine.to_hf(params, config, config.family, head),
           {k: v.detach().numpy() for k, v in torch_model.state_dict().items()})
 
 
@@ -269,27 +270,27 @@ class ElectraPair(torch.nn.Module):
 def electra_pair(trainer) -> ElectraPair:
   """Freshly initialized HF generator and discriminator of the electra method's sizes."""
   method = trainer.method
-  return ElectraPair(hf.hf_model(method.generator_config, "electra", "mlm"),
-                     hf.hf_model(method.model_config, "electra", "pretraining"))
+  return ElectraPair(engine.hf_model(method.generator_config, "electra", "mlm"),
+                     engine.hf_model(method.model_config, "electra", "pretraining"))
 
 
 def electra_params(trainer, pair: ElectraPair) -> dict:
   method = trainer.method
-  generator, _, _ = hf.import_state_dict(pair.generator.state_dict(),
-                                         method.generator_config, "electra", "mlm")
-  discriminator, _, _ = hf.import_state_dict(pair.discriminator.state_dict(),
-                                             method.model_config, "electra", "pretraining")
+  generator, _, _ = engine.import_state_dict(pair.generator.state_dict(),
+                                             method.generator_config, "electra", "mlm")
+  discriminator, _, _ = engine.import_state_dict(
+      pair.discriminator.state_dict(), method.model_config, "electra", "pretraining")
   params = method.with_transferable_params({"generator": generator}, discriminator)
   params = jax.tree_util.tree_map(np.asarray, params)
-  hf.check_tree(params, trainer.abstract_state.params)
+  engine.check_tree(params, trainer.abstract_state.params)
   return params
 
 
 def electra_state_dicts(trainer, params, pair: ElectraPair) -> tuple[dict, dict]:
   method = trainer.method
-  ours = {f"generator.{k}": v for k, v in hf.to_hf(
+  ours = {f"generator.{k}": v for k, v in engine.to_hf(
       params["generator"], method.generator_config, "electra", "mlm").items()}
-  ours.update({f"discriminator.{k}": v for k, v in hf.to_hf(
+  ours.update({f"discriminator.{k}": v for k, v in engine.to_hf(
       method.transferable_params(params), method.model_config, "electra",
       "pretraining").items()})
   return ours, {k: v.detach().numpy() for k, v in pair.state_dict().items()}
@@ -329,9 +330,9 @@ def xlnet_lm_head_model(trainer):
   memory as encoderx does: the reused part of each row (reuse_len) in a cache of mem_len
   tokens, and with bi_data its second half of the rows positioned backwards."""
   method = trainer.method
-  return hf.hf_model(method.model_config, "xlnet", "pretraining", bi_data=method.bi_data,
-                     mem_len=method.mem_len or None,
-                     reuse_len=method.plm_config.reuse_len if method.mem_len else None)
+  return engine.hf_model(method.model_config, "xlnet", "pretraining",
+                         bi_data=method.bi_data, mem_len=method.mem_len or None,
+                         reuse_len=method.plm_config.reuse_len if method.mem_len else None)
 
 
 def xlnet_inputs(batch: dict) -> dict:

@@ -1,6 +1,6 @@
 """What every family's export and import must do; tests/test_export.py runs it per family.
 
-A family (encoderx/export/hf.py) adds a `FamilyCase` to CASES here: the checks then run
+A family (encoderx/hf/) adds a `FamilyCase` to CASES here: the checks then run
 for it. Each check is a plain function, to be reused by a family's own tests too:
 
   check_hf_round_trip(case, tmp_path)   every class of the family: HF weights saved by
@@ -29,7 +29,9 @@ import transformers
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import files as files_lib
 from encoderx import trainer as trainer_lib
-from encoderx.export import hf, hf_directory, writer
+from encoderx.export import writer
+from encoderx.hf import engine, families
+from encoderx.hf import directory as hf_directory
 from encoderx.models import pretraining
 
 from reference_models import (  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
@@ -108,19 +110,19 @@ def perturbed(model: torch.nn.Module) -> torch.nn.Module:
 
 def check_hf_round_trip(case: FamilyCase, directory) -> None:
   config = small_model(**case.model)
-  fam = hf.family_named(case.family)
+  fam = families.family_named(case.family)
   for head, spec in fam.heads.items():
     torch.manual_seed(1)
-    model = perturbed(hf.hf_model(config, case.family, head,
-                                  **({"num_labels": 3} if spec.labels else {})))
+    model = perturbed(engine.hf_model(config, case.family, head,
+                                      **({"num_labels": 3} if spec.labels else {})))
     saved = os.path.join(directory, head)
     model.save_pretrained(saved)
     state_dict = hf_directory.read_state_dict(saved)
-    params, found, unused = hf.import_state_dict(state_dict, config, case.family)
+    params, found, unused = engine.import_state_dict(state_dict, config, case.family)
     assert (found, unused) == (head, []), (spec.hf_class, found, unused)
-    back = hf.to_hf(params, config, case.family, head)
-    assert set(back) == {n for n in state_dict if not hf.is_buffer(n)} - set(spec.tied), (
-        spec.hf_class, set(back) ^ set(state_dict))
+    back = engine.to_hf(params, config, case.family, head)
+    weights = {n for n in state_dict if not engine.is_buffer(n)}
+    assert set(back) == weights - set(spec.tied), (spec.hf_class, set(back) ^ set(state_dict))
     for name, value in back.items():
       assert value.dtype == state_dict[name].dtype and value.tobytes() == state_dict[
           name].tobytes(), (spec.hf_class, name)

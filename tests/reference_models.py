@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import torch
 
-from encoderx.export import hf
+from encoderx.hf import engine
 from encoderx.models import common, pretraining
 
 # Small enough to run in a second. initializer_range is larger than BERT's 0.02 so that
@@ -27,7 +27,7 @@ def torch_reference(config: common.ModelConfig, family: str = "bert"):
   LayerNorms perturbed: Hugging Face initializes them to 0 and 1, which would hide
   a mix-up between them."""
   torch.manual_seed(0)
-  model = hf.hf_pretraining_model(config, family).eval()
+  model = engine.hf_pretraining_model(config, family).eval()
   with torch.no_grad():
     for name, parameter in model.named_parameters():
       if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name:
@@ -72,8 +72,8 @@ def flax_from_torch(config: common.ModelConfig, torch_model, family: str = "bert
   model = pretraining.PretrainingModel(config, heads=heads)
   expected = jax.eval_shape(lambda: model.init(jax.random.key(0),
                                                pretraining.init_batch(1, 8)))["params"]
-  return model, hf.from_hf(torch_model.state_dict(), config, family=family,
-                           expected=expected)
+  return model, engine.from_hf(torch_model.state_dict(), config, family=family,
+                               expected=expected)
 
 
 def check_round_trip(state_dict, torch_model, config: common.ModelConfig, family: str,
@@ -84,7 +84,7 @@ def check_round_trip(state_dict, torch_model, config: common.ModelConfig, family
   assert set(state_dict) == set(reference) - tied
   for name, value in state_dict.items():
     np.testing.assert_array_equal(value, reference[name].numpy(), err_msg=name)
-  fresh = hf.hf_pretraining_model(config, family).eval()
+  fresh = engine.hf_pretraining_model(config, family).eval()
   missing, unexpected = fresh.load_state_dict(
       {k: torch.from_numpy(v) for k, v in state_dict.items()}, strict=False)
   assert set(missing) <= tied and not unexpected

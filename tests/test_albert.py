@@ -19,7 +19,7 @@ from encoderx import configs
 from encoderx.data import corpus, pipeline, preprocessors, segment_pairs, tasks
 from encoderx.data import sentencepiece_vocabulary as spm_lib
 from encoderx.data.vocabulary import VocabularyError
-from encoderx.export import hf
+from encoderx.hf import engine
 from encoderx.models import common, pretraining
 from encoderx.data import resources
 
@@ -280,12 +280,12 @@ def test_mlm_and_sop_logits_match_albert_for_pretraining(layer_sharing):
 def test_albert_conversion_round_trips_exactly():
   torch_model = torch_reference(MODEL, "albert")
   _, params = flax_from_torch(MODEL, torch_model, family="albert")
-  check_round_trip(hf.to_hf(params, MODEL, family="albert"), torch_model, MODEL, "albert",
-                   tied={"predictions.decoder.weight", "predictions.decoder.bias"})
+  check_round_trip(engine.to_hf(params, MODEL, family="albert"), torch_model, MODEL,
+                   "albert", tied={"predictions.decoder.weight", "predictions.decoder.bias"})
   with pytest.raises(ValueError, match="no Hugging Face ALBERT equivalent"):
-    hf.to_hf(params, dataclasses.replace(MODEL, layer_sharing="ffn"), family="albert")
+    engine.to_hf(params, dataclasses.replace(MODEL, layer_sharing="ffn"), family="albert")
   with pytest.raises(ValueError, match="no Hugging Face conversion rules for family 'albret'"):
-    hf.to_hf(params, MODEL, family="albret")
+    engine.to_hf(params, MODEL, family="albret")
 
 
 # --- Parameter counts, configs, LAMB ----------------------------------------------------------

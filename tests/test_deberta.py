@@ -18,7 +18,8 @@ from encoderx import configs
 from encoderx.data import sentencepiece_vocabulary as spm_lib
 from encoderx.data import resources
 from encoderx.data.vocabulary import VocabularyError
-from encoderx.export import hf, hf_directory
+from encoderx.hf import engine
+from encoderx.hf import directory as hf_directory
 from encoderx.models import common, disentangled, finetuning, pretraining
 
 from reference_models import (  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
@@ -101,14 +102,14 @@ def test_conversion_round_trips_exactly():
   unscanned = dataclasses.replace(config, scan_layers=False)
   torch_model = _reference(unscanned)
   _, params = flax_from_torch(config, torch_model, family=FAMILY, heads=("mlm",))
-  state_dict = hf.to_hf(params, config, family=FAMILY)
+  state_dict = engine.to_hf(params, config, family=FAMILY)
   assert "deberta.encoder.layer.2.attention.self.pos_key_proj.weight" in state_dict
   check_round_trip(state_dict, torch_model, unscanned, FAMILY, tied=set())
 
 
 def test_hugging_face_legacy_head_converts_to_the_same_parameters():
   torch_model = _reference(MODEL)
-  legacy = hf.hf_pretraining_model(MODEL, FAMILY, legacy=True).eval()
+  legacy = engine.hf_pretraining_model(MODEL, FAMILY, legacy=True).eval()
   renamed = {name.replace("lm_predictions.lm_head.dense", "cls.predictions.transform.dense")
              .replace("lm_predictions.lm_head.LayerNorm", "cls.predictions.transform.LayerNorm")
              .replace("lm_predictions.lm_head.bias", "cls.predictions.bias"): value
@@ -158,9 +159,10 @@ def test_enhanced_mask_decoder_equals_debertas_on_hugging_face_layers(scan_layer
   torch_model = _reference(MODEL)
   config = dataclasses.replace(MODEL, enhanced_mask_decoder=True, scan_layers=scan_layers)
   model = pretraining.PretrainingModel(config, heads=("mlm",))
-  params = _with_position_table(hf.from_hf(torch_model.state_dict(), config, family=FAMILY))
-  hf.check_tree(params, jax.eval_shape(model.init, jax.random.key(0),
-                                       pretraining.init_batch(1, 8))["params"])
+  params = _with_position_table(engine.from_hf(torch_model.state_dict(), config,
+                                               family=FAMILY))
+  engine.check_tree(params, jax.eval_shape(model.init, jax.random.key(0),
+                                           pretraining.init_batch(1, 8))["params"])
   real, batch = padded_batch(MODEL.vocab_size, two_segments=False)
   theirs = _debertas_mask_decoder(
       torch_model, batch, params["encoder_model"]["embeddings"]["position_embeddings"][
@@ -317,10 +319,10 @@ def test_the_decoders_position_table_of_released_checkpoints_is_skipped():
     ({"embedding_size": 64}, "embedding_size"),
 ])
 def test_unsupported_deberta_configs_are_named(change, message):
-  fields = hf.hf_config(MODEL, FAMILY).to_dict()
-  assert hf.model_fields(fields)[1]["attention"] == "disentangled"
+  fields = engine.hf_config(MODEL, FAMILY).to_dict()
+  assert engine.model_fields(fields)[1]["attention"] == "disentangled"
   with pytest.raises(ValueError, match=message):
-    hf.model_fields({**fields, **change})
+    engine.model_fields({**fields, **change})
 
 
 # --- configs and training ---------------------------------------------------------------------

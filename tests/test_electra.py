@@ -18,7 +18,7 @@ from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import initialize, train, trainer as trainer_lib
 from encoderx.data import pipeline, resources
-from encoderx.export import hf
+from encoderx.hf import engine
 from encoderx.methods import electra
 from encoderx.objectives import rtd
 
@@ -65,7 +65,7 @@ def _torch_model(model_class, model_config):
   """A seeded PyTorch ELECTRA in eval mode, biases and LayerNorms perturbed (Hugging Face
   initializes them to 0 and 1, which would hide a mix-up)."""
   torch.manual_seed(0)
-  model = model_class(hf.hf_config(model_config, "electra")).eval()
+  model = model_class(engine.hf_config(model_config, "electra")).eval()
   with torch.no_grad():
     for name, parameter in model.named_parameters():
       if name.endswith("bias") or "LayerNorm" in name:
@@ -88,13 +88,13 @@ def electra_pair(tmp_path_factory):
 
 def _method_params(method, generator, discriminator):
   """The method's parameters converted from the two PyTorch models; every weight fits."""
-  generator_params = hf.from_hf(generator.state_dict(), method.generator_config,
-                                family="electra")
-  discriminator_params = hf.from_hf(discriminator.state_dict(), method.model_config,
+  generator_params = engine.from_hf(generator.state_dict(), method.generator_config,
                                     family="electra")
+  discriminator_params = engine.from_hf(discriminator.state_dict(), method.model_config,
+                                        family="electra")
   params = method.with_transferable_params({electra.GENERATOR: generator_params},
                                            discriminator_params)
-  hf.check_tree(params, jax.eval_shape(method.init, jax.random.key(0))["params"])
+  engine.check_tree(params, jax.eval_shape(method.init, jax.random.key(0))["params"])
   return params
 
 
@@ -138,7 +138,7 @@ def test_conversion_round_trips_exactly(electra_pair):
       (generator, params["generator"], method.generator_config,
        {"generator_lm_head.weight"})):
     reference = model.state_dict()
-    exported = hf.to_hf(ours, model_config, family="electra")
+    exported = engine.to_hf(ours, model_config, family="electra")
     assert set(exported) == set(reference) - tied
     for name, value in exported.items():
       np.testing.assert_array_equal(value, reference[name].numpy(), err_msg=name)

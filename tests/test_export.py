@@ -16,7 +16,9 @@ import flax
 import numpy as np
 import pytest
 
-from encoderx.export import hf, hf_directory, writer
+from encoderx.export import writer
+from encoderx.hf import base, engine
+from encoderx.hf import directory as hf_directory
 
 from conftest import REPO, _tiny_config  # pylint: disable=g-bad-import-order
 from export_checks import (  # pylint: disable=g-bad-import-order
@@ -86,12 +88,13 @@ def test_exported_run_loads_in_transformers_with_the_same_outputs_and_ids(
 @pytest.mark.parametrize("case", FAMILIES, ids=lambda case: case.name)
 def test_configurations_the_family_cannot_represent_are_refused(case):
   model = small_model(**case.model)
-  params = hf.from_hf(hf.hf_model(model, case.family).state_dict(), model, case.family)
+  params = engine.from_hf(engine.hf_model(model, case.family).state_dict(), model,
+                          case.family)
   refused = small_model(**{**case.model, **case.refused})
-  with pytest.raises(hf.ConversionError, match=case.refused_match):
-    hf.to_hf(params, refused, case.family)
-  with pytest.raises(hf.ConversionError, match=case.refused_match):
-    hf.from_hf(hf.hf_model(model, case.family).state_dict(), refused, case.family)
+  with pytest.raises(base.ConversionError, match=case.refused_match):
+    engine.to_hf(params, refused, case.family)
+  with pytest.raises(base.ConversionError, match=case.refused_match):
+    engine.from_hf(engine.hf_model(model, case.family).state_dict(), refused, case.family)
 
 
 TABLE = ("encoder_model", "embeddings", "word_embeddings", "embedding")
@@ -119,12 +122,12 @@ def test_a_padded_vocabulary_exports_its_real_rows_and_imports_them_padded(tmp_p
   state_dict = hf_directory.read_state_dict(exported.output)
   assert state_dict["roberta.embeddings.word_embeddings.weight"].shape == (8000, 32)
   assert state_dict["lm_head.bias"].shape == (8000,)
-  imported, head, _ = hf.import_state_dict(state_dict, model, "roberta")
+  imported, head, _ = engine.import_state_dict(state_dict, model, "roberta")
   back = flax.traverse_util.flatten_dict(imported)
   for path in vocabulary_params:
     assert back[path].shape[0] == 8064 and not np.any(back[path][8000:])
     np.testing.assert_array_equal(back[path][:8000], ours[path][:8000])
-  again = hf.to_hf(imported, model, "roberta", head)
+  again = engine.to_hf(imported, model, "roberta", head)
   assert all(value.tobytes() == state_dict[name].tobytes() for name, value in again.items())
   output = str(tmp_path / "params.npz")
   writer.export_npz(workdir, output)
@@ -178,33 +181,33 @@ def test_a_pooler_of_another_activation_is_refused():
   """ELECTRA's classifier applies GELU where BERT's pooler applies tanh
   (model.pooler_act): neither family's class takes the other's."""
   model = small_model()
-  params = hf.from_hf(hf.hf_model(model, "bert", "sequence_classification",
-                                  num_labels=2).state_dict(), model)
-  with pytest.raises(hf.ConversionError, match="pooler_act='gelu': "
+  params = engine.from_hf(engine.hf_model(model, "bert", "sequence_classification",
+                                          num_labels=2).state_dict(), model)
+  with pytest.raises(base.ConversionError, match="pooler_act='gelu': "
                      "BertForSequenceClassification's pooler applies tanh"):
-    hf.to_hf(params, dataclasses.replace(model, pooler_act="gelu"))
+    engine.to_hf(params, dataclasses.replace(model, pooler_act="gelu"))
 
 
 def test_weights_and_parameters_left_over_are_named():
   model = small_model()
-  state_dict = hf.hf_model(model, "bert").state_dict()
-  with pytest.raises(hf.ConversionError, match=r"rule \(BertForPreTraining\): "
+  state_dict = engine.hf_model(model, "bert").state_dict()
+  with pytest.raises(base.ConversionError, match=r"rule \(BertForPreTraining\): "
                      r"bert.encoder.layer.7.output.dense.weight"):
-    hf.from_hf({**state_dict, "bert.encoder.layer.7.output.dense.weight": np.zeros(2)},
-               model)
-  with pytest.raises(hf.ConversionError, match="lack what BertForPreTraining has: "
+    engine.from_hf({**state_dict, "bert.encoder.layer.7.output.dense.weight": np.zeros(2)},
+                   model)
+  with pytest.raises(base.ConversionError, match="lack what BertForPreTraining has: "
                      "bert.encoder.layer.2.output.dense.weight"):
-    hf.from_hf({k: v for k, v in state_dict.items()
-                if k != "bert.encoder.layer.2.output.dense.weight"}, model,
-               head="pretraining")
-  params = hf.from_hf(state_dict, model)
-  with pytest.raises(hf.ConversionError, match="BertForPreTraining has no place for: "
+    engine.from_hf({k: v for k, v in state_dict.items()
+                    if k != "bert.encoder.layer.2.output.dense.weight"}, model,
+                   head="pretraining")
+  params = engine.from_hf(state_dict, model)
+  with pytest.raises(base.ConversionError, match="BertForPreTraining has no place for: "
                      "extra_head/kernel"):
-    hf.to_hf({**params, "extra_head": {"kernel": np.zeros(2)}}, model)
+    engine.to_hf({**params, "extra_head": {"kernel": np.zeros(2)}}, model)
   layers = params["encoder_model"]["encoder"]
-  with pytest.raises(hf.ConversionError, match="no place for: encoder_model/encoder/"
+  with pytest.raises(base.ConversionError, match="no place for: encoder_model/encoder/"
                      "layer_3/attention/layer_norm/bias, .*layer_3/ffn/output/bias"):
-    hf.to_hf({**params, "encoder_model": {**params["encoder_model"], "encoder": {
+    engine.to_hf({**params, "encoder_model": {**params["encoder_model"], "encoder": {
         **layers, "layer_3": layers["layer_2"]}}}, model)
 
 

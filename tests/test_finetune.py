@@ -15,7 +15,7 @@ import transformers
 from encoderx import checkpoint, initialize, train, trainer as trainer_lib
 from encoderx.train import progress
 from encoderx.data import labelled, resources
-from encoderx.export import hf
+from encoderx.hf import engine
 from encoderx.models import common, embeddings, pretraining
 
 ONE_DEVICE = jax.devices()[:1]
@@ -181,7 +181,7 @@ def test_pretraining_continues_from_a_hugging_face_checkpoint_with_its_heads(
   reference = transformers.BertForPreTraining.from_pretrained(directory).state_dict()
   model_config = trainer.method.model_config
   np.testing.assert_array_equal(
-      hf.to_hf(jax.device_get(state.params), model_config)["cls.predictions.bias"],
+      engine.to_hf(jax.device_get(state.params), model_config)["cls.predictions.bias"],
       reference["cls.predictions.bias"].numpy())
   rows = model_config.padded_vocab_size
   assert rows == (8064 if vocab_multiple == 128 else 8000)
@@ -273,7 +273,7 @@ def test_bad_init_from_sources_are_clear_errors(tmp_path, pretrained_run):
       pretraining.PretrainingModel(model_config).init, jax.random.key(0),
       pretraining.init_batch(1, 8, 2))["params"])
   fresh = jax.tree_util.tree_map(lambda x: np.zeros(x.shape, x.dtype), shapes)
-  # The conversion itself names the weights the directory lacks (encoderx/export/hf.py).
+  # The conversion itself names the weights the directory lacks (encoderx/hf/engine.py).
   with pytest.raises(initialize.InitError, match=r"the weights lack what BertForPreTraining "
                      r"has: bert.encoder.layer.2.attention"):
     initialize.merge(fresh, source.load_params())

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from encoderx.export import hf
+from encoderx.hf import engine
 from encoderx.models import pretraining
 
 from reference_models import (  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
@@ -52,7 +52,7 @@ def test_masked_positions_gather_the_same_logits(torch_bert):
 def test_conversion_round_trips_exactly(torch_bert):
   scanned = dataclasses.replace(MODEL, scan_layers=True)
   _, params = flax_from_torch(scanned, torch_bert)
-  check_round_trip(hf.to_hf(params, scanned), torch_bert, MODEL, "bert",
+  check_round_trip(engine.to_hf(params, scanned), torch_bert, MODEL, "bert",
                    tied={"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"})
 
 
@@ -72,4 +72,4 @@ def test_weights_of_another_shape_are_refused_with_names(torch_bert):
   expected = jax.eval_shape(lambda: model.init(jax.random.key(0),
                                                pretraining.init_batch(1, 8)))["params"]
   with pytest.raises(ValueError, match=r"word_embeddings/embedding: shape \(99, 48\)"):
-    hf.from_hf(torch_bert.state_dict(), MODEL, expected=expected)
+    engine.from_hf(torch_bert.state_dict(), MODEL, expected=expected)

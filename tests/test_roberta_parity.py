@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from encoderx import configs
-from encoderx.export import hf
+from encoderx.hf import engine
 from encoderx.models import common
 
 from reference_models import (  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
@@ -58,11 +58,11 @@ def test_mlm_logits_match_pytorch_on_padded_batches(torch_roberta):
 def test_conversion_round_trips_exactly(torch_roberta):
   scanned = dataclasses.replace(MODEL, scan_layers=True)
   _, params = _flax(scanned, torch_roberta)
-  check_round_trip(hf.to_hf(params, scanned, family="roberta"), torch_roberta, MODEL,
+  check_round_trip(engine.to_hf(params, scanned, family="roberta"), torch_roberta, MODEL,
                    "roberta", tied={"lm_head.decoder.weight", "lm_head.decoder.bias"},
                    pad_id=PAD)
 
 
 def test_unknown_family_is_refused(torch_roberta):
   with pytest.raises(ValueError, match="family 'robreta'.*bert, roberta"):
-    hf.from_hf(torch_roberta.state_dict(), MODEL, family="robreta")
+    engine.from_hf(torch_roberta.state_dict(), MODEL, family="robreta")

@@ -21,7 +21,7 @@ import torch
 
 from encoderx import parity, trainer as trainer_lib
 from encoderx.data import pipeline
-from encoderx.export import hf
+from encoderx.hf import engine
 
 STEPS = 20
 LOSS_RTOL, GRAD_NORM_RTOL, PARAM_ATOL = 1e-5, 5e-4, 1e-4
@@ -90,7 +90,7 @@ def test_loss_grad_norm_and_weights_match_hugging_face_step_for_step(tiny_config
   config = parity_config(tiny_config, name)
   trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
   torch.manual_seed(0)
-  torch_model = hf.hf_model(trainer.method.model_config, config.model.family, head)
+  torch_model = engine.hf_model(trainer.method.model_config, config.model.family, head)
   result = parity.step_parity(trainer, torch_model, train_batches(trainer, config))
   check(result, config, f"{name} vs HF {type(torch_model).__name__}")
 
@@ -173,8 +173,8 @@ def test_xlnet_weight_decay_leaves_out_what_hugging_faces_trainer_does(tiny_conf
   params = parity.converted_params(trainer, torch_model)
   mask = jax.tree_util.tree_map(lambda m, p: np.full(np.shape(p), m),
                                 optim.decay_mask(params), params)
-  ours = {name for name, value in hf.to_hf(mask, trainer.method.model_config, "xlnet",
-                                            "pretraining").items() if value.all()}
+  ours = {name for name, value in engine.to_hf(mask, trainer.method.model_config, "xlnet",
+                                               "pretraining").items() if value.all()}
   theirs = set(transformers.Trainer.get_decay_parameter_names(None, torch_model))
   assert ours == theirs - {"lm_loss.weight"}, (ours ^ theirs)  # tied: word_embedding
   decay, _ = parity.decay_groups(torch_model)

@@ -15,7 +15,7 @@ from encoderx.methods import registry as method_registry
 from encoderx import train, trainer as trainer_lib
 from encoderx import configs
 from encoderx.data import pipeline, segment_pairs, streams
-from encoderx.export import hf
+from encoderx.hf import base, engine
 from encoderx.models import common, pretraining, xlnet
 from encoderx.objectives import plm
 
@@ -264,8 +264,8 @@ def _model_and_params(config, torch_model):
   model = xlnet.PermutationLanguageModel(config)
   expected = jax.eval_shape(lambda: model.init(jax.random.key(0), xlnet.init_batch(1, 8, 2))
                             )["params"]
-  return model, hf.from_hf(torch_model.state_dict(), config, family="xlnet",
-                           expected=expected)
+  return model, engine.from_hf(torch_model.state_dict(), config, family="xlnet",
+                               expected=expected)
 
 
 def _two_stream_batch(seed, lengths=(40, 31, 17, 40), predictions=6):
@@ -350,7 +350,7 @@ def test_content_stream_alone_matches_xlnet_model(torch_xlnet):
 
 def test_conversion_round_trips_exactly_both_ways(torch_xlnet):
   _, params = _model_and_params(dataclasses.replace(MODEL, scan_layers=True), torch_xlnet)
-  state_dict = hf.to_hf(params, dataclasses.replace(MODEL, scan_layers=True), "xlnet")
+  state_dict = engine.to_hf(params, dataclasses.replace(MODEL, scan_layers=True), "xlnet")
   reference = torch_xlnet.state_dict()
   assert set(state_dict) == set(reference) - {"lm_loss.weight"}  # tied to the embedding
   for name, value in state_dict.items():
@@ -359,14 +359,15 @@ def test_conversion_round_trips_exactly_both_ways(torch_xlnet):
   model = xlnet.PermutationLanguageModel(MODEL)
   ours = jax.device_get(nn.unbox(jax.jit(model.init)(jax.random.key(1),
                                                       xlnet.init_batch(1, 8, 2))["params"]))
-  fresh = hf.hf_pretraining_model(MODEL, "xlnet").eval()
+  fresh = engine.hf_pretraining_model(MODEL, "xlnet").eval()
   missing, unexpected = fresh.load_state_dict(
-      {k: torch.tensor(v) for k, v in hf.to_hf(ours, MODEL, "xlnet").items()}, strict=False)
+      {k: torch.tensor(v) for k, v in engine.to_hf(ours, MODEL, "xlnet").items()},
+      strict=False)
   assert missing == ["lm_loss.weight"] and not unexpected
-  back = hf.from_hf(fresh.state_dict(), MODEL, family="xlnet")
+  back = engine.from_hf(fresh.state_dict(), MODEL, family="xlnet")
   jax.tree_util.tree_map(np.testing.assert_array_equal, back, ours)
   # The config too: Hugging Face's XLNetConfig gives back the same model fields.
-  family, fields = hf.model_fields(hf.hf_config(MODEL, "xlnet").to_dict())
+  family, fields = engine.model_fields(engine.hf_config(MODEL, "xlnet").to_dict())
   assert family == "xlnet"
   for name, value in fields.items():
     assert getattr(MODEL, name) == value, name
@@ -376,8 +377,8 @@ def test_hugging_face_xlnet_configs_encoderx_cannot_represent_are_refused():
   """(tests/test_export.py runs the checks every family passes for XLNet too.)"""
   for change, message in ((dict(attn_type="uni"), "attn_type 'uni'"),
                           (dict(untie_r=False), "untie_r=False")):
-    with pytest.raises(hf.ConversionError, match=message):
-      hf.model_fields(hf.hf_config(MODEL, "xlnet", **change).to_dict())
+    with pytest.raises(base.ConversionError, match=message):
+      engine.model_fields(engine.hf_config(MODEL, "xlnet", **change).to_dict())
 
 
 # --- the memory, training ------------------------------------------------------------------

@@ -3,7 +3,7 @@
     python -m encoderx.export --workdir=RUN --output=DIR [--step=N] [--head=HEAD]
     python -m encoderx.export --workdir=RUN --output=FILE.npz --format=npz [--step=N]
 
-HEAD: a class of the run's family (encoderx/export/hf.py), e.g. pretraining, mlm,
+HEAD: a class of the run's family (encoderx/hf/<family>.py), e.g. pretraining, mlm,
 sequence_classification or base (the bare encoder); by default the class that holds the
 run's method's parameters. See encoderx/export/writer.py.
 """

@@ -6,8 +6,8 @@
     export_npz(workdir, output, step=None)
       -> one array per parameter, keyed by its path ('encoder_model/encoder/layer_0/...')
 
-The family is the run's `model.family`; the class is `head` (encoderx/export/hf.py: a
-Head of the family), by default the first of the method's `export_heads` that the
+The family is the run's `model.family`; the class is `head` (a Head of the family,
+encoderx/hf/<family>.py), by default the first of the method's `export_heads` that the
 parameters fill. Parts that no class of the family holds (SpanBERT's SBO head) are left
 out and named; with an explicit `head`, so is whatever that class has no place for (the
 heads, when exporting the bare encoder). Anything else left over stops the export.
@@ -28,7 +28,7 @@ from encoderx import files as files_lib
 from encoderx import initialize
 from encoderx.methods import base as method_lib
 from encoderx.methods import registry as method_registry
-from encoderx.export import hf, tokenizer_files
+from encoderx.hf import base, engine, families, tokenizer_files
 from encoderx.models import common
 
 
@@ -98,17 +98,17 @@ def _publish(staging: str, output: str) -> None:
 
 def _choose_head(run: _Run, family: str, head: str | None) -> tuple[str, tuple | None]:
   """(head, parts it may leave out: None for any but the encoder's)."""
-  fam = hf.family_named(family)
+  fam = families.family_named(family)
   if head is not None:
     if head not in fam.heads:
       raise ExportError(f"--head: family '{family}' has no class for {head!r}; its heads: "
                         f"{', '.join(fam.heads)}.")
     return head, None
-  held = {hf.part(path) for name in fam.heads
-          for _, path, _ in hf.class_rules(run.model_config, family, name)}
-  have = {hf.part("/".join(k)) for k in flax.traverse_util.flatten_dict(run.params)}
+  held = {engine.part(path) for name in fam.heads
+          for _, path, _ in engine.class_rules(run.model_config, family, name)}
+  have = {engine.part("/".join(k)) for k in flax.traverse_util.flatten_dict(run.params)}
   unrepresentable = tuple(sorted(have - held))
-  fitting = hf.exportable_heads(run.params, run.model_config, family)
+  fitting = engine.exportable_heads(run.params, run.model_config, family)
   preferred = run.method.export_heads or tuple(fam.heads)
   for name in preferred:
     if name in fitting:
@@ -127,7 +127,7 @@ def export_hf(workdir: str, output: str, step: int | None = None,
   output = _output_directory(output)
   run = _load_run(workdir, step)
   family = run.model_config.family
-  fam = hf.family_named(family)
+  fam = families.family_named(family)
   vocab = run.config.data.vocab.to_dict()
   if vocab["kind"] != fam.vocab_kind:
     raise ExportError(f"data.vocab.kind={vocab['kind']!r}: Hugging Face {family} "
@@ -142,18 +142,18 @@ def export_hf(workdir: str, output: str, step: int | None = None,
   try:
     fam.check(run.model_config)
     head, drop = _choose_head(run, family, head)
-    state_dict, head, left_out = hf.export_state_dict(run.params, run.model_config,
-                                                      family, head, drop)
-  except hf.ConversionError as error:
+    state_dict, head, left_out = engine.export_state_dict(run.params, run.model_config,
+                                                          family, head, drop)
+  except base.ConversionError as error:
     raise ExportError(f"cannot export (model.family={family!r}): {error}") from None
   spec = fam.heads[head]
   fields = run.method.export_fields() if spec.labels else {}
-  model = hf.hf_model(run.model_config, family, head, **fields)
+  model = engine.hf_model(run.model_config, family, head, **fields)
   missing, unexpected = model.load_state_dict(
       {name: torch.from_numpy(np.array(value))
        for name, value in state_dict.items()}, strict=False)
   missing = [name for name in missing
-             if name not in spec.tied and not hf.is_buffer(name)]
+             if name not in spec.tied and not engine.is_buffer(name)]
   if missing or unexpected:  # the rules and the class disagree: a bug in the rules
     raise ExportError(f"{spec.hf_class} and the {family} rules disagree: weights not "
                       f"filled {missing}, unknown {unexpected}.")

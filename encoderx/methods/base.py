@@ -143,7 +143,7 @@ class Method(abc.ABC):
     (nn.LogicallyPartitioned, e.g. from nn.with_logical_partitioning) so that the trainer
     can shard them; 'state' may be omitted."""
 
-  # encoderx/export: the Hugging Face classes (encoderx/export/hf.py Head names) that
+  # encoderx/export: the Hugging Face classes (Head names, encoderx/hf/) that
   # hold this method's parameters, by preference; empty: the family's most complete one.
   export_heads: tuple[str, ...] = ()
 

@@ -42,7 +42,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
   """The encoder's fields (BERT-base defaults); frozen, so hashable as a module field."""
-  # The model family ("bert", "roberta", "albert", ...: encoderx/export/hf.py FAMILIES):
+  # The model family ("bert", "roberta", "albert", ...: encoderx/hf/families.py):
   # what Hugging Face class export writes and which rules convert its weights. Named, not
   # guessed from the other fields, because families differ in more than those fields (a
   # BERT and a RoBERTa of equal sizes differ only in tokenizer and position offset).

@@ -5,7 +5,9 @@
 - `layer_sharing`: 'none'; 'all' (one layer applied num_layers times, ALBERT);
   'attention' or 'ffn' (that sublayer's parameters shared by every layer).
 - `scan_layers`: distinct layers as one `nn.scan` (parameters stacked on a leading
-  'layers' axis), which compiles once instead of num_layers times.
+  'layers' axis), which compiles once instead of num_layers times. `stack_layers` /
+  `unstack_layers` turn a checkpoint's per-layer parameters into that layout and back
+  (weight conversion and --init_from read and write the per-layer one).
 - `remat`: recompute each layer's activations in the backward pass to save memory.
 
 A layer takes an optional query stream (`query`, the shape of the hidden states): its
@@ -22,9 +24,12 @@ stack can return what entered each layer (XLNet's memory, DeBERTa's last layer i
 """
 from __future__ import annotations
 
+import re
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from encoderx.models import attention, common
 from encoderx.models import dropout as dropout_lib
@@ -182,3 +187,29 @@ class Encoder(nn.Module):
     rngs = None if deterministic else {"dropout": self.make_rng("dropout")}
     return EncoderLayer(self.config, parent=None).apply(
         {"params": params}, x, context, deterministic, query, rngs=rngs)
+
+
+# --- the checkpoint layout: per-layer parameters <-> the nn.scan layout ------------------
+_LAYER = re.compile(r"^layer_(\d+)$")
+
+
+def stack_layers(params: dict) -> dict:
+  """Per-layer params (layer_0, layer_1, ...) -> the nn.scan layout (layers/layer); the
+  encoder's other parameters (e.g. DeBERTa's relative table) stay as they are."""
+  encoder = params["encoder_model"]["encoder"]
+  layers = sorted((int(_LAYER.match(k).group(1)), v) for k, v in encoder.items()
+                  if _LAYER.match(k))
+  stacked = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *[v for _, v in layers])
+  others = {k: v for k, v in encoder.items() if not _LAYER.match(k)}
+  return {**params, "encoder_model": {**params["encoder_model"],
+                                      "encoder": {**others, "layers": {"layer": stacked}}}}
+
+
+def unstack_layers(params: dict, num_layers: int) -> dict:
+  """The nn.scan layout (layers/layer) -> per-layer params (layer_0, layer_1, ...)."""
+  encoder = params["encoder_model"]["encoder"]
+  layers = {f"layer_{i}": jax.tree_util.tree_map(lambda x, i=i: x[i], encoder["layers"]["layer"])
+            for i in range(num_layers)}
+  others = {k: v for k, v in encoder.items() if k != "layers"}
+  return {**params, "encoder_model": {**params["encoder_model"],
+                                      "encoder": {**others, **layers}}}

@@ -6,8 +6,8 @@ pytorch_model.bin, and the tokenizer's files (vocab.txt for BERT and ELECTRA, vo
 merges.txt for RoBERTa, spiece.model for ALBERT, spm.model for DeBERTa v2/v3) with
 tokenizer_config.json. The weights may be of
 any class of the family (BertModel, BertForPreTraining, BertForSequenceClassification,
-...): the class is recognized by its weights (encoderx/export/hf.py import_state_dict).
-The conversion itself is hf.py's, the same as export's.
+...): the class is recognized by its weights (encoderx/hf/engine.py import_state_dict).
+The conversion itself is the engine's, the same as export's.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from encoderx import errors
 from encoderx import files as files_lib
-from encoderx.export import hf
+from encoderx.hf import base, engine, families
 from encoderx.models import common
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -42,8 +42,8 @@ def read_config(directory: str) -> tuple[str, dict]:
     raise HfDirectoryError(f"'{directory}' has no config.json; is it a Hugging Face model "
                            "directory (as save_pretrained writes one)?")
   try:
-    return hf.model_fields(_read_json(path))
-  except hf.ConversionError as error:
+    return engine.model_fields(_read_json(path))
+  except base.ConversionError as error:
     raise HfDirectoryError(f"{path}: {error}") from None
 
 
@@ -52,7 +52,7 @@ def vocab_fields(directory: str, family: str) -> dict:
   tokenizer_config_path = os.path.join(directory, "tokenizer_config.json")
   tokenizer = (_read_json(tokenizer_config_path)
                if os.path.isfile(tokenizer_config_path) else {})
-  fam = hf.family_named(family)
+  fam = families.family_named(family)
   kind = fam.vocab_kind
   # DebertaV2Tokenizer keeps case by default; the others lower-case.
   lower_case = bool(tokenizer.get("do_lower_case", fam.vocab_layout != "deberta"))
@@ -110,10 +110,10 @@ def convert(state_dict, config: common.ModelConfig, family: str,
   config.json, breaks ties). Every weight of the encoder must convert: one left over
   is an error naming it; head weights of a class with no rules here are returned.
   """
-  head = hf.head_of_class(family, hf_class) if hf_class else None
+  head = engine.head_of_class(family, hf_class) if hf_class else None
   try:
-    params, _, unused = hf.import_state_dict(state_dict, config, family,
-                                             unused_heads=True, prefer=head)
-  except hf.ConversionError as error:
+    params, _, unused = engine.import_state_dict(state_dict, config, family,
+                                                 unused_heads=True, prefer=head)
+  except base.ConversionError as error:
     raise HfDirectoryError(str(error)) from None
   return params, unused
