@@ -37,6 +37,12 @@ import numpy as np
 IS_NEXT, NOT_NEXT = 0, 1  # NSP labels
 IN_ORDER, SWAPPED = 0, 1  # SOP labels
 LABEL_MODES = ("nsp", "sop")
+
+
+def label_mode(objective_names) -> str | None:
+  """The pairs' labels the objectives ask for: the first of `objective_names` that is a
+  sentence-level objective ('nsp', 'sop'), or None."""
+  return next((name for name in objective_names if name in LABEL_MODES), None)
 # The [seq_length] features of every pretraining example; pairs add `sentence_label`.
 TOKEN_FEATURES = ("input_ids", "token_type_ids", "segment_ids", "positions", "word_starts")
 

@@ -22,7 +22,6 @@ import seqio
 import tensorflow as tf
 
 from encoderx import files as files_lib
-from encoderx import objectives
 from encoderx.data import bpe_vocabulary, corpus, pipeline, preprocessed, preprocessors
 from encoderx.data import resources
 from encoderx.data import segment_pairs, sentencepiece_vocabulary, stream
@@ -66,7 +65,7 @@ def _cached_vocabulary(description: str) -> seqio.Vocabulary:
 
 def sentence_objective(config) -> str | None:
   """The sentence-level objective of a config ('nsp', 'sop'), which labels the pairs."""
-  return objectives.sentence_objective(config.objective.names)
+  return segment_pairs.label_mode(config.objective.names)
 
 
 STREAMS_BUILDER = "xlnet_streams"  # what a manifest names XLNet's row streams

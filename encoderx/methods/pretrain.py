@@ -21,6 +21,7 @@ from encoderx import objectives as objectives_lib
 from encoderx.data import tasks
 from encoderx.models import pretraining
 from encoderx.objectives import mlm
+from encoderx.objectives import sentence as sentence_lib
 from encoderx.data import resources
 
 
@@ -131,7 +132,7 @@ class Pretraining(method_lib.Method):
       if config.objective.weights[name] < 0:
         fail(f"objective.weights.{name}", f"must be >= 0, got "
              f"{config.objective.weights[name]}.")
-    sentence = [n for n in names if objectives_lib.sentence_objective([n])]
+    sentence = [n for n in names if n in sentence_lib.NAMES]
     if len(sentence) > 1:
       fail("objective.names", f"has two sentence objectives {sentence}; choose one.")
     if sentence and data.builder != "sentence_pairs":

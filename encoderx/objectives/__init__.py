@@ -39,12 +39,6 @@ def build(objective_config, vocabulary, max_predictions: int | None = None
                for name in objective_config.names)
 
 
-def sentence_objective(names) -> str | None:
-  """The sentence-level objective among `names` ('nsp', 'sop'), which labels the pairs."""
-  found = [name for name in names if name in sentence.NAMES]
-  return found[0] if found else None
-
-
 def model_heads(objectives) -> tuple[str, ...]:
   return tuple(dict.fromkeys(objective.head for objective in objectives))
 
