@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from encoderx.models import attention
 from encoderx.models import dropout as dropout_lib
@@ -77,7 +78,7 @@ def check_arguments(query, key, value, segment_ids, window: int, kernel: str,
   if tuple(segment_ids.shape) != (batch, length):
     raise ValueError(f"{kernel}: segment_ids are [batch, length] = {(batch, length)}; "
                      f"got {tuple(segment_ids.shape)}")
-  if not isinstance(window, int) or window < 0 or window % 2:
+  if not isinstance(window, (int, np.integer)) or window < 0 or window % 2:
     raise ValueError(f"{kernel}: the window is an even number of tokens >= 0 (0: "
                      f"global; 128: 64 each side); got {window!r}")
   if window > length:
