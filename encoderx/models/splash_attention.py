@@ -102,9 +102,10 @@ def _attend_rows(query, key, value, segment_ids, window, block_sizes, interpret)
     return kernel(q, k, v, segment_ids=splash_attention_kernel.SegmentIds(segments,
                                                                          segments))
   if isinstance(interpret, pltpu.InterpretParams):
-    # TPU interpret mode (jax 0.10.2) cannot run a vmapped kernel: it zips the grid, to
-    # which vmap adds the batch, with the kernel's dimension_semantics
-    # (interpret_pallas_call._get_parallel_dim_semantics); the rows go one by one.
+    # TPU interpret mode (jax 0.10.2) cannot run a vmapped kernel: vmap adds the batch
+    # to the grid, and interpret_pallas_call._get_randomized_grid_coordinates zips the
+    # grid with the kernel's dimension_semantics, one shorter (a ValueError; Mosaic's
+    # lowering adds "parallel" for the vmapped dimension). The rows go one by one.
     return jax.lax.map(row, (query, key, value, segment_ids))
   return jax.vmap(row)((query, key, value, segment_ids))
 
@@ -139,9 +140,20 @@ def splash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
   del dropout_key  # refused with any rate by check_arguments
   masks.check_arguments(query, key, value, segment_ids, window, "splash_attention",
                         dropout_rate)
-  batch, length, heads, head_dim = query.shape
+  _, length, _, head_dim = query.shape
   block_sizes = block_sizes or default_block_sizes(length)
   _check_block_sizes(block_sizes)
+  mesh = mesh if mesh is not None else jax.sharding.get_abstract_mesh()
+  spec = tuple(heads_spec or ()) + (None,) * (4 - len(tuple(heads_spec or ())))
+  if spec[1] is not None or spec[3] is not None:
+    raise ValueError(f"splash_attention takes whole rows and heads on each device; the "
+                     f"heads are laid out as {heads_spec}")
+  sharded = not mesh.empty and any(mesh.shape[a] > 1 for entry in spec
+                                   for a in _mesh_axes(entry))
+  shards = math.prod(mesh.shape[a] for a in _mesh_axes(spec[2])) if sharded else 1
+  if key.shape[2] % shards:
+    raise ValueError(f"splash_attention: {key.shape[2]} kv heads do not split over the "
+                     f"{shards} devices of the heads' mesh axes {spec[2]}")
   padded = padded_length(length, block_sizes)
   if interpret is None:
     interpret = False if jax.default_backend() == "tpu" else pltpu.InterpretParams()
@@ -155,18 +167,9 @@ def splash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
   segments = jnp.pad(segment_ids.astype(jnp.int32), ((0, 0), (0, padded - length)))
   local = lambda q, k, v, s: _attend_rows(q, k, v, s, window, block_sizes, interpret)
 
-  mesh = mesh if mesh is not None else jax.sharding.get_abstract_mesh()
-  spec = tuple(heads_spec or ()) + (None,) * (4 - len(tuple(heads_spec or ())))
-  if spec[1] is not None or spec[3] is not None:
-    raise ValueError(f"splash_attention takes whole rows and heads on each device; the "
-                     f"heads are laid out as {heads_spec}")
-  if mesh.empty or all(mesh.shape[a] == 1 for entry in spec for a in _mesh_axes(entry)):
+  if not sharded:
     out = local(q, k, v, segments)
   else:
-    shards = math.prod(mesh.shape[a] for a in _mesh_axes(spec[2]))
-    if key.shape[2] % shards:
-      raise ValueError(f"splash_attention: {key.shape[2]} kv heads do not split over "
-                       f"the {shards} devices of the heads' mesh axes {spec[2]}")
     rows_spec = PartitionSpec(spec[0], spec[2], None, None)
     out = jax.shard_map(local, mesh=mesh,
                         in_specs=(rows_spec, rows_spec, rows_spec,
