@@ -2,6 +2,7 @@
 
     source launch/setup.sh hf,test   # installs triton 3.9.0 into .venv/triton
     python launch/triton_check.py [--arch=90] [--length=512] [--heads=16] [--head_dim=64]
+                                  [--kv_heads=4] [--window=128]
 
 jax lowers `encoderx.models.flash_attention` for CUDA (`jax.export`, platform "cuda":
 no GPU needed) and hands XLA each kernel as Triton IR; XLA compiles that IR only on a
@@ -34,9 +35,11 @@ from encoderx.models import flash_attention
 TRITON_SITE = pathlib.Path(__file__).resolve().parents[1] / ".venv" / "triton"
 
 
-def triton_modules(batch: int, length: int, heads: int, head_dim: int) -> dict[str, str]:
-  """The Triton IR of the forward and backward kernels (bf16 heads, dropout 0.1), by
-  kernel name."""
+def triton_modules(batch: int, length: int, heads: int, head_dim: int,
+                   kv_heads: int = 0, window: int = 0) -> dict[str, str]:
+  """The Triton IR of the forward and backward kernels (bf16 heads, dropout 0.1; key and
+  value with `kv_heads` heads, all when 0; a local `window`, none when 0), by kernel
+  name."""
   captured = {}
   lower = pallas_call_registration.lowering.lower_jaxpr_to_triton_module
 
@@ -47,10 +50,13 @@ def triton_modules(batch: int, length: int, heads: int, head_dim: int) -> dict[s
     return result
 
   shape = jax.ShapeDtypeStruct((batch, length, heads, head_dim), jnp.bfloat16)
+  kv_shape = jax.ShapeDtypeStruct((batch, length, kv_heads or heads, head_dim),
+                                  jnp.bfloat16)
   segments = jax.ShapeDtypeStruct((batch, length), jnp.int32)
 
   def loss(q, k, v, segment_ids):
-    out = flash_attention.flash_attention(q, k, v, segment_ids, 0.1, jax.random.key(0))
+    out = flash_attention.flash_attention(q, k, v, segment_ids, 0.1, jax.random.key(0),
+                                          window=window)
     return out.astype(jnp.float32).sum()
 
   pallas_call_registration.lowering.lower_jaxpr_to_triton_module = capturing
@@ -58,7 +64,7 @@ def triton_modules(batch: int, length: int, heads: int, head_dim: int) -> dict[s
     export.export(
         jax.jit(jax.grad(loss, argnums=(0, 1, 2))), platforms=["cuda"],
         disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")],
-    )(shape, shape, shape, segments)
+    )(shape, kv_shape, kv_shape, segments)
   finally:
     pallas_call_registration.lowering.lower_jaxpr_to_triton_module = lower
   return captured
@@ -98,8 +104,11 @@ def main(argv=None) -> None:
   parser.add_argument("--length", type=int, default=512)
   parser.add_argument("--heads", type=int, default=16)
   parser.add_argument("--head_dim", type=int, default=64)
+  parser.add_argument("--kv_heads", type=int, default=0, help="0: as many as --heads")
+  parser.add_argument("--window", type=int, default=0, help="local window; 0: global")
   args = parser.parse_args(argv)
-  modules = triton_modules(args.batch, args.length, args.heads, args.head_dim)
+  modules = triton_modules(args.batch, args.length, args.heads, args.head_dim,
+                           args.kv_heads, args.window)
   tiling = flash_attention.default_tiling(args.head_dim)  # what flash_attention asks
   for name, ir in sorted(modules.items(), reverse=True):  # forward first
     if "backward" in name:

@@ -2,7 +2,9 @@
 Pallas's interpreter on CPU: against its jnp reference and the model's own attention,
 forward and gradients; its dropout bits' statistics; its lowering to Triton for GPU and
 that IR's compilation to H100 code (the `triton` package); and
-`model.attention_kernel="pallas"` in a training step."""
+`model.attention_kernel="pallas"` in a training step. Long context: local windows (the
+key blocks visited and skipped), grouped-query attention, padded and packed rows against
+the model's full attention."""
 import subprocess
 import sys
 
@@ -21,6 +23,10 @@ from encoderx.models import attention
 from encoderx.models import dropout as dropout_lib
 from encoderx.models import masks
 from encoderx.models import flash_attention as fa
+from encoderx.models import masks
+
+import attention_reference  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
+from tests import test_blockwise_attention as blocks
 from tests.test_training import ONE_DEVICE, _batches, _losses
 
 # Two rows of 128: one sequence then padding; two packed sequences then padding.
@@ -320,3 +326,132 @@ def test_sharded_training_with_the_kernel_matches_one_device(tiny_config):
   assert sharded.mesh.devices.shape == (2, 2, 2)
   sharded_losses, _ = _losses(sharded, batches)
   np.testing.assert_allclose(sharded_losses, single_losses, atol=1e-5, rtol=0)
+
+
+# Long context (issue 36): local windows, grouped-query attention, padded and packed rows,
+# against the model's full attention (attention_reference.reference_attention: attend under the
+# [length, length] mask of masks.local_window_mask).
+WINDOW_CASES = {  # name: (length, kind, window, heads, kv_heads, block)
+    "padded_window_16": (128, "padded", 16, 2, 2, 32),
+    "packed_window_32": (256, "packed", 32, 2, 2, 32),
+    "grouped_query_window_16": (128, "packed", 16, 4, 2, 32),
+    "grouped_query_global": (128, "padded", 0, 4, 1, 32),
+    "window_wider_than_a_block": (256, "packed", 96, 2, 2, 32),
+}
+
+
+@pytest.mark.parametrize("case", WINDOW_CASES)
+def test_kernel_with_windows_and_grouped_queries_is_the_models_attention(case):
+  """Interpreted on CPU, outputs and dq, dk, dv within 1e-5 of full attention (float32;
+  ~1e-6 measured): blocks of 32, so that a window visits some key blocks, masks inside
+  partial ones and skips the rest; padding queries get attend's mean of the values."""
+  length, kind, window, num_heads, kv_heads, block = WINDOW_CASES[case]
+  q, k, v, d_out = blocks.heads(length, num_heads, kv_heads)
+  segment_ids = blocks.segments(length, kind)
+  tiling = fa.Tiling(block=block, backward_block=block)
+  got = _outputs_and_gradients(
+      lambda *qkv: fa.flash_attention(*qkv, segment_ids, window=window, tiling=tiling,
+                                      interpret=True), q, k, v, d_out)
+  want = _outputs_and_gradients(
+      lambda *qkv: attention_reference.reference_attention(*qkv, segment_ids, window=window),
+      q, k, v, d_out)
+  assert max(_max_errors(got, want)) <= 1e-5, _max_errors(got, want)
+  assert [g.shape for g in got] == [q.shape, q.shape, k.shape, v.shape]
+
+
+def test_kernel_with_a_window_and_dropout_matches_its_reference():
+  """Dropout 0.1 with window 16 and 4 query heads over 2 kv heads: the same bits as the
+  whole-array reference, forward and gradients; a scale other than 1 / sqrt(d)."""
+  q, k, v, d_out = blocks.heads(128, 4, 2)
+  segment_ids = blocks.segments(128, "packed")
+  key = jax.random.key(5)
+  tiling = fa.Tiling(block=32, backward_block=32)
+  got = _outputs_and_gradients(
+      lambda *qkv: fa.flash_attention(*qkv, segment_ids, 0.1, key, window=16,
+                                      tiling=tiling, interpret=True), q, k, v, d_out)
+  want = _outputs_and_gradients(
+      lambda *qkv: fa.reference_attention(*qkv, segment_ids, 0.1, key, window=16),
+      q, k, v, d_out)
+  assert max(_max_errors(got, want)) < 5e-6
+  undropped = attention_reference.reference_attention(q, k, v, segment_ids, window=16)
+  assert float(jnp.abs(got[0] - undropped).max()) > 0.1
+  scaled = fa.flash_attention(q, k, v, segment_ids, window=16, scale=0.3, tiling=tiling,
+                              interpret=True)
+  np.testing.assert_allclose(
+      scaled, attention_reference.reference_attention(q, k, v, segment_ids, window=16, scale=0.3),
+      atol=1e-5)
+
+
+def test_kernel_with_a_window_never_reads_the_blocks_it_does_not_reach():
+  """Window 16, blocks of 32 over 256 positions: the first 64 queries reach keys up to
+  71 (blocks 0-2). Values NaN from key 96 on would make their rows and dq NaN (0 x NaN)
+  were those blocks visited; d_out NaN from query 96 on likewise dK and dV of the first
+  64 keys. Global attention visits them all and is poisoned."""
+  q, k, v, d_out = blocks.heads(256, batch=1)
+  segment_ids = blocks.segments(256, "one")[:1]
+  tiling = fa.Tiling(block=32, backward_block=32)
+  for window in (16, 0):
+    kernel = lambda *qkv: fa.flash_attention(*qkv, segment_ids, window=window,
+                                             tiling=tiling, interpret=True)
+    out, dq, _, _ = _outputs_and_gradients(kernel, q, k, v.at[:, 96:].set(jnp.nan), d_out)
+    _, _, dk, dv = _outputs_and_gradients(kernel, q, k, v, d_out.at[:, 96:].set(jnp.nan))
+    clean = [bool(jnp.all(jnp.isfinite(x[:, :64]))) for x in (out, dq, dk, dv)]
+    assert clean == ([True] * 4 if window else [False] * 4), (window, clean)
+
+
+def test_windowed_grouped_kernels_lower_to_triton_and_compile_for_an_h100():
+  """A local window (dynamic loop bounds) and 16 query heads over 4 kv heads: lowered for
+  CUDA, both kernels are Triton's and no [query, key] array is left to XLA; the
+  `triton` package compiles them for sm_90 within the H100's shared memory, the
+  forward without spilling (launch/triton_check.py)."""
+  heads = jax.ShapeDtypeStruct((2, 512, 16, 64), jnp.bfloat16)
+  kv = jax.ShapeDtypeStruct((2, 512, 4, 64), jnp.bfloat16)
+  segments = jax.ShapeDtypeStruct((2, 512), jnp.int32)
+  loss = lambda q, k, v, s: fa.flash_attention(q, k, v, s, window=128).astype(
+      jnp.float32).sum()
+  module = export.export(
+      jax.jit(jax.grad(loss, argnums=(0, 1, 2))), platforms=["cuda"],
+      disabled_checks=[export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")],
+  )(heads, kv, kv, segments).mlir_module()
+  assert module.count("__gpu$xla.gpu.triton") == 2 and "512x512" not in module
+  ran = subprocess.run([sys.executable, str(REPO / "launch" / "triton_check.py"),
+                        "--window=128", "--kv_heads=4"],
+                       capture_output=True, text=True, timeout=600, cwd=REPO)
+  assert ran.returncode == 0, ran.stderr
+  lines = [line for line in ran.stdout.splitlines() if "compiled for sm_90" in line]
+  assert len(lines) == 2 and "STACK:0" in lines[0] and "LOCAL:0" in lines[0], lines
+  for line in lines:
+    shared = int(line.rsplit("shared memory ", 1)[1].split()[0].replace(",", ""))
+    assert 0 < shared <= 227 * 1024, line
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(window=15), "even number"), (dict(window=256), "larger than the row of 128"),
+    (dict(kv_heads=3), "do not divide")])
+def test_bad_windows_and_heads_stop_with_one_line(change, message):
+  q, k, v, _ = blocks.heads(128, 4, change.pop("kv_heads", 2))
+  with pytest.raises(ValueError, match=message) as error:
+    fa.flash_attention(q, k, v, jnp.ones((2, 128), jnp.int32), interpret=True, **change)
+  assert "\n" not in str(error.value) and "flash_attention" in str(error.value)
+
+
+def test_sharded_kernel_with_grouped_queries_and_a_window_matches_one_device():
+  """Heads over tensor (4 query heads and 2 kv heads split in two), rows over data and
+  fsdp, window 32 and dropout 0.5: one device's outputs and gradients."""
+  mesh = jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor"),
+                       axis_types=(jax.sharding.AxisType.Auto,) * 3)
+  spec = jax.sharding.PartitionSpec(("data", "fsdp"), None, "tensor", None)
+  q, k, v, d_out = blocks.heads(128, 4, 2, batch=4, head_dim=32)
+  segment_ids = jnp.concatenate([blocks.segments(128, "packed"),
+                                 blocks.segments(128, "padded")])
+  key = jax.random.key(9)
+  one_device = _outputs_and_gradients(
+      lambda *qkv: fa.flash_attention(*qkv, segment_ids, 0.5, key, window=32,
+                                      interpret=True), q, k, v, d_out)
+  with jax.set_mesh(mesh):
+    placed = [jax.device_put(x, jax.sharding.NamedSharding(mesh, spec))
+              for x in (q, k, v, d_out)]
+    sharded = jax.jit(lambda *args: _outputs_and_gradients(
+        lambda *qkv: fa.sharded_flash_attention(*qkv, segment_ids, 0.5, key, spec,
+                                                window=32, interpret=True), *args))(*placed)
+  assert max(_max_errors(sharded, one_device)) < 1e-6

@@ -27,6 +27,19 @@ own softmax (`masks.attention_probabilities`); tests/test_flash_attention.py che
 the kernels against it (forward and gradients, with Pallas's interpreter on CPU) and the
 mask's statistics.
 
+Long context (issue 36): a local window (`window`: |i - j| <= window // 2, ModernBERT's
+local layers) makes each program loop over the key blocks its query block reaches only
+(and the backward over the query blocks a key block reaches), masking the band inside
+the partial blocks, as jax's kernel bounds its loops for causal attention
+(`mha_forward_kernel`'s `upper_bound`, `mha_backward_kernel`'s `lower_bound`); the mask
+is `masks.attention_mask`, the one all kernels share. Grouped-query attention: key and
+value may have fewer heads (query head h reads kv head h // groups, through the
+BlockSpecs' index maps); the backward computes dK and dV per query head and sums each
+group's. The kernel takes q and k as they come (rotary positions already applied).
+With a window a padding query visits only some keys, so its row is replaced by what
+`attention.attend` gives it (`masks.padding_queries_as_xla`); without, the kernel's
+uniform row already is that.
+
 Under a mesh, `sharded_flash_attention` runs the kernel on each device's rows and heads
 (`jax.shard_map`); the hash takes their place in the whole batch, so the bits are the
 same on any mesh.
@@ -46,6 +59,7 @@ from jax.sharding import PartitionSpec
 
 from encoderx.models import masks
 from encoderx.models import dropout as dropout_lib
+from encoderx.models import masks
 
 MASK_VALUE = float(jnp.finfo(jnp.float32).min)
 LOG2_E = math.log2(math.e)
@@ -129,9 +143,23 @@ def _batch_head(stream_ref, batch: jax.Array, head: jax.Array, total_heads: int
           + stream_ref[3] + head.astype(jnp.uint32))
 
 
+def _window_blocks(start, block: int, other_block: int, count: int, window: int):
+  """[first, last) of the `count` blocks of `other_block` positions that the block
+  `start` of `block` positions reaches within the window (all for window 0); the same
+  ranges as blockwise_attention.block_ranges, for lengths that are a multiple of the
+  blocks."""
+  if not window:
+    return 0, count
+  half = window // 2
+  first = lax.div(jnp.maximum(start * block - half, 0), other_block)
+  last = jnp.minimum(lax.div(start * block + block - 1 + half, other_block) + 1, count)
+  return first, last
+
+
 def _forward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, o_ref, max_ref,
-                    inverse_sum_ref, *, total_heads, block_q, block_k, threshold):
-  """One block of queries of one head: online softmax over the key blocks."""
+                    inverse_sum_ref, *, total_heads, block_q, block_k, threshold, window,
+                    scale):
+  """One block of queries of one head: online softmax over the key blocks it reaches."""
   key_length, head_dim = k_ref.shape
   start_q = pl.program_id(0)
   batch_head = _batch_head(stream_ref, pl.program_id(1), pl.program_id(2), total_heads)
@@ -139,20 +167,21 @@ def _forward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, o_ref, max_re
   rows = start_q * block_q + jnp.arange(block_q)
   q = q_ref[...]
   q_segments = segments_ref[pl.ds(start_q * block_q, block_q)]
-  qk_scale = LOG2_E / math.sqrt(head_dim)
+  qk_scale = LOG2_E * scale
 
   def body(start_k, carry):
     o, row_max, row_sum = carry
     keys = pl.ds(start_k * block_k, block_k)
+    cols = start_k * block_k + jnp.arange(block_k)
     qk = plgpu.dot(q, k_ref[keys, :].T) * qk_scale
-    qk = jnp.where(masks.segment_mask(q_segments, segments_ref[keys]), qk, MASK_VALUE)
+    mask = masks.attention_mask(q_segments, segments_ref[keys], rows, cols, window)
+    qk = jnp.where(mask, qk, MASK_VALUE)
     new_max = jnp.maximum(row_max, jnp.max(qk, axis=-1))
     correction = jnp.exp2(row_max - new_max)
     p = jnp.exp2(qk - new_max[:, None])
     row_sum = correction * row_sum + p.sum(axis=-1)
     if threshold:  # survivors are scaled once, at the end
-      keep = keep_mask(seed0, seed1, batch_head, rows,
-                       start_k * block_k + jnp.arange(block_k), key_length, threshold)
+      keep = keep_mask(seed0, seed1, batch_head, rows, cols, key_length, threshold)
       p = jnp.where(keep, p, 0.0)
     v = v_ref[keys, :]
     o = correction[:, None] * o + plgpu.dot(p.astype(v.dtype), v)
@@ -161,8 +190,8 @@ def _forward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, o_ref, max_re
   o = jnp.zeros((block_q, head_dim), jnp.float32)
   row_max = jnp.full((block_q,), -jnp.inf, jnp.float32)
   row_sum = jnp.zeros((block_q,), jnp.float32)
-  o, row_max, row_sum = lax.fori_loop(0, key_length // block_k, body,
-                                      (o, row_max, row_sum))
+  first, last = _window_blocks(start_q, block_q, block_k, key_length // block_k, window)
+  o, row_max, row_sum = lax.fori_loop(first, last, body, (o, row_max, row_sum))
   inverse_sum = 1.0 / row_sum
   survivor = dropout_lib.survivor_scale(threshold)  # 1 without dropout
   o_ref[...] = (o * (inverse_sum * survivor)[:, None]).astype(o_ref.dtype)
@@ -172,13 +201,12 @@ def _forward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, o_ref, max_re
 
 def _backward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, do_ref, max_ref,
                      inverse_sum_ref, delta_ref, dq_ref, dk_ref, dv_ref, *, total_heads,
-                     block, threshold):
-  """dK and dV of one block of keys (over all query blocks), then dQ of the query block
-  of the same index (over all key blocks)."""
+                     block, threshold, window, scale):
+  """dK and dV of one block of keys (over the query blocks that reach it), then dQ of
+  the query block of the same index (over the key blocks it reaches)."""
   length, head_dim = q_ref.shape
   batch_head = _batch_head(stream_ref, pl.program_id(0), pl.program_id(1), total_heads)
   seed0, seed1 = stream_ref[0], stream_ref[1]
-  scale = 1.0 / math.sqrt(head_dim)
   num_blocks = length // block
   start = pl.program_id(2)
   own = pl.ds(start * block, block)
@@ -187,7 +215,7 @@ def _backward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, do_ref, max_
   def probabilities(q, k, q_segments, k_segments, row_max, inverse_sum, rows, cols):
     """Softmax probabilities of a [queries, keys] block, the mask, and which elements
     dropout keeps (None without dropout)."""
-    mask = masks.segment_mask(q_segments, k_segments)
+    mask = masks.attention_mask(q_segments, k_segments, rows, cols, window)
     qk = jnp.where(mask, plgpu.dot(q, k.T) * (scale * LOG2_E), MASK_VALUE)
     p = jnp.exp2(qk - row_max[:, None]) * inverse_sum[:, None]
     keep = (keep_mask(seed0, seed1, batch_head, rows, cols, length, threshold)
@@ -223,7 +251,8 @@ def _backward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, do_ref, max_
     return dk, dv
 
   zeros = jnp.zeros((block, head_dim), jnp.float32)
-  dk, dv = lax.fori_loop(0, num_blocks, over_queries, (zeros, zeros))
+  reaching = _window_blocks(start, block, block, num_blocks, window)
+  dk, dv = lax.fori_loop(*reaching, over_queries, (zeros, zeros))
   dk_ref[...] = (dk * gradient_scale).astype(dk_ref.dtype)
   dv_ref[...] = (dv * survivor).astype(dv_ref.dtype)
 
@@ -239,7 +268,7 @@ def _backward_kernel(stream_ref, q_ref, k_ref, v_ref, segments_ref, do_ref, max_
     ds = score_gradient(p, mask, keep, do, v, delta)
     return dq + plgpu.dot(ds.astype(k.dtype), k)
 
-  dq = lax.fori_loop(0, num_blocks, over_keys, zeros)
+  dq = lax.fori_loop(*reaching, over_keys, zeros)  # the window is symmetric
   dq_ref[...] = (dq * gradient_scale).astype(dq_ref.dtype)
 
 
@@ -254,14 +283,16 @@ def _power_of_2(n: int) -> bool:
 
 def check_supported(query: jax.Array, key: jax.Array, value: jax.Array,
                     tiling: Tiling | None = None) -> None:
-  """A ValueError unless `flash_attention` takes these heads: self-attention (one shape
-  for all three), a head size that is a power of 2 (>= 16, Triton's smallest dot), and a
-  length that is a multiple of the tiling's block (`default_tiling`'s unless given) or a
-  power of 2 below it, from 16 (Triton's blocks are powers of 2, its dots at least 16
-  wide)."""
+  """A ValueError unless `flash_attention` takes these heads: self-attention (one batch,
+  length and head size for all three; key and value of one shape, with a number of heads
+  that divides query's), a head size that is a power of 2 (>= 16, Triton's smallest
+  dot), and a length that is a multiple of the tiling's block (`default_tiling`'s unless
+  given) or a power of 2 below it, from 16 (Triton's blocks are powers of 2, its dots at
+  least 16 wide)."""
   length, head_dim = query.shape[1], query.shape[3]
   block = (tiling or default_tiling(head_dim)).block
-  if not (query.shape == key.shape == value.shape
+  if not (key.shape == value.shape and key.shape[:2] == query.shape[:2]
+          and key.shape[3] == head_dim and query.shape[2] % key.shape[2] == 0
           and _power_of_2(head_dim) and head_dim >= 16
           and (length % block == 0 if length >= block
                else _power_of_2(length) and length >= 16)):
@@ -271,23 +302,30 @@ def check_supported(query: jax.Array, key: jax.Array, value: jax.Array,
                      f"{value.shape} [batch, length, heads, head_dim]")
 
 
+def _kv_head(h, groups: int):
+  """The kv head that query head `h` reads."""
+  return h if groups == 1 else lax.div(h, groups)
+
+
 def _forward(query, key, value, segment_ids, stream, rate, tiling, interpret,
-             total_heads):
+             total_heads, window, scale):
   batch, length, num_heads, head_dim = query.shape
   check_supported(query, key, value, tiling)
+  groups = num_heads // key.shape[2]
   block = min(tiling.block, length)
-  heads = lambda i, b, h: (b, 0, h, 0)
+  kv_heads = lambda i, b, h: (b, 0, _kv_head(h, groups), 0)
   stats_spec = pl.BlockSpec((None, None, block), lambda i, b, h: (b, h, i))
   stats_shape = jax.ShapeDtypeStruct((batch, num_heads, length), jnp.float32)
   kernel = functools.partial(_forward_kernel, total_heads=total_heads, block_q=block,
-                             block_k=block, threshold=dropout_lib.threshold(rate))
+                             block_k=block, threshold=dropout_lib.threshold(rate),
+                             window=window, scale=scale)
   out, row_max, inverse_sum = pl.pallas_call(
       kernel,
       grid=(length // block, batch, num_heads),
       in_specs=[pl.BlockSpec((4,), lambda i, b, h: (0,)),
                 pl.BlockSpec((None, block, None, head_dim), lambda i, b, h: (b, i, h, 0)),
-                _heads_spec(length, head_dim, heads),
-                _heads_spec(length, head_dim, heads),
+                _heads_spec(length, head_dim, kv_heads),
+                _heads_spec(length, head_dim, kv_heads),
                 pl.BlockSpec((None, length), lambda i, b, h: (b, 0))],
       out_specs=[pl.BlockSpec((None, block, None, head_dim),
                               lambda i, b, h: (b, i, h, 0)), stats_spec, stats_spec],
@@ -300,9 +338,11 @@ def _forward(query, key, value, segment_ids, stream, rate, tiling, interpret,
   return out, (query, key, value, segment_ids, stream, out, row_max, inverse_sum)
 
 
-def _backward(rate, tiling, interpret, total_heads, residuals, d_out):
+def _backward(rate, tiling, interpret, total_heads, window, scale, residuals, d_out):
   query, key, value, segment_ids, stream, out, row_max, inverse_sum = residuals
   batch, length, num_heads, head_dim = query.shape
+  kv_heads = key.shape[2]
+  groups = num_heads // kv_heads
   block = min(tiling.backward_block, length)
   # D = rowsum(dO * O): with dropout too, since O already is the dropped P times V;
   # over the survivors' scale, which the kernel applies to the sums (`gradient_scale`).
@@ -310,33 +350,41 @@ def _backward(rate, tiling, interpret, total_heads, residuals, d_out):
   delta = jnp.einsum("blhd,blhd->bhl", d_out.astype(jnp.float32),
                      out.astype(jnp.float32)) / dropout_lib.survivor_scale(threshold)
   whole = lambda b, h, i: (b, 0, h, 0)
+  whole_kv = lambda b, h, i: (b, 0, _kv_head(h, groups), 0)
   stats = pl.BlockSpec((None, None, length), lambda b, h, i: (b, h, 0))
   own = pl.BlockSpec((None, block, None, head_dim), lambda b, h, i: (b, i, h, 0))
   kernel = functools.partial(_backward_kernel, total_heads=total_heads, block=block,
-                             threshold=threshold)
+                             threshold=threshold, window=window, scale=scale)
+  # dK and dV per query head (summed over each group below, in float32).
+  kv_gradient = lambda x: jax.ShapeDtypeStruct(
+      query.shape, x.dtype if groups == 1 else jnp.float32)
   dq, dk, dv = pl.pallas_call(
       kernel,
       grid=(batch, num_heads, length // block),
       in_specs=[pl.BlockSpec((4,), lambda b, h, i: (0,)),
                 _heads_spec(length, head_dim, whole),
-                _heads_spec(length, head_dim, whole),
-                _heads_spec(length, head_dim, whole),
+                _heads_spec(length, head_dim, whole_kv),
+                _heads_spec(length, head_dim, whole_kv),
                 pl.BlockSpec((None, length), lambda b, h, i: (b, 0)),
                 _heads_spec(length, head_dim, whole), stats, stats, stats],
       out_specs=[own, own, own],
-      out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (query, key, value)],
+      out_shape=[jax.ShapeDtypeStruct(query.shape, query.dtype), kv_gradient(key),
+                 kv_gradient(value)],
       compiler_params=plgpu.CompilerParams(num_warps=tiling.backward_warps,
                                            num_stages=tiling.backward_stages),
       interpret=interpret, name="encoderx_flash_attention_backward",
   )(stream, query, key, value, segment_ids, d_out, row_max, inverse_sum, delta)
+  if groups > 1:
+    dk, dv = (g.reshape(batch, length, kv_heads, groups, head_dim).sum(3).astype(x.dtype)
+              for g, x in ((dk, key), (dv, value)))
   return dq, dk, dv, None, None
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9, 10))
 def _flash_attention(query, key, value, segment_ids, stream, rate, tiling, interpret,
-                     total_heads):
+                     total_heads, window, scale):
   return _forward(query, key, value, segment_ids, stream, rate, tiling, interpret,
-                  total_heads)[0]
+                  total_heads, window, scale)[0]
 
 
 _flash_attention.defvjp(_forward, _backward)
@@ -344,17 +392,22 @@ _flash_attention.defvjp(_forward, _backward)
 
 def flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                     segment_ids: jax.Array, dropout_rate: float = 0.0,
-                    dropout_key: jax.Array | None = None, *,
-                    tiling: Tiling | None = None, interpret: bool = False,
+                    dropout_key: jax.Array | None = None, *, window: int = 0,
+                    scale: float | None = None, tiling: Tiling | None = None,
+                    interpret: bool = False,
                     shard: tuple[jax.Array, jax.Array, int] | None = None) -> jax.Array:
-  """softmax(q . k / sqrt(d)) over the keys of each query's own packed sequence
-  (`segment_ids` [batch, length], 0 padding), dropped at `dropout_rate` with bits hashed
-  from `dropout_key`, times v. [batch, length, heads, head_dim] in and out
-  (`check_supported` says which shapes). `tiling`: how the kernels split the work
-  (`default_tiling` for the head size unless given). `interpret`: Pallas's interpreter,
-  which runs anywhere (tests, on CPU). `shard`: (first batch row, first head, heads in
-  all) of these heads in the whole batch's, when they are one device's shard of it
-  (`sharded_flash_attention`)."""
+  """softmax(scale * q . k) over the keys of each query's own packed sequence
+  (`segment_ids` [batch, length], 0 padding) within the window, dropped at
+  `dropout_rate` with bits hashed from `dropout_key`, times v. query [batch, length,
+  heads, head_dim], key and value [batch, length, kv_heads, head_dim] (kv_heads
+  dividing heads), out like query (`check_supported` says which shapes). `window`: 0
+  (global) or an even number of tokens, |i - j| <= window // 2; `scale`: 1 / sqrt(d)
+  unless given. `tiling`: how the kernels split the work (`default_tiling` for the head
+  size unless given). `interpret`: Pallas's interpreter, which runs anywhere (tests, on
+  CPU). `shard`: (first batch row, first head, heads in all) of these heads in the whole
+  batch's, when they are one device's shard of it (`sharded_flash_attention`)."""
+  masks.check_arguments(query, key, value, segment_ids, window, "flash_attention",
+                        dropout_rate, takes_dropout=True)
   if dropout_key is None:
     seed = jnp.zeros((2,), jnp.uint32)
     dropout_rate = 0.0
@@ -365,9 +418,11 @@ def flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
   first_batch, first_head, total_heads = shard or (0, 0, query.shape[2])
   stream = jnp.concatenate([seed, jnp.stack([jnp.asarray(first_batch, jnp.uint32),
                                              jnp.asarray(first_head, jnp.uint32)])])
-  return _flash_attention(query, key, value, segment_ids.astype(jnp.int32), stream,
-                          float(dropout_rate), tiling or default_tiling(query.shape[3]),
-                          interpret, total_heads)
+  scale = 1.0 / math.sqrt(query.shape[3]) if scale is None else float(scale)
+  out = _flash_attention(query, key, value, segment_ids.astype(jnp.int32), stream,
+                         float(dropout_rate), tiling or default_tiling(query.shape[3]),
+                         interpret, total_heads, window, scale)
+  return masks.padding_queries_as_xla(out, value, segment_ids) if window else out
 
 
 def check_heads_layout(heads_spec: PartitionSpec) -> tuple:
@@ -384,19 +439,27 @@ def check_heads_layout(heads_spec: PartitionSpec) -> tuple:
 def sharded_flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                             segment_ids: jax.Array, dropout_rate: float,
                             dropout_key: jax.Array | None, heads_spec: PartitionSpec, *,
+                            window: int = 0, scale: float | None = None,
                             interpret: bool = False) -> jax.Array:
   """`flash_attention` on each device's shard of the heads, laid out over the current
   mesh (`jax.set_mesh`) as `heads_spec` says ([batch, length, heads, head_dim]; the
-  length and head_dim axes whole). XLA cannot split a kernel's call, and would gather
-  the whole batch's heads to every device; under `jax.shard_map` each device runs its
-  own rows and heads, hashing the bits of their place in the whole batch, so the result
-  is one device's."""
+  length and head_dim axes whole; kv heads split as the query heads are). XLA cannot
+  split a kernel's call, and would gather the whole batch's heads to every device;
+  under `jax.shard_map` each device runs its own rows and heads, hashing the bits of
+  their place in the whole batch, so the result is one device's."""
   mesh = jax.sharding.get_abstract_mesh()
   spec = check_heads_layout(heads_spec)
+  options = dict(window=window, scale=scale, interpret=interpret)
   if mesh.empty or all(mesh.shape[axis] == 1 for axes in spec if axes is not None
                        for axis in ((axes,) if isinstance(axes, str) else axes)):
     return flash_attention(query, key, value, segment_ids, dropout_rate, dropout_key,
-                           interpret=interpret)
+                           **options)
+  head_axes = () if spec[2] is None else (
+      (spec[2],) if isinstance(spec[2], str) else spec[2])
+  shards = math.prod(mesh.shape[axis] for axis in head_axes)
+  if key.shape[2] % shards:
+    raise ValueError(f"flash attention: {key.shape[2]} kv heads do not split over the "
+                     f"{shards} devices of the heads' mesh axes {spec[2]}")
   total_heads = query.shape[2]
 
   def local(query, key, value, segment_ids):
@@ -405,7 +468,7 @@ def sharded_flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
     shard = (first(spec[0], query.shape[0]), first(spec[2], query.shape[2]), total_heads)
     # The key is replicated: every device draws the same seed words.
     return flash_attention(query, key, value, segment_ids, dropout_rate, dropout_key,
-                           interpret=interpret, shard=shard)
+                           shard=shard, **options)
 
   heads = PartitionSpec(*spec)
   return jax.shard_map(local, in_specs=(heads, heads, heads, PartitionSpec(spec[0], None)),
@@ -414,12 +477,14 @@ def sharded_flash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
 
 def reference_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                         segment_ids: jax.Array, dropout_rate: float = 0.0,
-                        dropout_key: jax.Array | None = None) -> jax.Array:
-  """`flash_attention` in plain jnp over whole arrays: the same softmax, mask and
-  dropout bits, for tests."""
+                        dropout_key: jax.Array | None = None, *,
+                        window: int = 0) -> jax.Array:
+  """`flash_attention` in plain jnp over whole arrays: the same softmax, mask (kv heads
+  repeated) and dropout bits, for tests."""
   batch, length, num_heads, _ = query.shape
+  key, value = masks.repeat_kv_heads(query, key, value)
   probabilities = masks.attention_probabilities(
-      query, key, masks.padding_and_packing_mask(segment_ids))
+      query, key, masks.local_window_mask(segment_ids, window))
   threshold = dropout_lib.threshold(dropout_rate) if dropout_key is not None else 0
   if threshold:
     seed = jax.random.bits(dropout_key, (2,), jnp.uint32)
@@ -429,4 +494,5 @@ def reference_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                      threshold)
     probabilities = jnp.where(
         keep, probabilities * dropout_lib.survivor_scale(threshold), 0.0)
-  return jnp.einsum("bnqk,bknd->bqnd", probabilities.astype(value.dtype), value)
+  out = jnp.einsum("bnqk,bknd->bqnd", probabilities.astype(value.dtype), value)
+  return masks.padding_queries_as_xla(out, value, segment_ids) if window else out
