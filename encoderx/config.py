@@ -388,6 +388,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
                 common.POSITION_EMBEDDINGS)
   errors.check_choice("model.layer_sharing", model.layer_sharing, common.LAYER_SHARING)
   _validate_relative_attention(model)
+  common.validate_model(model)
   errors.check_choice("model.dtype", model.dtype, common.DTYPES)
   errors.check_choice("model.param_dtype", model.param_dtype, common.DTYPES)
   if model.scan_layers and model.layer_sharing != "none":
