@@ -119,7 +119,7 @@ def check_hf_round_trip(case: FamilyCase, directory) -> None:
     params, found, unused = hf.import_state_dict(state_dict, config, case.family)
     assert (found, unused) == (head, []), (spec.hf_class, found, unused)
     back = hf.to_hf(params, config, case.family, head)
-    assert set(back) == {n for n in state_dict if not hf.is_buffer(n)} - set(spec.tied), (
+    assert set(back) == {n for n in state_dict if not hf.is_buffer(n)} - set(spec.tied_names(config)), (
         spec.hf_class, set(back) ^ set(state_dict))
     for name, value in back.items():
       assert value.dtype == state_dict[name].dtype and value.tobytes() == state_dict[

@@ -48,7 +48,9 @@ class Transform:
   to_hf: Callable[[np.ndarray, common.ModelConfig], np.ndarray]
 
 
-# (Hugging Face name, encoderx path 'a/b/c', transform).
+# (Hugging Face name, encoderx path 'a/b/c', transform). Several rules may name one
+# Hugging Face weight that fuses several encoderx parameters (ModernBERT's Wqkv, Wi):
+# each takes its block of rows (`rows`), and export concatenates them in rule order.
 Rule = tuple[str, str, Transform]
 
 COPY = Transform(lambda x, c: x, lambda x, c: x)
@@ -68,15 +70,22 @@ XLNET_MASK_EMB = Transform(lambda x, c: x.reshape(-1),  # [1, 1, hidden] -> [hid
                            lambda x, c: x.reshape(1, 1, -1))
 
 
+def rows(transform: Transform, index: int, count: int) -> Transform:
+  """`transform` of block `index` of `count` equal blocks of rows (axis 0) of a fused
+  Hugging Face weight; export concatenates the blocks of one weight in rule order."""
+  return Transform(lambda x, c: transform.to_flax(np.split(x, count)[index], c),
+                   transform.to_hf)
+
+
 def dense(hf: str, flax_path: str, kernel: Transform = LINEAR,
-          bias: Transform = COPY) -> list[Rule]:
-  return [(f"{hf}.weight", f"{flax_path}/kernel", kernel),
-          (f"{hf}.bias", f"{flax_path}/bias", bias)]
+          bias: Transform = COPY, use_bias: bool = True) -> list[Rule]:
+  return [(f"{hf}.weight", f"{flax_path}/kernel", kernel)] + (
+      [(f"{hf}.bias", f"{flax_path}/bias", bias)] if use_bias else [])
 
 
-def layer_norm(hf: str, flax_path: str) -> list[Rule]:
-  return [(f"{hf}.weight", f"{flax_path}/scale", COPY),
-          (f"{hf}.bias", f"{flax_path}/bias", COPY)]
+def layer_norm(hf: str, flax_path: str, use_bias: bool = True) -> list[Rule]:
+  return [(f"{hf}.weight", f"{flax_path}/scale", COPY)] + (
+      [(f"{hf}.bias", f"{flax_path}/bias", COPY)] if use_bias else [])
 
 
 # --- families and their classes --------------------------------------------------------
@@ -89,7 +98,9 @@ class Head:
   the pooler). `base_prefix`: the encoder's weights are under the family's prefix
   ('bert.'); False for the bare model (BertModel). `pooler`: the class's encoder has the
   family's pooler. `tied`: weights the class ties to others (the MLM decoder to the word
-  embeddings), neither read nor written. `labels`: config.json carries the labels.
+  embeddings), neither read nor written; a function of the ModelConfig where the config
+  says whether they are tied (model.tie_word_embeddings: `tied_names`). `labels`:
+  config.json carries the labels.
   `hf_fields`: config fields that make the class hold these names (DeBERTa's legacy
   MLM head).
   """
@@ -97,9 +108,13 @@ class Head:
   rules: Callable[[common.ModelConfig], list[Rule]] = lambda config: []
   base_prefix: bool = True
   pooler: bool = True
-  tied: tuple[str, ...] = ()
+  tied: tuple[str, ...] | Callable[[common.ModelConfig], tuple[str, ...]] = ()
   labels: bool = False
   hf_fields: Mapping[str, object] = dataclasses.field(default_factory=dict)
+
+  def tied_names(self, config: common.ModelConfig) -> tuple[str, ...]:
+    """The weights tied in the class of this config."""
+    return self.tied(config) if callable(self.tied) else self.tied
 
 
 # encoderx model field -> the name of the same field in Hugging Face configs.
@@ -808,8 +823,11 @@ def export_state_dict(params, config: common.ModelConfig, family: str = "bert",
       part(p) in ENCODER_PARTS or (drop is not None and part(p) not in drop))]
   if refused:
     raise ConversionError(f"{hf_class} has no place for: {', '.join(refused)}.")
-  state_dict = {hf_name: transform.to_hf(np.asarray(flat[path], np.float32), config)
-                for hf_name, path, transform in rules}
+  state_dict = {}
+  for hf_name, path, transform in rules:  # the blocks of a fused weight in rule order
+    value = transform.to_hf(np.asarray(flat[path], np.float32), config)
+    state_dict[hf_name] = (np.concatenate([state_dict[hf_name], value])
+                           if hf_name in state_dict else value)
   return state_dict, head, sorted({p if p in unread else part(p) for p in left})
 
 
@@ -839,7 +857,8 @@ def import_state_dict(state_dict: Mapping[str, object], config: common.ModelConf
   unread = {hf_name for hf_name, _, _ in fam.unread(config)}
   names = {name for name in state_dict if not is_buffer(name)
            and name.removeprefix(f"{fam.prefix}.") not in unread}
-  candidates = [(name, class_rules(config, family, name), set(fam.heads[name].tied))
+  candidates = [(name, class_rules(config, family, name),
+                 set(fam.heads[name].tied_names(config)))
                 for name in ([head] if head else fam.heads)]
   if unused_heads and not head:
     encoder = fam.encoder(config, f"{fam.prefix}.")
@@ -891,20 +910,32 @@ _LAYER = re.compile(r"^layer_(\d+)$")
 
 def stack_layers(params: dict) -> dict:
   """Per-layer params (layer_0, layer_1, ...) -> the nn.scan layout (layers/layer); the
-  encoder's other parameters (e.g. DeBERTa's relative table) stay as they are."""
+  encoder's other parameters (e.g. DeBERTa's relative table) stay as they are, and so do
+  leading layers whose parameters differ from the last's (a pre-norm first layer without
+  its attention norm, model.first_attention_norm: encoderx/models/encoder.py scans the
+  layers after it)."""
   encoder = params["encoder_model"]["encoder"]
-  layers = sorted((int(_LAYER.match(k).group(1)), v) for k, v in encoder.items()
+  layers = sorted((int(_LAYER.match(k).group(1)), k, v) for k, v in encoder.items()
                   if _LAYER.match(k))
-  stacked = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *[v for _, v in layers])
-  others = {k: v for k, v in encoder.items() if not _LAYER.match(k)}
+  structure = jax.tree_util.tree_structure(layers[-1][2])
+  start = 0
+  while jax.tree_util.tree_structure(layers[start][2]) != structure:
+    start += 1
+  stacked = jax.tree_util.tree_map(lambda *xs: np.stack(xs),
+                                   *[v for _, _, v in layers[start:]])
+  others = {k: v for k, v in encoder.items()
+            if not _LAYER.match(k) or k in {name for _, name, _ in layers[:start]}}
   return {**params, "encoder_model": {**params["encoder_model"],
                                       "encoder": {**others, "layers": {"layer": stacked}}}}
 
 
 def unstack_layers(params: dict, num_layers: int) -> dict:
+  """The inverse of `stack_layers`: num_layers layers, those kept apart included."""
   encoder = params["encoder_model"]["encoder"]
-  layers = {f"layer_{i}": jax.tree_util.tree_map(lambda x, i=i: x[i], encoder["layers"]["layer"])
-            for i in range(num_layers)}
+  start = sum(1 for k in encoder if _LAYER.match(k))  # layers kept out of the scan
+  layers = {f"layer_{i}": jax.tree_util.tree_map(lambda x, i=i: x[i - start],
+                                                 encoder["layers"]["layer"])
+            for i in range(start, num_layers)}
   others = {k: v for k, v in encoder.items() if k != "layers"}
   return {**params, "encoder_model": {**params["encoder_model"],
                                       "encoder": {**others, **layers}}}
