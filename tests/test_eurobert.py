@@ -256,3 +256,21 @@ def test_the_new_fields_compose_on_a_post_norm_bert():
                                                "token_type_ids", "segment_ids",
                                                "positions")}})
   assert np.isfinite(value) and all(np.isfinite(g).all() for g in grads.values())
+
+
+def test_the_210m_size_has_hugging_faces_parameter_count():
+  """EuroBERT-210m (12 layers, 768 wide, SwiGLU of 3,072, 128,256 tokens): encoderx's MLM
+  model has the parameters EuroBertForMaskedLM has, and its encoder EuroBertModel's
+  (the 210m: the untied lm_head adds 98.5M)."""
+  hf_cfg = transformers.EuroBertConfig(rope_theta=250_000.0)
+  with torch.device("meta"):
+    theirs = {hf_class: sum(p.numel() for p in getattr(transformers, hf_class)(hf_cfg)
+                            .parameters())
+              for hf_class in ("EuroBertForMaskedLM", "EuroBertModel")}
+  config = model_config_from_hf(hf_cfg)
+  shapes = jax.eval_shape(pretraining.PretrainingModel(config, heads=("mlm",)).init,
+                          jax.random.key(0), pretraining.init_batch(1, 8))["params"]
+  ours = {"EuroBertForMaskedLM": pretraining.count_params(shapes),
+          "EuroBertModel": pretraining.count_params(shapes["encoder_model"])}
+  print(f"EuroBERT-210m parameters: {ours} (Hugging Face: {theirs})")
+  assert ours == theirs and 205e6 < ours["EuroBertModel"] < 215e6

@@ -285,3 +285,23 @@ def test_conversion_refuses_other_families_and_unrepresentable_configs():
   layer_types = ["full_attention", "sliding_attention", "sliding_attention"]
   with pytest.raises(hf.ConversionError, match=r"layer_types .* not every n-th"):
     hf.model_fields({**hf_config().to_dict(), "layer_types": layer_types[::-1]})
+
+
+# --- sizes ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, sizes", [
+    ("base", {}),  # ModernBertConfig's defaults: answerdotai/ModernBERT-base
+    ("large", dict(hidden_size=1024, intermediate_size=2624, num_hidden_layers=28,
+                   num_attention_heads=16)),
+])
+def test_the_released_sizes_have_hugging_faces_parameter_counts(name, sizes):
+  """ModernBERT-base (22 layers, 768 wide, GeGLU of 1,152) and -large (28 layers, 1,024
+  wide, 2,624): encoderx's MLM model has the parameters ModernBertForMaskedLM has."""
+  hf_cfg = transformers.ModernBertConfig(**sizes)
+  with torch.device("meta"):
+    theirs = sum(p.numel() for p in transformers.ModernBertForMaskedLM(hf_cfg).parameters())
+  config = model_config_from_hf(hf_cfg)
+  shapes = jax.eval_shape(pretraining.PretrainingModel(config, heads=("mlm",)).init,
+                          jax.random.key(0), pretraining.init_batch(1, 8))["params"]
+  ours = pretraining.count_params(shapes)
+  print(f"ModernBERT-{name}: {ours:,} parameters (ModernBertForMaskedLM: {theirs:,})")
+  assert ours == theirs
