@@ -10,13 +10,14 @@ import dataclasses
 
 import flax
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from encoderx import config as config_lib
 from encoderx import errors
 from encoderx.export import hf, hf_eurobert
-from encoderx.models import common, finetuning, pretraining
+from encoderx.models import attention, common, finetuning, pretraining
 
 import export_checks  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
 from reference_models import (  # pylint: disable=g-bad-import-order
@@ -274,3 +275,20 @@ def test_the_210m_size_has_hugging_faces_parameter_count():
           "EuroBertModel": pretraining.count_params(shapes["encoder_model"])}
   print(f"EuroBERT-210m parameters: {ours} (Hugging Face: {theirs})")
   assert ours == theirs and 205e6 < ours["EuroBertModel"] < 215e6
+
+
+def test_grouped_query_attention_groups_heads_alike_in_both_paths():
+  """jax.nn.dot_product_attention's own grouping (`attend` without dropout) and
+  repeat_kv's (the dropout path, the Pallas kernel's input) pair query head n with
+  key-value head n // (heads / kv_heads), as Hugging Face's repeat_kv."""
+  keys = jax.random.split(jax.random.key(0), 3)
+  query = jax.random.normal(keys[0], (2, 10, 6, 8))
+  key, value = (jax.random.normal(k, (2, 10, 2, 8)) for k in keys[1:])
+  mask = attention.padding_and_packing_mask(jnp.asarray([[1] * 10, [1] * 6 + [0] * 4]), 4)
+  fused = attention.attend(query, key, value, mask)
+  repeated = attention.repeat_kv(query, key)
+  np.testing.assert_array_equal(repeated[:, :, 2], key[:, :, 0])
+  np.testing.assert_array_equal(repeated[:, :, 3], key[:, :, 1])
+  probabilities = attention.attention_probabilities(query, repeated, mask)
+  explicit = jnp.einsum("bnqk,bknd->bqnd", probabilities, attention.repeat_kv(query, value))
+  np.testing.assert_allclose(np.asarray(fused), np.asarray(explicit), atol=1e-5)

@@ -19,9 +19,10 @@ refused by the family's `check`.
     state_dict = hf.to_hf(params, model_config)  # the class that holds all of params
     state_dict = hf.to_hf(params, model_config, family="roberta", head="mlm")
 
-A new family adds, in this file: its encoder rules, its `Head`s, its config mapping, and
-one `register(Family(...))` call (see the BERT block below; tests/export_checks.py has
-the checks every family passes).
+A new family adds its encoder rules, its `Head`s, its config mapping, and one
+`register(Family(...))` call: in this file (see the BERT block below) or in a module of
+its own (hf_modernbert.py, hf_eurobert.py, imported by encoderx/export/__init__.py);
+tests/export_checks.py has the checks every family passes.
 """
 from __future__ import annotations
 

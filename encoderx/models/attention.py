@@ -238,7 +238,7 @@ def attend(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array,
 
 def repeat_kv(query: jax.Array, heads: jax.Array) -> jax.Array:
   """Key or value heads [batch, length, kv_heads, head_dim] repeated to the query's heads
-  (each kv_heads / heads times in a row: Hugging Face's repeat_kv)."""
+  (each heads / kv_heads times in a row: Hugging Face's repeat_kv)."""
   groups = query.shape[2] // heads.shape[2]
   return heads if groups == 1 else jnp.repeat(heads, groups, axis=2)
 
