@@ -356,6 +356,9 @@ def validate_model(model) -> None:
       errors.fail("model.first_attention_norm", "False leaves the first layer without a "
                   "norm the others have; it cannot share its parameters (model."
                   f"layer_sharing={get('layer_sharing')!r}).")
+    if get("scan_layers") and get("num_layers") < 2:
+      errors.fail("model.scan_layers", "scans the layers after the first (model."
+                  "first_attention_norm=False); a single layer has none.")
   if get("enhanced_mask_decoder") and (rotary or window or get("norm_position") == "pre"):
     errors.fail("model.enhanced_mask_decoder", "re-runs the last post-norm layer on a "
                 "query stream of absolute positions; it does not take rotary positions, "
