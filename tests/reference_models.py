@@ -1,8 +1,11 @@
 """Hugging Face (PyTorch) reference models and inputs for the parity tests."""
 import dataclasses
 
+import flax
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 import torch
 
 from encoderx.export import hf
@@ -190,3 +193,20 @@ def check_init_statistics(ours: dict, theirs: dict) -> dict[str, float]:
     assert 0.95 < ratios[name] < 1.05, (name, value.std(), reference.std())
     assert abs(tail(value) - tail(reference)) < 0.01, (name, tail(value), tail(reference))
   return ratios
+
+
+def mlm_train_step_gradients(config, batch, seed=0):
+  """The gradients of an MLM loss at a few positions, with dropout, from a fresh init."""
+  model = pretraining.PretrainingModel(config, heads=("mlm",))
+  params = flax.linen.unbox(model.init(jax.random.key(seed), pretraining.init_batch(1, 8))[
+      "params"])
+  positions = jnp.asarray([[1, 5, 9], [0, 2, 7]], jnp.int32)
+  labels = jnp.take_along_axis(jnp.asarray(batch["input_ids"]), positions, axis=1)
+
+  def loss(params):
+    logits = model.apply({"params": params}, {**batch, "masked_positions": positions},
+                         deterministic=False, rngs={"dropout": jax.random.key(1)})["mlm_logits"]
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+  value, grads = jax.jit(jax.value_and_grad(loss))(params)
+  return float(value), flax.traverse_util.flatten_dict(grads)

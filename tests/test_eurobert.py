@@ -22,8 +22,8 @@ from encoderx.models import attention, common, finetuning, pretraining
 import export_checks  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
 from reference_models import (  # pylint: disable=g-bad-import-order
     check_init_statistics, hf_forward, max_diffs, mlm_and_hidden_states,
-    model_config_from_hf, packed_batch, packed_diffs, padded_batch, perturb, small_model)
-from test_modernbert import mlm_train_step_gradients  # pylint: disable=g-bad-import-order
+    mlm_train_step_gradients, model_config_from_hf, packed_batch, packed_diffs,
+    padded_batch, perturb, small_model)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

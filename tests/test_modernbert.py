@@ -9,9 +9,7 @@ import dataclasses
 
 import flax
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from encoderx import config as config_lib
@@ -22,7 +20,8 @@ from encoderx.models import finetuning, pretraining
 import export_checks  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
 from reference_models import (  # pylint: disable=g-bad-import-order
     check_init_statistics, hf_forward, max_diffs, mlm_and_hidden_states as mlm_outputs,
-    model_config_from_hf, packed_batch, packed_diffs, padded_batch, perturb, small_model)
+    mlm_train_step_gradients, model_config_from_hf, packed_batch, packed_diffs,
+    padded_batch, perturb, small_model)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -194,23 +193,6 @@ def test_scanned_stack_equals_the_loop_and_keeps_the_first_layer_apart():
     np.testing.assert_allclose(ours[real], theirs[real], atol=1e-5)
   unstacked = hf.unstack_layers(stacked, config.num_layers)
   jax.tree_util.tree_map(np.testing.assert_array_equal, unstacked, params)
-
-
-def mlm_train_step_gradients(config, batch, seed=0):
-  """The gradients of an MLM loss at a few positions, with dropout, from a fresh init."""
-  model = pretraining.PretrainingModel(config, heads=("mlm",))
-  params = flax.linen.unbox(model.init(jax.random.key(seed), pretraining.init_batch(1, 8))[
-      "params"])
-  positions = jnp.asarray([[1, 5, 9], [0, 2, 7]], jnp.int32)
-  labels = jnp.take_along_axis(jnp.asarray(batch["input_ids"]), positions, axis=1)
-
-  def loss(params):
-    logits = model.apply({"params": params}, {**batch, "masked_positions": positions},
-                         deterministic=False, rngs={"dropout": jax.random.key(1)})["mlm_logits"]
-    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
-
-  value, grads = jax.jit(jax.value_and_grad(loss))(params)
-  return float(value), flax.traverse_util.flatten_dict(grads)
 
 
 @pytest.mark.parametrize("scan", [False, True])
