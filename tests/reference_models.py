@@ -1,8 +1,11 @@
 """Hugging Face (PyTorch) reference models and inputs for the parity tests."""
 import dataclasses
 
+import flax
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 import torch
 
 from encoderx.hf import engine
@@ -22,17 +25,63 @@ def small_model(**changes) -> common.ModelConfig:
   return dataclasses.replace(SMALL, **changes)
 
 
-def torch_reference(config: common.ModelConfig, family: str = "bert"):
-  """The family's PyTorch pretraining model, seeded, in eval mode, with biases and
-  LayerNorms perturbed: Hugging Face initializes them to 0 and 1, which would hide
-  a mix-up between them."""
+def perturb(model):
+  """`model` in eval mode with its biases and norms (LayerNorm, RMSNorm: every weight
+  named for a norm) perturbed by N(0, 0.1), seeded: Hugging Face initializes them to 0
+  and 1, which would hide a mix-up between them."""
   torch.manual_seed(0)
-  model = engine.hf_pretraining_model(config, family).eval()
   with torch.no_grad():
     for name, parameter in model.named_parameters():
-      if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name:
+      if name.endswith("bias") or "norm" in name.lower():
         parameter.add_(0.1 * torch.randn_like(parameter))
-  return model
+  return model.eval()
+
+
+def torch_reference(config: common.ModelConfig, family: str = "bert"):
+  """The family's PyTorch pretraining model, seeded, in eval mode, with biases and
+  norms perturbed (`perturb`)."""
+  torch.manual_seed(0)
+  return perturb(engine.hf_pretraining_model(config, family))
+
+
+def model_config_from_hf(hf_config, **changes) -> common.ModelConfig:
+  """The encoderx ModelConfig of a transformers config (engine.model_fields, as --init_from
+  reads a config.json), with `changes`."""
+  _, fields = engine.model_fields(hf_config.to_dict())
+  config = dataclasses.replace(common.ModelConfig(), **fields)
+  return dataclasses.replace(config, embedding_size=config.hidden_size, **changes)
+
+
+def hf_forward(model, input_ids, attention_mask=None, **arguments):
+  """A Hugging Face model's outputs with every hidden state (output_hidden_states) on
+  numpy inputs; `arguments` as the class takes them (token_type_ids, position_ids...)."""
+  tensor = lambda x: None if x is None else torch.tensor(np.asarray(x), dtype=torch.long)
+  with torch.no_grad():
+    return model(input_ids=tensor(input_ids), attention_mask=tensor(attention_mask),
+                 output_hidden_states=True,
+                 **{name: tensor(value) for name, value in arguments.items()})
+
+
+def packed_batch(vocab_size: int, rows=((12, 20, 7), (30, 9)), length: int = 48,
+                 seed: int = 0, first_id: int = 3):
+  """(documents, numpy batch): rows of whole documents of the given lengths, packed
+  (segment ids 1, 2, ... per document, positions restarting at 0 in each, then
+  padding); `documents` lists (row, start, ids) of each."""
+  rng = np.random.default_rng(seed)
+  batch = {name: np.zeros((len(rows), length), np.int32) for name in (
+      "input_ids", "token_type_ids", "segment_ids", "positions")}
+  documents = []
+  for row, lengths in enumerate(rows):
+    start = 0
+    for number, size in enumerate(lengths, 1):
+      ids = rng.integers(first_id, vocab_size, size).astype(np.int32)
+      span = slice(start, start + size)
+      batch["input_ids"][row, span], batch["segment_ids"][row, span] = ids, number
+      batch["positions"][row, span] = np.arange(size)
+      documents.append((row, start, ids))
+      start += size
+    assert start <= length
+  return documents, batch
 
 
 def padded_batch(vocab_size: int, seed: int = 0, lengths=(40, 31, 17, 6), pad_id: int = 0,
@@ -92,3 +141,72 @@ def check_round_trip(state_dict, torch_model, config: common.ModelConfig, family
                          two_segments=config.type_vocab_size > 1)
   np.testing.assert_allclose(mlm_logits(torch_outputs(fresh, batch)),
                              mlm_logits(torch_outputs(torch_model, batch)), atol=1e-6)
+
+
+def mlm_and_hidden_states(config: common.ModelConfig, params, batch):
+  """encoderx's MLM logits [batch, length, vocab] and hidden states: what entered each
+  layer, then the encoder's output (Hugging Face's hidden_states)."""
+  logits = pretraining.PretrainingModel(config, heads=("mlm",)).apply(
+      {"params": params}, batch)["mlm_logits"]
+  encoder = pretraining.EncoderModel(config, with_pooler=False, with_layer_inputs=True)
+  outputs = encoder.apply({"params": params["encoder_model"]}, batch)
+  return np.asarray(logits), list(np.asarray(outputs["layer_inputs"])) + [
+      np.asarray(outputs["hidden"])]
+
+
+def max_diffs(logits, hidden_states, theirs, real) -> dict[str, float]:
+  """Max abs differences on the `real` tokens to a Hugging Face output (`hf_forward`):
+  of the logits, and the largest over every hidden state."""
+  return {"logits": float(np.abs(logits[real] - theirs.logits.numpy()[real]).max()),
+          "hidden": max(float(np.abs(ours[real] - t.numpy()[real]).max())
+                        for ours, t in zip(hidden_states, theirs.hidden_states, strict=True))}
+
+
+def packed_diffs(logits, hidden_states, documents, torch_model) -> dict[str, float]:
+  """`max_diffs` of packed rows' documents (`packed_batch`) against `torch_model` run on
+  each document alone, the largest over the documents."""
+  worst = {"logits": 0.0, "hidden": 0.0}
+  for row, start, ids in documents:
+    span = (slice(row, row + 1), slice(start, start + len(ids)))
+    diffs = max_diffs(logits[span], [h[span] for h in hidden_states],
+                      hf_forward(torch_model, ids[None]), np.ones((1, len(ids)), bool))
+    worst = {k: max(worst[k], v) for k, v in diffs.items()}
+  return worst
+
+
+def check_init_statistics(ours: dict, theirs: dict) -> dict[str, float]:
+  """Freshly initialized weights by Hugging Face name, encoderx's (`ours`, from to_hf)
+  against the class's own: the same standard deviation (within 5%) and the same tail
+  (the fraction beyond 2.2 standard deviations, 0 when truncated at 2 of the
+  distribution's scale, 2.8% for a normal, within 1 point) for every weight of a
+  thousand values or more; the smaller ones (norms, biases) equal. Returns the std
+  ratios."""
+  assert set(ours) <= set(theirs), set(ours) - set(theirs)
+  ratios = {}
+  for name, value in ours.items():
+    reference = np.asarray(theirs[name])
+    if value.size < 1000 or reference.std() == 0:
+      np.testing.assert_array_equal(value, reference, err_msg=name)
+      continue
+    ratios[name] = float(value.std() / reference.std())
+    tail = lambda x: float(np.mean(np.abs(x) > 2.2 * x.std()))
+    assert 0.95 < ratios[name] < 1.05, (name, value.std(), reference.std())
+    assert abs(tail(value) - tail(reference)) < 0.01, (name, tail(value), tail(reference))
+  return ratios
+
+
+def mlm_train_step_gradients(config, batch, seed=0):
+  """The gradients of an MLM loss at a few positions, with dropout, from a fresh init."""
+  model = pretraining.PretrainingModel(config, heads=("mlm",))
+  params = flax.linen.unbox(model.init(jax.random.key(seed), pretraining.init_batch(1, 8))[
+      "params"])
+  positions = jnp.asarray([[1, 5, 9], [0, 2, 7]], jnp.int32)
+  labels = jnp.take_along_axis(jnp.asarray(batch["input_ids"]), positions, axis=1)
+
+  def loss(params):
+    logits = model.apply({"params": params}, {**batch, "masked_positions": positions},
+                         deterministic=False, rngs={"dropout": jax.random.key(1)})["mlm_logits"]
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+  value, grads = jax.jit(jax.value_and_grad(loss))(params)
+  return float(value), flax.traverse_util.flatten_dict(grads)

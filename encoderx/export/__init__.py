@@ -1,1 +1,1 @@
-"""export"""
+"""The export command (python -m encoderx.export; writer.py)."""

@@ -153,7 +153,7 @@ def export_hf(workdir: str, output: str, step: int | None = None,
       {name: torch.from_numpy(np.array(value))
        for name, value in state_dict.items()}, strict=False)
   missing = [name for name in missing
-             if name not in spec.tied and not engine.is_buffer(name)]
+             if name not in spec.tied_names(run.model_config) and not engine.is_buffer(name)]
   if missing or unexpected:  # the rules and the class disagree: a bug in the rules
     raise ExportError(f"{spec.hf_class} and the {family} rules disagree: weights not "
                       f"filled {missing}, unknown {unexpected}.")

@@ -26,7 +26,9 @@ class Transform:
   to_hf: Callable[[np.ndarray, common.ModelConfig], np.ndarray]
 
 
-# (Hugging Face name, encoderx path 'a/b/c', transform).
+# (Hugging Face name, encoderx path 'a/b/c', transform). Several rules may name one
+# Hugging Face weight that fuses several encoderx parameters (ModernBERT's Wqkv, Wi):
+# each takes its block of rows (rules.rows), and export concatenates them in rule order.
 Rule = tuple[str, str, Transform]
 
 
@@ -39,7 +41,9 @@ class Head:
   the pooler). `base_prefix`: the encoder's weights are under the family's prefix
   ('bert.'); False for the bare model (BertModel). `pooler`: the class's encoder has the
   family's pooler. `tied`: weights the class ties to others (the MLM decoder to the word
-  embeddings), neither read nor written. `labels`: config.json carries the labels.
+  embeddings), neither read nor written; a function of the ModelConfig where the config
+  says whether they are tied (model.tie_word_embeddings: `tied_names`). `labels`:
+  config.json carries the labels.
   `hf_fields`: config fields that make the class hold these names (DeBERTa's legacy
   MLM head).
   """
@@ -47,9 +51,13 @@ class Head:
   rules: Callable[[common.ModelConfig], list[Rule]] = lambda config: []
   base_prefix: bool = True
   pooler: bool = True
-  tied: tuple[str, ...] = ()
+  tied: tuple[str, ...] | Callable[[common.ModelConfig], tuple[str, ...]] = ()
   labels: bool = False
   hf_fields: Mapping[str, object] = dataclasses.field(default_factory=dict)
+
+  def tied_names(self, config: common.ModelConfig) -> tuple[str, ...]:
+    """The weights tied in the class of this config."""
+    return self.tied(config) if callable(self.tied) else self.tied
 
 
 # encoderx model field -> the name of the same field in Hugging Face configs.

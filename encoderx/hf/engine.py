@@ -185,8 +185,11 @@ def export_state_dict(params, config: common.ModelConfig, family: str = "bert",
       part(p) in ENCODER_PARTS or (drop is not None and part(p) not in drop))]
   if refused:
     raise base.ConversionError(f"{hf_class} has no place for: {', '.join(refused)}.")
-  state_dict = {hf_name: transform.to_hf(np.asarray(flat[path], np.float32), config)
-                for hf_name, path, transform in head_rules}
+  state_dict = {}
+  for hf_name, path, transform in head_rules:  # the blocks of a fused weight in rule order
+    value = transform.to_hf(np.asarray(flat[path], np.float32), config)
+    state_dict[hf_name] = (np.concatenate([state_dict[hf_name], value])
+                           if hf_name in state_dict else value)
   return state_dict, head, sorted({p if p in unread else part(p) for p in left})
 
 
@@ -216,7 +219,8 @@ def import_state_dict(state_dict: Mapping[str, object], config: common.ModelConf
   unread = {hf_name for hf_name, _, _ in fam.unread(config)}
   names = {name for name in state_dict if not is_buffer(name)
            and name.removeprefix(f"{fam.prefix}.") not in unread}
-  candidates = [(name, class_rules(config, family, name), set(fam.heads[name].tied))
+  candidates = [(name, class_rules(config, family, name),
+                 set(fam.heads[name].tied_names(config)))
                 for name in ([head] if head else fam.heads)]
   if unused_heads and not head:
     encoder_rules = fam.encoder(config, f"{fam.prefix}.")

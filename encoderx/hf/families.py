@@ -18,6 +18,8 @@ FAMILIES: dict[str, str] = {
     "deberta-v2": "encoderx.hf.deberta",  # DeBERTa v2 and v3
     "electra": "encoderx.hf.electra",
     "xlnet": "encoderx.hf.xlnet",
+    "modernbert": "encoderx.hf.modernbert",
+    "eurobert": "encoderx.hf.eurobert",
 }
 
 

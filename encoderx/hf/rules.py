@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
 from encoderx.hf import base
 from encoderx.models import common
 
@@ -25,15 +27,22 @@ HEADS_OUT = base.Transform(  # [hidden, heads*dim] -> [heads, dim, hidden]
     lambda x, c: x.reshape(-1, x.shape[-1]).T)
 
 
+def rows(transform: base.Transform, index: int, count: int) -> base.Transform:
+  """`transform` of block `index` of `count` equal blocks of rows (axis 0) of a fused
+  Hugging Face weight; export concatenates the blocks of one weight in rule order."""
+  return base.Transform(lambda x, c: transform.to_flax(np.split(x, count)[index], c),
+                        transform.to_hf)
+
+
 def dense(hf: str, flax_path: str, kernel: base.Transform = LINEAR,
-          bias: base.Transform = COPY) -> list[base.Rule]:
-  return [(f"{hf}.weight", f"{flax_path}/kernel", kernel),
-          (f"{hf}.bias", f"{flax_path}/bias", bias)]
+          bias: base.Transform = COPY, use_bias: bool = True) -> list[base.Rule]:
+  return [(f"{hf}.weight", f"{flax_path}/kernel", kernel)] + (
+      [(f"{hf}.bias", f"{flax_path}/bias", bias)] if use_bias else [])
 
 
-def layer_norm(hf: str, flax_path: str) -> list[base.Rule]:
-  return [(f"{hf}.weight", f"{flax_path}/scale", COPY),
-          (f"{hf}.bias", f"{flax_path}/bias", COPY)]
+def layer_norm(hf: str, flax_path: str, use_bias: bool = True) -> list[base.Rule]:
+  return [(f"{hf}.weight", f"{flax_path}/scale", COPY)] + (
+      [(f"{hf}.bias", f"{flax_path}/bias", COPY)] if use_bias else [])
 
 
 # Where each part of an encoder layer lives in a family's HF layer module.

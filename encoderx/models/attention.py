@@ -9,6 +9,12 @@ its part of the context (owned by the encoder stack, so its parameters are share
 layers). Adding an attention (DeBERTa's disentangled, XLNet's two-stream relative) is a
 `register()` call, not a copy of the stack.
 
+Layers differ in kind where model.local_attention asks for local ones (ModernBERT): the
+context holds what a global layer uses (`mask`, `rotary`) and what a local one uses
+instead (`local`), and `LayerContext.for_layer` picks. The standard attention rotates
+its queries and keys by the context's `rotary` (encoderx/models/rotary.py) and takes
+fewer key-value heads than query heads (model.num_kv_heads).
+
 Kernels are created in their final shape ([hidden, heads, head_dim] for q/k/v,
 [heads, head_dim, hidden] for the output). Flax's MultiHeadDotProductAttention creates
 them flat and reshapes, which breaks under logical axis rules (the flat kernel gets the
@@ -30,6 +36,7 @@ from encoderx.models import contraction
 from encoderx.models import masks
 from encoderx.models import dropout as dropout_lib
 from encoderx.models import flash_attention
+from encoderx.models import rotary as rotary_lib
 
 # Logical shape of per-head activations: [batch, length, heads, head_dim].
 HEADS_AXES = ("activation_batch", "activation_length", "activation_heads", "activation_kv")
@@ -49,6 +56,27 @@ class LayerContext:
   # A variant's own inputs, as the model that uses it builds them (XLNet: the
   # factorization order's masks and the query stream's targets); None for most.
   variant_inputs: Any = None
+  # Rotary positions (model.position_embedding 'rotary'): (cos, sin), each [batch,
+  # length, head_dim], of the global layers' theta; None without.
+  rotary: Any = None
+  # What a local layer uses instead of `mask` and `rotary` (model.local_attention):
+  # (mask [batch, 1, length, length] with the window, rotary of the local theta); None
+  # when every layer is global. `for_layer` picks.
+  local: Any = None
+
+  def for_layer(self, is_global) -> "LayerContext":
+    """The context of a global (True) or local (False) layer: `mask` and `rotary` its
+    kind's, `local` None. `is_global` may be traced (a scanned stack's layer kind)."""
+    if self.local is None:
+      return self
+    local_mask, local_rotary = self.local
+    if isinstance(is_global, bool):
+      mask, rotary = (self.mask, self.rotary) if is_global else (local_mask, local_rotary)
+    else:
+      mask, rotary = jax.tree_util.tree_map(
+          lambda g, l: jnp.where(is_global, g, l), (self.mask, self.rotary),
+          (local_mask, local_rotary))
+    return self.replace(mask=mask, rotary=rotary, local=None)
 
   def at_queries(self, indices: jax.Array) -> "LayerContext":
     """The context of the queries at `indices` [batch, n] alone (keys unchanged): the
@@ -58,11 +86,24 @@ class LayerContext:
     return self.replace(mask=mask, relative=relative)
 
 
-def layer_context(batch: dict) -> LayerContext:
-  """The context of a model input batch (see encoderx/models/pretraining.py)."""
-  return LayerContext(mask=masks.padding_and_packing_mask(batch["segment_ids"]),
-                      positions=batch["positions"], segment_ids=batch["segment_ids"],
-                      token_type_ids=batch["token_type_ids"])
+def layer_context(batch: dict, config: common.ModelConfig | None = None) -> LayerContext:
+  """The context of a model input batch (see encoderx/models/pretraining.py); with the
+  model's `config`, its rotary positions and its local layers' mask."""
+  context = LayerContext(mask=masks.padding_and_packing_mask(batch["segment_ids"]),
+                         positions=batch["positions"], segment_ids=batch["segment_ids"],
+                         token_type_ids=batch["token_type_ids"])
+  if config is None:
+    return context
+  rotary = local_rotary = None
+  if config.position_embedding == "rotary":
+    rotary = rotary_lib.cos_sin(batch["positions"], config.head_dim, config.rope_theta)
+    local_rotary = rotary if not config.local_rope_theta else rotary_lib.cos_sin(
+        batch["positions"], config.head_dim, config.local_rope_theta)
+  local = None
+  if any(not config.is_global_layer(i) for i in range(config.num_layers)):
+    local = (masks.local_window_mask(batch["segment_ids"], config.local_attention),
+             local_rotary)
+  return context.replace(rotary=rotary, local=local)
 
 
 class Projection(nn.Module):
@@ -76,11 +117,13 @@ class Projection(nn.Module):
   bias_shape: tuple[int, ...]
   bias_axes: tuple[str | None, ...]
   use_bias: bool = True
+  role: str = "in"  # the kernel's init (common.init_std)
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     config = self.config
-    kernel = self.param("kernel", common.initializer(config, self.kernel_axes),
+    kernel = self.param("kernel", common.initializer(config, self.kernel_axes,
+                                                     role=self.role),
                         self.kernel_shape, config.weights_dtype)
     if not self.use_bias:
       x, kernel = nn.dtypes.promote_dtype(x, kernel, dtype=config.compute_dtype)
@@ -91,20 +134,23 @@ class Projection(nn.Module):
     return contraction.contract(x, kernel, self.contracted) + bias
 
 
-def heads_projection(config: common.ModelConfig, name: str,
-                     use_bias: bool = True) -> Projection:
-  """[batch, length, hidden] -> [batch, length, heads, head_dim] (query, key, value)."""
-  hidden, heads, head_dim = config.hidden_size, config.num_heads, config.head_dim
+def heads_projection(config: common.ModelConfig, name: str, use_bias: bool = True,
+                     heads: int | None = None) -> Projection:
+  """[batch, length, hidden] -> [batch, length, heads, head_dim] (query, key, value);
+  `heads` num_heads unless given (the key-value heads)."""
+  hidden, head_dim = config.hidden_size, config.head_dim
+  heads = heads or config.num_heads
   return Projection(config, 1, (hidden, heads, head_dim), ("embed", "heads", "kv"),
                     (heads, head_dim), ("heads", "kv"), use_bias, name=name)
 
 
 def output_projection(config: common.ModelConfig, name: str = "out",
                       use_bias: bool = True) -> Projection:
-  """[batch, length, heads, head_dim] -> [batch, length, hidden]."""
+  """[batch, length, heads, head_dim] -> [batch, length, hidden] (a projection back into
+  the residual stream: initialized as model.initializer's role 'out')."""
   hidden, heads, head_dim = config.hidden_size, config.num_heads, config.head_dim
   return Projection(config, 2, (heads, head_dim, hidden), ("heads", "kv", "embed"),
-                    (hidden,), ("embed",), use_bias, name=name)
+                    (hidden,), ("embed",), use_bias, role="out", name=name)
 
 
 def fused_implementation(query: jax.Array, key: jax.Array, bias: jax.Array | None
@@ -126,7 +172,10 @@ def fused_implementation(query: jax.Array, key: jax.Array, bias: jax.Array | Non
 def attend(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array,
            bias: jax.Array | None = None, dropout_rate: float = 0.0,
            dropout_key: jax.Array | None = None) -> jax.Array:
-  """Scaled dot-product attention, [batch, length, heads, head_dim] in and out.
+  """Scaled dot-product attention, [batch, length, heads, head_dim] in and out; the keys
+  and values may have fewer heads (grouped-query attention: query head n attends with
+  key-value head n // (heads / kv_heads), as Hugging Face's repeat_kv and
+  jax.nn.dot_product_attention group them).
 
   Without dropout on the probabilities, this is `jax.nn.dot_product_attention`: cuDNN's
   fused flash attention on GPU where `fused_implementation` allows (the mask, padding and
@@ -141,13 +190,18 @@ def attend(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array,
   if dropout_key is None or dropout_lib.effective_rate(dropout_rate) == 0:
     return jax.nn.dot_product_attention(query, key, value, bias=bias, mask=mask,
                                         implementation=fused_implementation(query, key, bias))
+  key, value = masks.repeat_kv_heads(query, key, value)
   probabilities = dropout_lib.dropout(masks.attention_probabilities(query, key, mask, bias),
                                       dropout_rate, dropout_key)
   return jnp.einsum("bnqk,bknd->bqnd", probabilities.astype(value.dtype), value)
 
 
 class SelfAttention(nn.Module):
-  """BERT's multi-head self-attention: [batch, length, hidden] -> same (`attend`)."""
+  """Multi-head self-attention: [batch, length, hidden] -> same (`attend`). BERT's, and
+  with the model's options: biases (model.attention_bias), rotary positions
+  (context.rotary), fewer key-value heads (model.num_kv_heads; EuroBertAttention's
+  q/k/v_proj in transformers models/eurobert/modeling_eurobert.py) and the local window
+  of a local layer (in its context's mask)."""
   config: common.ModelConfig
 
   @nn.compact
@@ -157,22 +211,29 @@ class SelfAttention(nn.Module):
     x's."""
     config = self.config
     query_given = query is not None
-    query, key, value = (nn.with_logical_constraint(heads_projection(config, n)(y),
-                                                    HEADS_AXES)
-                         for n, y in (("query", x if query is None else query),
-                                      ("key", x), ("value", x)))
+    if query_given and context.rotary is not None:
+      raise ValueError("rotary positions take no separate query stream (model."
+                       "enhanced_mask_decoder)")
+    bias = config.attention_bias
+    query, key, value = (
+        nn.with_logical_constraint(heads_projection(config, n, bias, heads)(y), HEADS_AXES)
+        for n, y, heads in (("query", x if query is None else query, None),
+                            ("key", x, config.kv_heads), ("value", x, config.kv_heads)))
+    if context.rotary is not None:
+      query, key = (rotary_lib.rotate(y, *context.rotary) for y in (query, key))
     dropout = attention_dropout(self, config, deterministic)
     kernel = config.attention_kernel
     if kernel == "auto":
-      kernel = ("pallas" if pallas_by_default(jax.default_backend(), query, key, value,
-                                              query_given, bool(dropout)) else "xla")
+      kernel = ("pallas" if not config.local_attention and pallas_by_default(
+          jax.default_backend(), query, key, value, query_given, bool(dropout)) else "xla")
     # Initialization traces a dummy batch of any length; the parameters are the same.
     if kernel == "pallas" and not self.is_initializing():
-      attended = fused_attention_with_dropout(query, key, value, context, query_given,
-                                              **dropout)
+      attended = fused_attention_with_dropout(
+          query, *masks.repeat_kv_heads(query, key, value), context, query_given,
+          **dropout)
     else:
       attended = attend(query, key, value, context.mask, **dropout)
-    return output_projection(config)(attended)
+    return output_projection(config, use_bias=bias)(attended)
 
 
 def pallas_by_default(backend: str, query: jax.Array, key: jax.Array, value: jax.Array,

@@ -3,9 +3,10 @@ the scores against the token embeddings (the tied output layer of the LM heads).
 
 The vocabulary-sized parameters have `config.padded_vocab_size` rows (`vocab_size`
 rounded up to `vocab_multiple`, so that they split over the mesh): the word embedding
-table and the output biases of the heads scored against it. `is_vocabulary_param`
-names them by path and `resize_vocabulary` cuts or pads their rows; the padding rows
-are masked out of every score here (`Embeddings.attend`).
+table, an untied output table (model.tie_word_embeddings=False) and the output biases of
+the heads scored against them. `is_vocabulary_param` names them by path and
+`resize_vocabulary` cuts or pads their rows; the padding rows are masked out of every
+score (`vocabulary_scores`).
 """
 from __future__ import annotations
 
@@ -22,11 +23,14 @@ from encoderx.models import dropout as dropout_lib
 # `embedding_deltas/word_embeddings`, methods/electra.py) and a head's `output_bias`.
 WORD_EMBEDDINGS = "word_embeddings"
 OUTPUT_BIAS = "output_bias"
+# An MLM head's own output table [vocab, embedding] (model.tie_word_embeddings=False).
+OUTPUT_EMBEDDINGS = "output_embeddings"
 
 
 def is_vocabulary_param(path: tuple[str, ...]) -> bool:
   """Whether the parameter at `path` (its names, any prefix) has a row per token."""
-  return WORD_EMBEDDINGS in path or path[-1] == OUTPUT_BIAS
+  return (WORD_EMBEDDINGS in path or OUTPUT_EMBEDDINGS in path
+          or path[-1] == OUTPUT_BIAS)
 
 
 def resize_vocabulary(params, rows: int):
@@ -49,6 +53,20 @@ def output_bias(module: nn.Module, config: common.ModelConfig) -> jax.Array:
   """A head's bias over the vocabulary [padded_vocab] (zeros), created in `module`."""
   return module.param(OUTPUT_BIAS, common.zeros(("vocab",)), (config.padded_vocab_size,),
                       config.weights_dtype)
+
+
+def vocabulary_scores(config: common.ModelConfig, scores: jax.Array,
+                      bias: jax.Array | None = None) -> jax.Array:
+  """Scores [..., padded_vocab] + `bias` (a head's `output_bias`; None: none), the
+  padding rows' set to the dtype's lowest value: softmax gives them 0 (exactly, in
+  float32 and bfloat16), argmax and sampling never pick them, and no gradient reaches
+  their rows or bias."""
+  if bias is not None:
+    scores = scores + bias.astype(scores.dtype)
+  if config.padded_vocab_size == config.vocab_size:
+    return scores
+  real = jnp.arange(config.padded_vocab_size) < config.vocab_size
+  return jnp.where(real, scores, jnp.finfo(scores.dtype).min)
 
 
 class Embed(nn.Embed):
@@ -98,7 +116,7 @@ class Embeddings(nn.Module):
       self.token_type_embeddings = embed(config.type_vocab_size, (None, "embed"),
                                          "token_type_embeddings")
     if config.embedding_layer_norm:
-      self.layer_norm = common.layer_norm(config, "layer_norm")
+      self.layer_norm = common.norm(config, "layer_norm")
     self.dropout = dropout_lib.Dropout(config.hidden_dropout)
     if config.embedding_size != config.hidden_size:
       self.projection = common.dense(config, config.hidden_size, ("embed", "mlp"),
@@ -125,16 +143,11 @@ class Embeddings(nn.Module):
     """The position table's rows: [batch, length] -> [batch, length, embedding]."""
     return self.position_embeddings(positions + self.config.position_offset)
 
-  def attend(self, x: jax.Array, bias: jax.Array) -> jax.Array:
-    """Scores against every token embedding plus a head's `bias` (`output_bias`): the
-    tied output layer, [..., E] -> [..., padded_vocab]. The padding rows score the
-    dtype's lowest value: softmax gives them 0 (exactly, in float32 and bfloat16), argmax
-    and sampling never pick them, and no gradient reaches their rows or bias."""
+  def attend(self, x: jax.Array, bias: jax.Array | None) -> jax.Array:
+    """Scores against every token embedding plus a head's `bias` (`output_bias`; None:
+    none): the tied output layer, [..., E] -> [..., padded_vocab], the padding rows
+    masked (`vocabulary_scores`)."""
     config = self.config
-    scores = (self.word_embeddings.attend(x.astype(config.compute_dtype))
-              + bias.astype(config.compute_dtype))
-    if config.padded_vocab_size == config.vocab_size:
-      return scores
-    real = jnp.arange(config.padded_vocab_size) < config.vocab_size
-    return jnp.where(real, scores, jnp.finfo(scores.dtype).min)
+    return vocabulary_scores(
+        config, self.word_embeddings.attend(x.astype(config.compute_dtype)), bias)
 

@@ -1,4 +1,4 @@
-"""The post-LayerNorm Transformer encoder stack of BERT, with its options.
+"""The Transformer encoder stack: BERT's post-LayerNorm layers, with its options.
 
 - `attention`: the attention variant of every layer (encoderx/models/attention.py); a
   variant with a context module gets it built here, once, shared by all layers.
@@ -9,6 +9,21 @@
   `unstack_layers` turn a checkpoint's per-layer parameters into that layout and back
   (weight conversion and --init_from read and write the per-layer one).
 - `remat`: recompute each layer's activations in the backward pass to save memory.
+- `norm_position`: 'post' (BERT: norm(x + block(x))) or 'pre' (x + block(norm(x)), a
+  final norm after the last layer: ModernBERT, EuroBERT), with `norm` LayerNorm or
+  RMSNorm; `first_attention_norm=False` leaves the first layer's attention without its
+  norm (ModernBERT's layer 0, whose attn_norm is Identity).
+- `feed_forward`: 'mlp' or 'gated' (GeGLU / SwiGLU); biases as model.attention_bias and
+  model.mlp_bias say.
+- local attention (`local_attention`, `global_attention_every`): layers of the two
+  kinds differ only in their mask and rotary theta, which `LayerContext.for_layer`
+  picks, so that a scanned stack stays homogeneous (the kind is scanned data).
+
+Followed for the pre-norm layers: transformers models/modernbert/modeling_modernbert.py
+(ModernBertEncoderLayer, ModernBertModel.forward: embeddings, layers, final_norm) and
+AnswerDotAI/ModernBERT src/bert_layers/layers.py (FlexBertUnpadPreNormLayer,
+skip_first_prenorm), transformers models/eurobert/modeling_eurobert.py
+(EuroBertDecoderLayer, EuroBertModel.forward).
 
 A layer takes an optional query stream (`query`, the shape of the hidden states): its
 attention then takes queries (and the residual) from it and keys and values from the
@@ -40,9 +55,15 @@ def _each_stream(function, *trees):
   return jax.tree_util.tree_map(function, *trees)
 
 
+def _identity(x):
+  return x
+
+
 class AttentionBlock(nn.Module):
-  """The variant's attention + dropout + residual + LayerNorm."""
+  """The variant's attention + dropout + residual, with the norm after the residual
+  (post-norm) or before the attention (pre-norm; none there when not `with_norm`)."""
   config: common.ModelConfig
+  with_norm: bool = True
 
   @nn.compact
   def __call__(self, x, context: attention.LayerContext, deterministic: bool,
@@ -51,45 +72,72 @@ class AttentionBlock(nn.Module):
     the variant is then called with `query=` (only then: the others need not take it)."""
     config = self.config
     variant = attention.VARIANTS[config.attention]
-    y = variant.attention(config, name="self_attention")(
-        x, context, deterministic, **({} if query is None else {"query": query}))
+    self_attention = variant.attention(config, name="self_attention")
     dropout = dropout_lib.Dropout(config.hidden_dropout)
-    norm = common.layer_norm(config, "layer_norm")
     residual = x if query is None else query
+    if config.norm_position == "pre":
+      norm = common.norm(config, "layer_norm") if self.with_norm else _identity
+      y = self_attention(_each_stream(norm, x), context, deterministic,
+                         **({} if query is None else {"query": norm(query)}))
+      return _each_stream(lambda x, y: x + dropout(y, deterministic=deterministic),
+                          residual, y)
+    y = self_attention(x, context, deterministic,
+                       **({} if query is None else {"query": query}))
+    norm = common.norm(config, "layer_norm")
     return _each_stream(lambda x, y: norm(x + dropout(y, deterministic=deterministic)),
                         residual, y)
 
 
 class FeedForwardBlock(nn.Module):
-  """Dense (hidden -> intermediate) + activation + Dense + dropout + residual + LN."""
+  """Dense (hidden -> intermediate) + activation (times a second Dense's output when
+  gated) + Dense + dropout + residual, with the norm after the residual (post-norm) or
+  before the first Dense (pre-norm).
+
+  Gated ('gated', GLU variants, Shazeer 2020): (act(x W) * x V) W2, W `intermediate`, V
+  `linear`, W2 `output`. Hugging Face's ModernBertMLP (one Wi, chunked: act(input) *
+  gate; AnswerDotAI src/bert_layers/mlp.py FlexBertGLU) and EuroBertMLP
+  (act(gate_proj(x)) * up_proj(x)) both compute it.
+  """
   config: common.ModelConfig
 
   @nn.compact
   def __call__(self, x, deterministic: bool):
     config = self.config
+    bias = config.mlp_bias
     intermediate = common.dense(config, config.intermediate_size, ("embed", "mlp"),
-                                "intermediate")
-    output = common.dense(config, config.hidden_size, ("mlp", "embed"), "output")
+                                "intermediate", bias)
+    linear = (common.dense(config, config.intermediate_size, ("embed", "mlp"), "linear",
+                           bias) if config.feed_forward == "gated" else None)
+    output = common.dense(config, config.hidden_size, ("mlp", "embed"), "output", bias,
+                          role="out")
     dropout = dropout_lib.Dropout(config.hidden_dropout)
-    norm = common.layer_norm(config, "layer_norm")
+    norm = common.norm(config, "layer_norm")
+    pre = config.norm_position == "pre"
 
     def feed_forward(x):
-      y = common.ACTIVATIONS[config.hidden_act](intermediate(x))
+      normed = norm(x) if pre else x
+      y = common.ACTIVATIONS[config.hidden_act](intermediate(normed))
+      if linear is not None:
+        y = y * linear(normed)
       y = nn.with_logical_constraint(y, ("activation_batch", "activation_length",
                                          "activation_mlp"))
-      return norm(x + dropout(output(y), deterministic=deterministic))
+      y = dropout(output(y), deterministic=deterministic)
+      return x + y if pre else norm(x + y)
 
     return _each_stream(feed_forward, x)
 
 
 class EncoderLayer(nn.Module):
-  """One layer; either block may be a module shared with other layers."""
+  """One layer; either block may be a module shared with other layers. `attention_norm`
+  False: a pre-norm layer whose attention has no norm (model.first_attention_norm)."""
   config: common.ModelConfig
   shared_attention: nn.Module | None = None
   shared_ffn: nn.Module | None = None
+  attention_norm: bool = True
 
   def setup(self):
-    self.attention = self.shared_attention or AttentionBlock(self.config)
+    self.attention = self.shared_attention or AttentionBlock(self.config,
+                                                             self.attention_norm)
     self.ffn = self.shared_ffn or FeedForwardBlock(self.config)
 
   def __call__(self, x, context: attention.LayerContext, deterministic: bool,
@@ -100,17 +148,18 @@ class EncoderLayer(nn.Module):
 
 class _ScannedLayer(nn.Module):
   """EncoderLayer in the (carry, inputs...) -> (carry, output) form nn.scan wants: the
-  carry is the hidden state, `per_layer` this layer's slice of context.per_layer, and
-  the output what entered the layer (when `collect`)."""
+  carry is the hidden state, `per_layer` this layer's slice of context.per_layer,
+  `is_global` its kind (a bool scalar: LayerContext.for_layer), and the output what
+  entered the layer (when `collect`)."""
   config: common.ModelConfig
 
   @nn.compact
-  def __call__(self, x, context, per_layer, deterministic, collect):
+  def __call__(self, x, context, per_layer, is_global, deterministic, collect):
     layer = EncoderLayer
     if self.config.remat:
       layer = nn.remat(layer, static_argnums=(3,), prevent_cse=False)
-    y = layer(self.config, name="layer")(x, context.replace(per_layer=per_layer),
-                                         deterministic)
+    y = layer(self.config, name="layer")(
+        x, context.for_layer(is_global).replace(per_layer=per_layer), deterministic)
     return y, (x if collect else None)
 
 
@@ -123,15 +172,21 @@ class Encoder(nn.Module):
     context_module = attention.VARIANTS[config.attention].context
     if context_module is not None:
       self.relative = context_module(config)
+    if config.norm_position == "pre":
+      self.final_layer_norm = common.norm(config, "final_layer_norm")
+    # static_argnums counts self: (self, x, context, deterministic).
+    layer = nn.remat(EncoderLayer, static_argnums=(3,)) if config.remat else EncoderLayer
     if config.scan_layers:
+      # A first layer unlike the others stays out of the scan, under its own name.
+      if config.first_layer_differs:
+        self.first_layer = layer(config, attention_norm=False, name="layer_0")
       self.layers = nn.scan(
           _ScannedLayer, variable_axes={"params": 0},
           split_rngs={"params": True, "dropout": True},
-          in_axes=(nn.broadcast, 0, nn.broadcast, nn.broadcast), length=config.num_layers,
+          in_axes=(nn.broadcast, 0, 0, nn.broadcast, nn.broadcast),
+          length=config.num_layers - self._scan_start,
           metadata_params={nn.PARTITION_NAME: "layers"})(config)
       return
-    # static_argnums counts self: (self, x, context, deterministic).
-    layer = nn.remat(EncoderLayer, static_argnums=(3,)) if config.remat else EncoderLayer
     if config.layer_sharing == "all":
       self.layers = [layer(config, name="shared_layer")] * config.num_layers
       return
@@ -142,8 +197,14 @@ class Encoder(nn.Module):
     elif config.layer_sharing == "ffn":
       self.shared_ffn = FeedForwardBlock(config)
       shared["shared_ffn"] = self.shared_ffn
-    self.layers = [layer(config, **shared, name=f"layer_{i}")
+    self.layers = [layer(config, **shared, name=f"layer_{i}",
+                         attention_norm=i > 0 or not config.first_layer_differs)
                    for i in range(config.num_layers)]
+
+  @property
+  def _scan_start(self) -> int:
+    """The first scanned layer (1 when the first layer stays out of the scan)."""
+    return int(self.config.first_layer_differs)
 
   def with_relative(self, context: attention.LayerContext,
                     deterministic: bool) -> attention.LayerContext:
@@ -158,20 +219,41 @@ class Encoder(nn.Module):
     """The stack's output; with `collect_layer_inputs`, (output, what entered each
     layer: the hidden state's leaves stacked on a leading [layers] axis). `context` may
     already hold `relative` (with_relative)."""
+    config = self.config
     context = self.with_relative(context, deterministic)
     per_layer, context = context.per_layer, context.replace(per_layer=None)
-    if self.config.scan_layers:
-      x, inputs = self.layers(x, context, per_layer, deterministic, collect_layer_inputs)
-      return (x, inputs) if collect_layer_inputs else x
+
+    def layer_context(index):
+      """Layer `index`'s context: its kind's mask and rotary, its slice of per_layer."""
+      layer = context.for_layer(config.is_global_layer(index))
+      return layer if per_layer is None else layer.replace(
+          per_layer=jax.tree_util.tree_map(lambda leaf: leaf[index], per_layer))
+
     inputs = []
-    for index, layer in enumerate(self.layers):
-      inputs.append(x)
-      layer_context = context if per_layer is None else context.replace(
-          per_layer=jax.tree_util.tree_map(lambda leaf, i=index: leaf[i], per_layer))
-      x = layer(x, layer_context, deterministic)
-    if not collect_layer_inputs:
-      return x
-    return x, jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *inputs)
+    if config.scan_layers:
+      start = self._scan_start
+      if start:
+        inputs.append(x)
+        x = self.first_layer(x, layer_context(0), deterministic)
+      kinds = jnp.asarray([config.is_global_layer(i)
+                           for i in range(start, config.num_layers)])
+      scanned = per_layer if per_layer is None or not start else jax.tree_util.tree_map(
+          lambda leaf: leaf[start:], per_layer)
+      x, scanned_inputs = self.layers(x, context, scanned, kinds, deterministic,
+                                      collect_layer_inputs)
+      if collect_layer_inputs:
+        inputs = jax.tree_util.tree_map(
+            lambda *leaves: jnp.concatenate([jnp.stack(leaves[:-1]), leaves[-1]]),
+            *inputs, scanned_inputs) if inputs else scanned_inputs
+    else:
+      for index, layer in enumerate(self.layers):
+        inputs.append(x)
+        x = layer(x, layer_context(index), deterministic)
+      if collect_layer_inputs:
+        inputs = jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *inputs)
+    if config.norm_position == "pre":
+      x = _each_stream(self.final_layer_norm, x)
+    return (x, inputs) if collect_layer_inputs else x
 
   def last_layer(self, x: jax.Array, query: jax.Array, context: attention.LayerContext,
                  deterministic: bool) -> jax.Array:
@@ -195,21 +277,31 @@ _LAYER = re.compile(r"^layer_(\d+)$")
 
 def stack_layers(params: dict) -> dict:
   """Per-layer params (layer_0, layer_1, ...) -> the nn.scan layout (layers/layer); the
-  encoder's other parameters (e.g. DeBERTa's relative table) stay as they are."""
+  encoder's other parameters (e.g. DeBERTa's relative table) stay as they are, and so do
+  leading layers whose parameters differ from the last's (a pre-norm first layer without
+  its attention norm, model.first_attention_norm: the stack scans the layers after it)."""
   encoder = params["encoder_model"]["encoder"]
-  layers = sorted((int(_LAYER.match(k).group(1)), v) for k, v in encoder.items()
+  layers = sorted((int(_LAYER.match(k).group(1)), k, v) for k, v in encoder.items()
                   if _LAYER.match(k))
-  stacked = jax.tree_util.tree_map(lambda *xs: np.stack(xs), *[v for _, v in layers])
-  others = {k: v for k, v in encoder.items() if not _LAYER.match(k)}
+  structure = jax.tree_util.tree_structure(layers[-1][2])
+  start = 0
+  while jax.tree_util.tree_structure(layers[start][2]) != structure:
+    start += 1
+  stacked = jax.tree_util.tree_map(lambda *xs: np.stack(xs),
+                                   *[v for _, _, v in layers[start:]])
+  others = {k: v for k, v in encoder.items()
+            if not _LAYER.match(k) or k in {name for _, name, _ in layers[:start]}}
   return {**params, "encoder_model": {**params["encoder_model"],
                                       "encoder": {**others, "layers": {"layer": stacked}}}}
 
 
 def unstack_layers(params: dict, num_layers: int) -> dict:
-  """The nn.scan layout (layers/layer) -> per-layer params (layer_0, layer_1, ...)."""
+  """The inverse of `stack_layers`: num_layers layers, those kept apart included."""
   encoder = params["encoder_model"]["encoder"]
-  layers = {f"layer_{i}": jax.tree_util.tree_map(lambda x, i=i: x[i], encoder["layers"]["layer"])
-            for i in range(num_layers)}
+  start = sum(1 for k in encoder if _LAYER.match(k))  # layers kept out of the scan
+  layers = {f"layer_{i}": jax.tree_util.tree_map(lambda x, i=i: x[i - start],
+                                                 encoder["layers"]["layer"])
+            for i in range(start, num_layers)}
   others = {k: v for k, v in encoder.items() if k != "layers"}
   return {**params, "encoder_model": {**params["encoder_model"],
                                       "encoder": {**others, **layers}}}

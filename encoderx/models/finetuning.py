@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
-from encoderx.models import common, pretraining
+from encoderx.models import common, heads, pretraining
 from encoderx.models import dropout as dropout_lib
 
 SENTENCE_POOLINGS = ("first_token", "mean")
@@ -27,14 +26,7 @@ def sentence_representation(outputs: dict, pooling: str) -> jax.Array:
   return outputs["pooled"] if pooling == "pooler" else outputs["hidden"][:, 0]
 
 
-def pool(hidden: jax.Array, segment_ids: jax.Array, pooling: str) -> jax.Array:
-  """[batch, length, hidden] -> [batch, hidden]: the first token ('first_token', [CLS])
-  or the mean over the real tokens, special ones included ('mean', as
-  sentence-transformers' Pooling(pooling_mode_mean_tokens) over the attention mask)."""
-  if pooling == "first_token":
-    return hidden[:, 0]
-  real = (segment_ids > 0).astype(hidden.dtype)[..., None]
-  return (hidden * real).sum(axis=1) / jnp.maximum(real.sum(axis=1), 1e-9)
+pool = heads.pool
 
 
 class SequenceClassifier(nn.Module):
@@ -49,41 +41,58 @@ class SequenceClassifier(nn.Module):
                                                   with_pooler=self.pooling == "pooler")
     self.dropout_layer = dropout_lib.Dropout(self.dropout)
     self.classifier = common.dense(self.config, self.num_labels, ("embed", None),
-                                   "classifier")
+                                   "classifier", role="final")
 
   def __call__(self, batch: dict, deterministic: bool = True) -> jax.Array:
     x = sentence_representation(self.encoder_model(batch, deterministic), self.pooling)
     return self.classifier(self.dropout_layer(x, deterministic=deterministic))
 
 
+def token_representations(encoder_model: pretraining.EncoderModel, batch: dict,
+                          deterministic: bool) -> jax.Array:
+  """[batch, length, hidden]: the encoder's outputs, each through the pooler's transform
+  with model.token_head_transform (ModernBERT's task heads: ModernBertPredictionHead on
+  every token)."""
+  hidden = encoder_model(batch, deterministic)["hidden"]
+  if encoder_model.config.token_head_transform:
+    hidden = encoder_model.pooler.transform(hidden)
+  return hidden
+
+
 class TokenClassifier(nn.Module):
-  """Encoder -> dropout -> linear on every token: [batch, length, num_labels]."""
+  """Encoder (-> the pooler's transform, model.token_head_transform) -> dropout ->
+  linear on every token: [batch, length, num_labels]."""
   config: common.ModelConfig
   num_labels: int
   dropout: float = 0.1
 
   def setup(self):
-    self.encoder_model = pretraining.EncoderModel(self.config, with_pooler=False)
+    self.encoder_model = pretraining.EncoderModel(
+        self.config, with_pooler=self.config.token_head_transform)
     self.dropout_layer = dropout_lib.Dropout(self.dropout)
     self.classifier = common.dense(self.config, self.num_labels, ("embed", None),
-                                   "classifier")
+                                   "classifier", role="final")
 
   def __call__(self, batch: dict, deterministic: bool = True) -> jax.Array:
-    hidden = self.encoder_model(batch, deterministic)["hidden"]
+    hidden = token_representations(self.encoder_model, batch, deterministic)
     return self.classifier(self.dropout_layer(hidden, deterministic=deterministic))
 
 
 class SpanExtractor(nn.Module):
-  """Encoder -> linear to two scores per token: (start, end) logits, each
-  [batch, length] (BertForQuestionAnswering's qa_outputs, no dropout)."""
+  """Encoder (-> the pooler's transform, model.token_head_transform) -> linear to two
+  scores per token: (start, end) logits, each [batch, length] (BertForQuestionAnswering's
+  qa_outputs, no dropout)."""
   config: common.ModelConfig
 
   def setup(self):
-    self.encoder_model = pretraining.EncoderModel(self.config, with_pooler=False)
-    self.qa_outputs = common.dense(self.config, 2, ("embed", None), "qa_outputs")
+    self.encoder_model = pretraining.EncoderModel(
+        self.config, with_pooler=self.config.token_head_transform)
+    self.qa_outputs = common.dense(self.config, 2, ("embed", None), "qa_outputs",
+                                   role="final")
 
   def __call__(self, batch: dict, deterministic: bool = True) -> tuple[jax.Array, jax.Array]:
-    logits = self.qa_outputs(self.encoder_model(batch, deterministic)["hidden"])
+    logits = self.qa_outputs(token_representations(self.encoder_model, batch,
+                                                   deterministic))
     return logits[..., 0], logits[..., 1]
 
 

@@ -1,5 +1,6 @@
-"""Pretraining heads: masked-LM and span boundary (both tied to the token embedding),
-sentence-level, and replaced-token detection (ELECTRA's discriminator)."""
+"""Pretraining heads: masked-LM and span boundary (both scored against the token
+embedding), sentence-level, and replaced-token detection (ELECTRA's discriminator); the
+pooler (the sentence representation of the classifiers) and `pool`."""
 from __future__ import annotations
 
 import flax.linen as nn
@@ -14,17 +15,30 @@ def gather_positions(hidden: jax.Array, positions: jax.Array) -> jax.Array:
   return jnp.take_along_axis(hidden, positions[..., None], axis=1)
 
 
+def pool(hidden: jax.Array, segment_ids: jax.Array, pooling: str) -> jax.Array:
+  """[batch, length, hidden] -> [batch, hidden]: the first token ('first_token', [CLS])
+  or the mean over the real tokens, special ones included ('mean', as
+  sentence-transformers' Pooling(pooling_mode_mean_tokens) over the attention mask, and
+  Hugging Face's ModernBertForSequenceClassification with classifier_pooling 'mean')."""
+  if pooling == "first_token":
+    return hidden[:, 0]
+  real = (segment_ids > 0).astype(hidden.dtype)[..., None]
+  return (hidden * real).sum(axis=1) / jnp.maximum(real.sum(axis=1), 1e-9)
+
+
 def _transform(config: common.ModelConfig, x: jax.Array, features: int, dense_name: str,
-               norm_name: str) -> jax.Array:
-  """Dense + activation + LayerNorm (created in the calling module's scope)."""
-  x = common.dense(config, features, ("embed", "mlp"), dense_name)(x)
+               norm_name: str, role: str = "in") -> jax.Array:
+  """Dense (its bias as model.classifier_bias) + activation + norm (created in the
+  calling module's scope)."""
+  x = common.dense(config, features, ("embed", "mlp"), dense_name, config.classifier_bias,
+                   role)(x)
   # Pinned to the hidden layout (features whole on each device). Left to XLA's sharding
   # propagation, the features come out split over 'tensor' like the kernel, and on a
   # data x fsdp x tensor mesh with one example per data-parallel device the backward
   # pass of the LayerNorm and tied scores that follow was computed wrong (XLA CPU, jax
   # 0.10.2; tests/test_training.py checks that case against one device).
   x = common.constrain_hidden(x)
-  return common.layer_norm(config, norm_name)(common.ACTIVATIONS[config.hidden_act](x))
+  return common.norm(config, norm_name)(common.ACTIVATIONS[config.hidden_act](x))
 
 
 def _tied_scores(module: nn.Module, x: jax.Array,
@@ -34,17 +48,35 @@ def _tied_scores(module: nn.Module, x: jax.Array,
 
 
 class MlmHead(nn.Module):
-  """Dense + activation + LayerNorm, then scores against the token embedding + bias.
+  """Dense + activation + norm (model.mlm_transform), then scores against the token
+  embedding (or, model.tie_word_embeddings False, a table of its own) + bias
+  (model.decoder_bias).
 
-  It runs on the gathered masked positions only ([batch, predictions, hidden]), which
-  is what makes the vocabulary projection cheap.
+  BERT's (cls.predictions); ModernBERT's is the same (ModernBertPredictionHead then the
+  tied decoder, transformers models/modernbert/modeling_modernbert.py
+  ModernBertForMaskedLM); EuroBERT's scores the encoder's output with its own lm_head
+  (EuroBertForMaskedLM). It runs on the gathered masked positions only ([batch,
+  predictions, hidden]), which is what makes the vocabulary projection cheap.
   """
   config: common.ModelConfig
 
   @nn.compact
   def __call__(self, hidden: jax.Array, embeddings: embeddings_lib.Embeddings) -> jax.Array:
-    x = _transform(self.config, hidden, self.config.embedding_size, "transform", "layer_norm")
-    return _tied_scores(self, x, embeddings)
+    config = self.config
+    x = hidden
+    if config.mlm_transform:
+      x = _transform(config, x, config.embedding_size, "transform", "layer_norm", "out")
+    bias = embeddings_lib.output_bias(self, config) if config.decoder_bias else None
+    if config.tie_word_embeddings:
+      return embeddings.attend(x, bias)
+    table = embeddings_lib.Embed(
+        config.padded_vocab_size, x.shape[-1], dtype=config.compute_dtype,
+        param_dtype=config.weights_dtype,
+        embedding_init=common.initializer(config, ("vocab", "embed"), config.vocab_size,
+                                          role="out"),
+        name=embeddings_lib.OUTPUT_EMBEDDINGS)
+    return embeddings_lib.vocabulary_scores(
+        config, table.attend(x.astype(config.compute_dtype)), bias)
 
 
 class SboHead(nn.Module):
@@ -80,14 +112,37 @@ class SboHead(nn.Module):
 
 
 class Pooler(nn.Module):
-  """act(Dense(hidden at [CLS])), act model.pooler_act (BERT's tanh):
-  [batch, length, hidden] -> [batch, hidden]."""
+  """The sentence representation of the classifiers: the `transform` act(Dense(x)), act
+  model.pooler_act (BERT's tanh), then a norm with model.pooler_norm, of the tokens
+  model.classifier_pooling picks: [batch, length, hidden] -> [batch, hidden].
+
+  'first_token' ([CLS]: BERT's pooler) or 'mean' (of the real tokens, `pool`) pool
+  before the transform; 'late' transforms every token and averages after (EuroBERT's
+  classifier_pooling 'late' averages the classifier's logits of every token, the same
+  since the classifier is affine). ModernBERT's ModernBertPredictionHead is the
+  transform with its norm (model.pooler_norm) and the dense's bias as
+  model.classifier_bias; EuroBertForSequenceClassification's dense + GELU is it without.
+  """
   config: common.ModelConfig
 
-  @nn.compact
-  def __call__(self, hidden: jax.Array) -> jax.Array:
-    dense = common.dense(self.config, self.config.hidden_size, ("embed", "mlp"), "dense")
-    return common.ACTIVATIONS[self.config.pooler_act](dense(hidden[:, 0]))
+  def setup(self):
+    config = self.config
+    self.dense = common.dense(config, config.hidden_size, ("embed", "mlp"), "dense",
+                              config.classifier_bias, role="out")
+    if config.pooler_norm:
+      self.layer_norm = common.norm(config, "layer_norm")
+
+  def transform(self, x: jax.Array) -> jax.Array:
+    """[..., hidden] -> [..., hidden]: dense, activation, norm (model.pooler_norm)."""
+    x = common.ACTIVATIONS[self.config.pooler_act](self.dense(x))
+    return self.layer_norm(x) if self.config.pooler_norm else x
+
+  def __call__(self, hidden: jax.Array, segment_ids: jax.Array | None = None) -> jax.Array:
+    """`segment_ids` [batch, length] (their real tokens) for 'mean' and 'late'."""
+    pooling = self.config.classifier_pooling
+    if pooling == "late":
+      return pool(self.transform(hidden), segment_ids, "mean")
+    return self.transform(pool(hidden, segment_ids, pooling))
 
 
 class SentenceHead(nn.Module):

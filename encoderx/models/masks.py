@@ -131,6 +131,9 @@ def padding_queries_as_xla(out: jax.Array, value: jax.Array, segment_ids: jax.Ar
 
 def repeat_kv_heads(query: jax.Array, key: jax.Array, value: jax.Array
                     ) -> tuple[jax.Array, jax.Array]:
-  """key and value with each kv head repeated for the query heads that read it."""
+  """key and value with each kv head repeated for the query heads that read it (each
+  heads / kv_heads times in a row: Hugging Face's repeat_kv)."""
   groups = query.shape[2] // key.shape[2]
+  if groups == 1:
+    return key, value
   return jnp.repeat(key, groups, axis=2), jnp.repeat(value, groups, axis=2)

@@ -24,13 +24,16 @@ class EncoderModel(nn.Module):
   """Embeddings + encoder stack (+ pooler): the part every task and family shares.
 
   Outputs `hidden` [batch, length, hidden], `pooled` [batch, hidden] with the pooler,
-  and with `with_mask_decoder` (DeBERTa's MLM) `mask_decoder` [batch, predictions,
+  with `with_mask_decoder` (DeBERTa's MLM) `mask_decoder` [batch, predictions,
   hidden]: what the enhanced mask decoder gives the MLM head at
-  `batch['masked_positions']` (every position when absent).
+  `batch['masked_positions']` (every position when absent), and with
+  `with_layer_inputs` `layer_inputs` [layers, batch, length, hidden]: what entered each
+  layer (the embeddings' output first; Hugging Face's hidden_states but the last).
   """
   config: common.ModelConfig
   with_pooler: bool = True
   with_mask_decoder: bool = False
+  with_layer_inputs: bool = False
 
   def setup(self):
     self.embeddings = embeddings.Embeddings(self.config)
@@ -41,20 +44,23 @@ class EncoderModel(nn.Module):
   def __call__(self, batch: dict, deterministic: bool = True) -> dict:
     x = self.embeddings(batch["input_ids"], batch["token_type_ids"], batch["positions"],
                         deterministic)
-    context = self.encoder.with_relative(attention.layer_context(batch), deterministic)
-    if self.with_mask_decoder:
+    context = self.encoder.with_relative(attention.layer_context(batch, self.config),
+                                         deterministic)
+    if self.with_mask_decoder or self.with_layer_inputs:
       hidden, layer_inputs = self.encoder(x, context, deterministic,
                                           collect_layer_inputs=True)
       last_input = layer_inputs[-1]
     else:
       hidden = self.encoder(x, context, deterministic)
     outputs = {"hidden": hidden}
+    if self.with_layer_inputs:
+      outputs["layer_inputs"] = layer_inputs
     if self.with_mask_decoder:
       outputs["mask_decoder"] = self.enhanced_mask_decoder(
           last_input, batch["positions"], context, deterministic,
           batch.get("masked_positions"))
     if self.with_pooler:
-      outputs["pooled"] = self.pooler(hidden)
+      outputs["pooled"] = self.pooler(hidden, batch["segment_ids"])
     return outputs
 
   def enhanced_mask_decoder(self, last_input: jax.Array, positions: jax.Array,
