@@ -479,9 +479,9 @@ def test_bad_xlnet_settings_fail_with_the_field(change, message):
 
 
 def test_configs_carry_the_papers_sizes():
-  for module, sizes in ((xlnet_base, (12, 768, 12, 3072)), (xlnet_large, (24, 1024, 16, 4096)),
-                        (xlnet_tiny, (2, 128, 2, 512))):
-    config = config_lib.validate(module.get_config())
+  for variant, sizes in (("base", (12, 768, 12, 3072)), ("large", (24, 1024, 16, 4096)),
+                         ("tiny", (2, 128, 2, 512))):
+    config = config_lib.validate(configs.get(f"xlnet:{variant}"))
     model = config.model
     assert (model.num_layers, model.hidden_size, model.num_heads,
             model.intermediate_size) == sizes

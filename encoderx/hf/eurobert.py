@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from encoderx.hf import base, rules
+from encoderx.hf import base
+from encoderx.hf import rules as hf_rules
 from encoderx.models import common
 
 # encoderx model field -> EuroBertConfig field.
@@ -56,33 +57,33 @@ def encoder(config: common.ModelConfig, prefix: str) -> list[base.Rule]:
   """The token embedding, the layers, the final norm; weights under `prefix`."""
   bias, mlp_bias = config.attention_bias, config.mlp_bias
   rules = [(f"{prefix}embed_tokens.weight", "encoder_model/embeddings/word_embeddings/embedding",
-            rules.COPY)]
+            hf_rules.COPY)]
   for i in range(config.num_layers):
     layer, flax_layer = f"{prefix}layers.{i}", f"encoder_model/encoder/layer_{i}"
     attention = f"{flax_layer}/attention/self_attention"
-    rules += rules.layer_norm(f"{layer}.input_layernorm", f"{flax_layer}/attention/layer_norm",
+    rules += hf_rules.layer_norm(f"{layer}.input_layernorm", f"{flax_layer}/attention/layer_norm",
                            use_bias=False)
-    rules += rules.dense(f"{layer}.self_attn.q_proj", f"{attention}/query", rules.HEADS_IN,
-                      rules.HEADS_BIAS, bias)
+    rules += hf_rules.dense(f"{layer}.self_attn.q_proj", f"{attention}/query", hf_rules.HEADS_IN,
+                      hf_rules.HEADS_BIAS, bias)
     for name, ours in (("k_proj", "key"), ("v_proj", "value")):
-      rules += rules.dense(f"{layer}.self_attn.{name}", f"{attention}/{ours}", KV_HEADS_IN,
+      rules += hf_rules.dense(f"{layer}.self_attn.{name}", f"{attention}/{ours}", KV_HEADS_IN,
                         KV_HEADS_BIAS, bias)
-    rules += rules.dense(f"{layer}.self_attn.o_proj", f"{attention}/out", rules.HEADS_OUT,
+    rules += hf_rules.dense(f"{layer}.self_attn.o_proj", f"{attention}/out", hf_rules.HEADS_OUT,
                       use_bias=bias)
-    rules += rules.layer_norm(f"{layer}.post_attention_layernorm", f"{flax_layer}/ffn/layer_norm",
+    rules += hf_rules.layer_norm(f"{layer}.post_attention_layernorm", f"{flax_layer}/ffn/layer_norm",
                            use_bias=False)
     for name, ours in (("gate_proj", "intermediate"), ("up_proj", "linear"),
                        ("down_proj", "output")):
-      rules += rules.dense(f"{layer}.mlp.{name}", f"{flax_layer}/ffn/{ours}", use_bias=mlp_bias)
-  return rules + rules.layer_norm(f"{prefix}norm", "encoder_model/encoder/final_layer_norm",
+      rules += hf_rules.dense(f"{layer}.mlp.{name}", f"{flax_layer}/ffn/{ours}", use_bias=mlp_bias)
+  return rules + hf_rules.layer_norm(f"{prefix}norm", "encoder_model/encoder/final_layer_norm",
                                use_bias=False)
 
 
 def _mlm(config: common.ModelConfig) -> list[base.Rule]:
   """EuroBertForMaskedLM's lm_head: its weight (when not tied) and bias (mlp_bias)."""
   rules = [] if config.tie_word_embeddings else [
-      ("lm_head.weight", "mlm_head/output_embeddings/embedding", rules.COPY)]
-  return rules + ([("lm_head.bias", "mlm_head/output_bias", rules.COPY)]
+      ("lm_head.weight", "mlm_head/output_embeddings/embedding", hf_rules.COPY)]
+  return rules + ([("lm_head.bias", "mlm_head/output_bias", hf_rules.COPY)]
                   if config.decoder_bias else [])
 
 
@@ -150,11 +151,11 @@ FAMILY = base.Family(
             ("lm_head.weight",) if config.tie_word_embeddings else ())),
         # dense + GELU (our pooler, model.pooler_act 'gelu'), then the classifier.
         "sequence_classification": base.Head(
-            "EuroBertForSequenceClassification", lambda config: rules.dense(
-                "dense", "encoder_model/pooler/dense") + rules.dense("classifier", "classifier"),
+            "EuroBertForSequenceClassification", lambda config: hf_rules.dense(
+                "dense", "encoder_model/pooler/dense") + hf_rules.dense("classifier", "classifier"),
             pooler=False, labels=True),
         "token_classification": base.Head("EuroBertForTokenClassification",
-                                        rules.classifier(), pooler=False, labels=True),
+                                        hf_rules.classifier(), pooler=False, labels=True),
         "base": base.Head("EuroBertModel", base_prefix=False, pooler=False),
     },
     hf_fields=hf_fields, model_fields=model_fields, check=check, pooler_act="gelu")

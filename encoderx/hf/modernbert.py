@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from encoderx.hf import base, rules
+from encoderx.hf import base
+from encoderx.hf import rules as hf_rules
 from encoderx.models import common
 
 # encoderx model field -> ModernBertConfig field.
@@ -59,37 +60,37 @@ def encoder(config: common.ModelConfig, prefix: str) -> list[base.Rule]:
   norm_bias, attention_bias, mlp_bias = config.norm_bias, config.attention_bias, config.mlp_bias
   embeddings = "encoder_model/embeddings"
   rules = [(f"{prefix}embeddings.tok_embeddings.weight",
-            f"{embeddings}/word_embeddings/embedding", rules.COPY)]
-  rules += rules.layer_norm(f"{prefix}embeddings.norm", f"{embeddings}/layer_norm", norm_bias)
+            f"{embeddings}/word_embeddings/embedding", hf_rules.COPY)]
+  rules += hf_rules.layer_norm(f"{prefix}embeddings.norm", f"{embeddings}/layer_norm", norm_bias)
   for i in range(config.num_layers):
     layer, flax_layer = f"{prefix}layers.{i}", f"encoder_model/encoder/layer_{i}"
     attention = f"{flax_layer}/attention/self_attention"
     if i > 0:  # layer 0's attn_norm is Identity (model.first_attention_norm=False)
-      rules += rules.layer_norm(f"{layer}.attn_norm", f"{flax_layer}/attention/layer_norm",
+      rules += hf_rules.layer_norm(f"{layer}.attn_norm", f"{flax_layer}/attention/layer_norm",
                              norm_bias)
     for j, name in enumerate(("query", "key", "value")):
-      rules += rules.dense(f"{layer}.attn.Wqkv", f"{attention}/{name}", rules.rows(rules.HEADS_IN, j, 3),
-                        rules.rows(rules.HEADS_BIAS, j, 3), attention_bias)
-    rules += rules.dense(f"{layer}.attn.Wo", f"{attention}/out", rules.HEADS_OUT,
+      rules += hf_rules.dense(f"{layer}.attn.Wqkv", f"{attention}/{name}", hf_rules.rows(hf_rules.HEADS_IN, j, 3),
+                        hf_rules.rows(hf_rules.HEADS_BIAS, j, 3), attention_bias)
+    rules += hf_rules.dense(f"{layer}.attn.Wo", f"{attention}/out", hf_rules.HEADS_OUT,
                       use_bias=attention_bias)
-    rules += rules.layer_norm(f"{layer}.mlp_norm", f"{flax_layer}/ffn/layer_norm", norm_bias)
+    rules += hf_rules.layer_norm(f"{layer}.mlp_norm", f"{flax_layer}/ffn/layer_norm", norm_bias)
     for j, name in enumerate(("intermediate", "linear")):
-      rules += rules.dense(f"{layer}.mlp.Wi", f"{flax_layer}/ffn/{name}", rules.rows(rules.LINEAR, j, 2),
-                        rules.rows(rules.COPY, j, 2), mlp_bias)
-    rules += rules.dense(f"{layer}.mlp.Wo", f"{flax_layer}/ffn/output", use_bias=mlp_bias)
-  return rules + rules.layer_norm(f"{prefix}final_norm", "encoder_model/encoder/final_layer_norm",
+      rules += hf_rules.dense(f"{layer}.mlp.Wi", f"{flax_layer}/ffn/{name}", hf_rules.rows(hf_rules.LINEAR, j, 2),
+                        hf_rules.rows(hf_rules.COPY, j, 2), mlp_bias)
+    rules += hf_rules.dense(f"{layer}.mlp.Wo", f"{flax_layer}/ffn/output", use_bias=mlp_bias)
+  return rules + hf_rules.layer_norm(f"{prefix}final_norm", "encoder_model/encoder/final_layer_norm",
                                norm_bias)
 
 
 def _mlm(config: common.ModelConfig) -> list[base.Rule]:
   """ModernBertForMaskedLM's head (dense, norm) and decoder (its bias; its weight when
   not tied to the token embedding)."""
-  rules = (rules.dense("head.dense", "mlm_head/transform", use_bias=config.classifier_bias)
-           + rules.layer_norm("head.norm", "mlm_head/layer_norm", config.norm_bias))
+  rules = (hf_rules.dense("head.dense", "mlm_head/transform", use_bias=config.classifier_bias)
+           + hf_rules.layer_norm("head.norm", "mlm_head/layer_norm", config.norm_bias))
   if config.decoder_bias:
-    rules.append(("decoder.bias", "mlm_head/output_bias", rules.COPY))
+    rules.append(("decoder.bias", "mlm_head/output_bias", hf_rules.COPY))
   if not config.tie_word_embeddings:
-    rules.append(("decoder.weight", "mlm_head/output_embeddings/embedding", rules.COPY))
+    rules.append(("decoder.weight", "mlm_head/output_embeddings/embedding", hf_rules.COPY))
   return rules
 
 
@@ -97,9 +98,9 @@ def _task(classifier: str):
   """A task class's rules: its ModernBertPredictionHead (our pooler) and `classifier`
   (our `classifier`, or the QA head's `qa_outputs`)."""
   return lambda config: (
-      rules.dense("head.dense", "encoder_model/pooler/dense", use_bias=config.classifier_bias)
-      + rules.layer_norm("head.norm", "encoder_model/pooler/layer_norm", config.norm_bias)
-      + rules.dense("classifier", classifier))
+      hf_rules.dense("head.dense", "encoder_model/pooler/dense", use_bias=config.classifier_bias)
+      + hf_rules.layer_norm("head.norm", "encoder_model/pooler/layer_norm", config.norm_bias)
+      + hf_rules.dense("classifier", classifier))
 
 
 def global_every(layer_types: list[str]) -> int:
