@@ -1,4 +1,4 @@
-"""encoderx.bench's accelerator rows on a GPU host whose image has jax, PyTorch and
+"""encoderx.tools.bench's accelerator rows on a GPU host whose image has jax, PyTorch and
 transformers but not the text stack (tensorflow, tensorflow-text, seqio): NVIDIA's JAX
 containers, for one, and the GPU machines this project is lent, which have no network.
 
@@ -10,7 +10,7 @@ containers, for one, and the GPU machines this project is lent, which have no ne
     python launch/gpu_bench.py profile DIR bert_large@512 [--dropouts=0] [--trace_out=D]
     python launch/gpu_bench.py tune [--shape=32,512,16,64]
 
-`rows` prints the table of `python -m encoderx.bench --device=gpu` (the same functions:
+`rows` prints the table of `python -m encoderx.tools.bench --device=gpu` (the same functions:
 encoderx's jitted train step, Hugging Face PyTorch with SDPA and bf16 autocast beside it)
 and first checks cuDNN's fused attention against XLA's on the device, and encoderx's
 Pallas attention with dropout against its XLA reference, then times the attentions
@@ -110,18 +110,18 @@ def _import_encoderx():
       sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
       import configs  # pylint: disable=g-import-not-at-top
       sys.modules["encoderx.configs"] = configs
-  from encoderx import bench  # pylint: disable=g-import-not-at-top
+  from encoderx.tools import bench  # pylint: disable=g-import-not-at-top
   return bench
 
 
 def _import_encoderx_without_text_stack():
-  """encoderx.bench, with the text stack stood in for (`_StandInFinder`)."""
+  """encoderx.tools.bench, with the text stack stood in for (`_StandInFinder`)."""
   sys.meta_path.insert(0, _StandInFinder())
   return _import_encoderx()
 
 
 def bench_on_recordings(directory: str):
-  """encoderx.bench with the text stack stood in for and the recordings of `directory`
+  """encoderx.tools.bench with the text stack stood in for and the recordings of `directory`
   as its vocabulary and batches."""
   bench = _import_encoderx_without_text_stack()
   from encoderx.data import tasks  # pylint: disable=g-import-not-at-top

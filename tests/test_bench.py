@@ -11,7 +11,8 @@ import jax
 import numpy as np
 import pytest
 
-from encoderx import bench, flops, trainer as trainer_lib
+from encoderx import trainer as trainer_lib
+from encoderx.tools import bench, flops
 
 
 def _compiled(config, batch_size=8):
@@ -26,7 +27,7 @@ def _compiled(config, batch_size=8):
 @pytest.mark.parametrize("model_name", ["bert_mini", "albert_tiny", "electra_tiny",
                                         "spanbert_tiny"])
 def test_flop_formula_matches_xla_count(model_name):
-  """The formula from the config (encoderx/flops.py) is within 10% of the FLOPs XLA
+  """The formula from the config (encoderx/tools/flops.py) is within 10% of the FLOPs XLA
   counts in the compiled step, which also counts elementwise ops and the optimizer (a
   larger share the smaller the model): BERT's layers, ALBERT's shared layers and
   factorized embeddings, ELECTRA's generator, SpanBERT's SBO head."""
@@ -134,7 +135,7 @@ def test_bench_leaves_gpu_memory_to_pytorch_unless_told_otherwise(preset, expect
   if preset is not None:
     env["XLA_PYTHON_CLIENT_PREALLOCATE"] = preset
   out = subprocess.run(
-      [sys.executable, "-c", "import os, encoderx.bench; "
+      [sys.executable, "-c", "import os, encoderx.tools.bench; "
        "print(os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])"],
       env=env, capture_output=True, text=True, check=True).stdout
   assert out.split()[-1] == expected

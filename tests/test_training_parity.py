@@ -1,6 +1,6 @@
 """Training parity: encoderx's train step and Hugging Face PyTorch, started from the same
 (converted) weights and fed the same batches with the same masks, give the same loss and
-gradient norm at every step and the same weights at the end (encoderx/parity.py).
+gradient norm at every step and the same weights at the end (encoderx/tools/parity.py).
 
 Tolerances (fp32, dropout off). The two compute the same sums in different orders. The
 loss agrees to ~1e-7 relative (float32's resolution; observed <= 6e-7 at every step).
@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from encoderx import parity, trainer as trainer_lib
+from encoderx import trainer as trainer_lib
+from encoderx.tools import parity
 from encoderx.data import pipeline
 from encoderx.export import hf
 
@@ -122,10 +123,10 @@ def test_mlm_labels_put_each_target_at_its_position():
 
 
 def test_compare_scores_as_the_objective_does():
-  """encoderx.compare scores both frameworks' logits with one numpy function; it gives
+  """encoderx.tools.compare scores both frameworks' logits with one numpy function; it gives
   the MLM objective's own sums."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from encoderx import compare  # pylint: disable=g-import-not-at-top
+  from encoderx.tools import compare  # pylint: disable=g-import-not-at-top
   from encoderx.objectives import base  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   logits = rng.normal(size=(3, 4, 50)).astype(np.float32) * 3

@@ -17,7 +17,7 @@ built from the same `config.optimizer` (`torch_optimizer`): torch.optim.AdamW wi
 transformers' `get_linear_schedule_with_warmup` and the weight-decay groups of
 transformers' Trainer (no decay for biases and LayerNorm modules), or for LAMB an exact
 PyTorch reimplementation (`Lamb`: torch has none). The comparison script
-(encoderx/compare.py) trains Hugging Face with the same pieces.
+(encoderx/tools/compare.py) trains Hugging Face with the same pieces.
 
 A family of the pretrain method needs nothing more (a sentence head adds its HF class's
 label argument to `SENTENCE_LABELS`); another method passes its own loss, conversion and

@@ -1,7 +1,7 @@
 """The input pipeline at corpus scale: start-up, memory and resume against corpus size,
 and examples/s per core for each example builder.
 
-    python -m encoderx.bench_data [--scales=1,8,64] [--workdir=DIR] [--on_the_fly]
+    python -m encoderx.tools.bench_data [--scales=1,8,64] [--workdir=DIR] [--on_the_fly]
         [--skip_builders | --skip_scales] [--workers=N]
 
 1. Corpora 1x, 8x, 64x the bundled one: copy r of each bundled novel, its chapters in an
@@ -120,8 +120,8 @@ def preprocess_corpus(spec: str, corpus_dir: str, output: str, workers: int) -> 
 # --- measurements, each in a fresh process ------------------------------------------------
 def _task_and_check(config):
   """What a run does before its first batch: the method's data check, then the Task."""
-
-  pretraining = method.build(config)
+  from encoderx.methods import registry  # pylint: disable=g-import-not-at-top
+  pretraining = registry.build(config)
   pretraining.check_data()
   return pretraining.task()
 
@@ -212,7 +212,7 @@ def measure_builder(spec: dict) -> dict:
 
 def _in_fresh_process(function: str, spec: dict) -> dict:
   result = subprocess.run(
-      [sys.executable, "-m", "encoderx.bench_data", f"--{function}", json.dumps(spec)],
+      [sys.executable, "-m", "encoderx.tools.bench_data", f"--{function}", json.dumps(spec)],
       capture_output=True, text=True, check=False)
   if result.returncode:
     raise RuntimeError(f"{function} {spec} failed:\n{result.stderr[-3000:]}")
@@ -322,7 +322,7 @@ def main(argv=None) -> None:
   print(f"encoderx bench_data: batch {BATCH_SIZE} x length {SEQ_LENGTH}, in {workdir}\n"
         f"  host: {os.cpu_count()} CPU core(s), load average {os.getloadavg()[0]:.2f} "
         "(other processes on the host skew every figure)", flush=True)
-  from encoderx.bench import format_table  # pylint: disable=g-import-not-at-top
+  from encoderx.tools.bench import format_table  # pylint: disable=g-import-not-at-top
   sources = list(SOURCES if args.on_the_fly else SOURCES[:2])
   try:
     if not args.skip_scales:

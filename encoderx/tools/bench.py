@@ -1,12 +1,12 @@
 """Throughput of encoderx pretraining on this machine, against Hugging Face PyTorch.
 
-    python -m encoderx.bench [--batch_size=32] [--steps=10] \
+    python -m encoderx.tools.bench [--batch_size=32] [--steps=10] \
         [--models=bert_tiny,bert_small,roberta_tiny,albert_tiny,spanbert_tiny,deberta_tiny,
                   electra_tiny,electra_small,bert_electra_small,xlnet_tiny] [--skip_torch]
-    python -m encoderx.bench --attention_cost [--models=bert_small] [--batch_size=8]
-    python -m encoderx.bench --kernel_gradient_cost [--models=bert_small]
-    python -m encoderx.bench --models=bert_mini --train_loop_steps=60
-    python -m encoderx.bench --device=gpu   # or tpu: BERT-base/large at 128 and 512, bf16
+    python -m encoderx.tools.bench --attention_cost [--models=bert_small] [--batch_size=8]
+    python -m encoderx.tools.bench --kernel_gradient_cost [--models=bert_small]
+    python -m encoderx.tools.bench --models=bert_mini --train_loop_steps=60
+    python -m encoderx.tools.bench --device=gpu   # or tpu: BERT-base/large at 128 and 512, bf16
 
 For each model, at sequence length 128 (its tiny config's data settings):
 
@@ -29,7 +29,7 @@ For each model, at sequence length 128 (its tiny config's data settings):
   machine's speed during the run (a shared host, frequency scaling) reaches both
   alike; the line of each model also gives the ratio of each pair of steps (median and
   range). On GPU they run one after the other (each framework holds its own memory).
-- MFU: model FLOPs per token (encoderx/flops.py, from the config: 6 x the layers'
+- MFU: model FLOPs per token (encoderx/tools/flops.py, from the config: 6 x the layers'
   matmul parameters + attention scores + the MLM head on what each framework scores)
   x tokens/s, over the machine's peak: the best of a few large float32 matmuls
   (PEAK_MATMUL_SIZE square) timed in the same run. "XLA MFLOP/tok" is XLA's own count of
@@ -111,7 +111,7 @@ import numpy as np
 from absl import logging as absl_logging
 
 from encoderx import config as config_lib
-from encoderx import flops as flops_lib
+from encoderx.tools import flops as flops_lib
 from encoderx import host_allocator
 from encoderx.methods import registry as method_registry
 from encoderx import trainer as trainer_lib
@@ -215,7 +215,7 @@ def measure_matmul_peak(dtype=np.float32, size: int = PEAK_MATMUL_SIZE,
 
 
 def model_flops_per_token(config, method, scores_every_position: bool = False) -> float:
-  """The step's model FLOPs per token (encoderx/flops.py) for the method's sizes: the
+  """The step's model FLOPs per token (encoderx/tools/flops.py) for the method's sizes: the
   MLM head on the config's predictions per row, or on every position (Hugging Face's
   MLM heads); XLNet's on its predictions either way (its target mapping)."""
   seq_length = config.data.seq_length

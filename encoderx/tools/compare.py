@@ -1,12 +1,12 @@
 """Equal-budget comparison: encoderx and Hugging Face PyTorch trained on the identical
 batch stream of a pretraining config for N steps, scored on the same held-out batches.
 
-    python -m encoderx.compare --config=configs/bert_tiny.py --steps=600 --seeds=0,1,2 \
+    python -m encoderx.tools.compare --config=configs/bert.py:tiny --steps=600 --seeds=0,1,2 \
         [--config.<field>=...] [--same_init] [--output=compare.json]
 
 For each seed: the config's batch stream (train.seed = seed) masked by encoderx at every
 step (Trainer.prepared_batch, the train step's own masks) trains encoderx (its train
-step) and the family's HF pretraining class (encoderx/parity.py: its own loss, the same
+step) and the family's HF pretraining class (encoderx/tools/parity.py: its own loss, the same
 optimizer settings, clipping, schedule and dropout, in train mode). Each starts from its
 own initialization (seeded), or with --same_init both from HF's, converted. Held out:
 config.eval.batches batches of the validation split, masked once with a fixed key; both
@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoderx import parity, trainer as trainer_lib
+from encoderx import trainer as trainer_lib
+from encoderx.tools import parity
 from encoderx.data import pipeline
 from encoderx.export import hf
 
