@@ -1,4 +1,4 @@
-"""encoderx.bench's accelerator rows on a GPU host whose image has jax, PyTorch and
+"""encoderx.tools.bench's accelerator rows on a GPU host whose image has jax, PyTorch and
 transformers but not the text stack (tensorflow, tensorflow-text, seqio): NVIDIA's JAX
 containers, for one, and the GPU machines this project is lent, which have no network.
 
@@ -10,7 +10,7 @@ containers, for one, and the GPU machines this project is lent, which have no ne
     python launch/gpu_bench.py profile DIR bert_large@512 [--dropouts=0] [--trace_out=D]
     python launch/gpu_bench.py tune [--shape=32,512,16,64]
 
-`rows` prints the table of `python -m encoderx.bench --device=gpu` (the same functions:
+`rows` prints the table of `python -m encoderx.tools.bench --device=gpu` (the same functions:
 encoderx's jitted train step, Hugging Face PyTorch with SDPA and bf16 autocast beside it)
 and first checks cuDNN's fused attention against XLA's on the device, and encoderx's
 Pallas attention with dropout against its XLA reference, then times the attentions
@@ -110,21 +110,24 @@ def _import_encoderx():
       sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
       import configs  # pylint: disable=g-import-not-at-top
       sys.modules["encoderx.configs"] = configs
-  from encoderx import bench  # pylint: disable=g-import-not-at-top
-  return bench
+  # The bench first: it tells jax not to reserve the GPU's memory, before jax starts.
+  import encoderx.tools.bench  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  from encoderx import tools  # pylint: disable=g-import-not-at-top
+  return tools
 
 
 def _import_encoderx_without_text_stack():
-  """encoderx.bench, with the text stack stood in for (`_StandInFinder`)."""
+  """encoderx.tools (the bench's parts imported), with the text stack stood in for
+  (`_StandInFinder`)."""
   sys.meta_path.insert(0, _StandInFinder())
   return _import_encoderx()
 
 
 def bench_on_recordings(directory: str):
-  """encoderx.bench with the text stack stood in for and the recordings of `directory`
-  as its vocabulary and batches."""
-  bench = _import_encoderx_without_text_stack()
-  from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
+  """encoderx.tools (the bench's parts) with the text stack stood in for and the
+  recordings of `directory` as its vocabulary and batches."""
+  tools = _import_encoderx_without_text_stack()
+  from encoderx.data import pipeline, tasks  # pylint: disable=g-import-not-at-top
   from encoderx.methods import pretrain  # pylint: disable=g-import-not-at-top
   with open(os.path.join(directory, VOCABULARY_FILE)) as f:
     facts = json.load(f)
@@ -151,20 +154,21 @@ def bench_on_recordings(directory: str):
                        "are needed: record more")
     return [{k: v[:batch_size] for k, v in b.items()} for b in recorded[:count]]
 
-  bench.pipeline.take_batches = recorded_batches
-  bench.pretraining_task = lambda config: None
-  return bench
+  pipeline.take_batches = recorded_batches
+  tools.bench_models.pretraining_task = lambda config: None
+  return tools
 
 
 # --- record -----------------------------------------------------------------------------
 def record(directory: str, lengths: list[int], batch_size: int) -> None:
-  bench = _import_encoderx()
-  from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
+  tools = _import_encoderx()
+  from encoderx.data import pipeline, tasks  # pylint: disable=g-import-not-at-top
+  warmup = tools.accelerator.ACCELERATOR_WARMUP_STEPS
   os.makedirs(directory, exist_ok=True)
   for length in lengths:
-    config = bench.accelerator_config("bert_base", length, batch_size)
-    batches = bench.pipeline.take_batches(bench.pretraining_task(config), "train", length,
-                                          batch_size, 1 + bench.ACCELERATOR_WARMUP_STEPS
+    config = tools.accelerator.accelerator_config("bert_base", length, batch_size)
+    batches = pipeline.take_batches(tools.bench_models.pretraining_task(config), "train",
+                                    length, batch_size, 1 + warmup
                                           + STEPS)
     np.savez(os.path.join(directory, f"batches_{length}.npz"),
              **{f"{i}/{k}": v for i, b in enumerate(batches) for k, v in b.items()})
@@ -173,7 +177,7 @@ def record(directory: str, lengths: list[int], batch_size: int) -> None:
                special_ids=[int(i) for i in vocabulary.special_ids])
   with open(os.path.join(directory, VOCABULARY_FILE), "w") as f:
     json.dump(facts, f)
-  print(f"recorded {len(lengths)} length(s) x {1 + bench.ACCELERATOR_WARMUP_STEPS + STEPS} "
+  print(f"recorded {len(lengths)} length(s) x {1 + warmup + STEPS} "
         f"batches of {batch_size} in {directory}; vocabulary {facts}")
 
 
@@ -383,7 +387,7 @@ def tune(shape, forward_tilings=FORWARD_TILINGS, backward_tilings=BACKWARD_TILIN
   return best
 
 
-def rows(bench, plan, dropouts, kernels, batch_size: int, with_torch: bool) -> None:
+def rows(tools, plan, dropouts, kernels, batch_size: int, with_torch: bool) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   if jax.default_backend() == "gpu":
     check_fused_attention()
@@ -396,12 +400,12 @@ def rows(bench, plan, dropouts, kernels, batch_size: int, with_torch: bool) -> N
   for (size, length), dropout, kernel in itertools.product(plan, dropouts, kernels):
     start = time.perf_counter()
     try:  # one failing row (memory, say, or the kernel's compile) must not lose others
-      table += bench.accelerator_rows([size], [length], batch_size, STEPS, with_torch,
-                                      [dropout], [kernel])
+      table += tools.accelerator.accelerator_rows([size], [length], batch_size, STEPS,
+                                                  with_torch, [dropout], [kernel])
     except Exception:  # pylint: disable=broad-except
       traceback.print_exc()
     print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
-  print("\n" + bench.format_table(table), flush=True)
+  print("\n" + tools.report.table("accelerator", table), flush=True)
 
 
 # --- profile ----------------------------------------------------------------------------
@@ -425,15 +429,18 @@ def kernel_times(trace_path: str, steps: int, top: int = 40) -> None:
     print(f"  {duration / 1e3 / steps:8.2f} ms  {100 * duration / busy:5.1f}%  {name}")
 
 
-def profile(bench, plan, dropouts, kernels, batch_size: int, trace_out: str | None
+def profile(tools, plan, dropouts, kernels, batch_size: int, trace_out: str | None
             ) -> None:
   import jax  # pylint: disable=g-import-not-at-top
+  from encoderx.data import pipeline  # pylint: disable=g-import-not-at-top
   for size, length in plan:
     for dropout, kernel in itertools.product(dropouts, kernels):
-      config = bench.accelerator_config(size, length, batch_size, dropout, kernel)
-      batches = bench.pipeline.take_batches(None, "train", length, batch_size, 8)
-      stepper, _, cost = bench.encoderx_stepper(config, batches)
-      times = bench.time_steps(stepper.run_step, bench.ACCELERATOR_WARMUP_STEPS, STEPS)
+      config = tools.accelerator.accelerator_config(size, length, batch_size, dropout,
+                                                    kernel)
+      batches = pipeline.take_batches(None, "train", length, batch_size, 8)
+      stepper, _, cost = tools.train_steps.encoderx_stepper(config, batches)
+      times = tools.timing.time_steps(stepper.run_step,
+                                      tools.accelerator.ACCELERATOR_WARMUP_STEPS, STEPS)
       print(f"\n{size} @{length}, attention dropout {config.model.attention_dropout:g}, "
             f"{kernel} kernel (prng {jax.config.jax_default_prng_impl}): compile "
             f"{cost.compile_seconds:.0f} s, step median "
@@ -492,14 +499,14 @@ def main(argv=None) -> None:
     _import_encoderx_without_text_stack()
     tune(args.shape)
     return
-  bench = bench_on_recordings(args.directory)
+  tools = bench_on_recordings(args.directory)
   import jax  # pylint: disable=g-import-not-at-top
   print(f"jax {jax.__version__}, {jax.devices()}", flush=True)
   if args.mode == "rows":
-    rows(bench, args.plan, args.dropouts, args.kernels, args.batch_size,
+    rows(tools, args.plan, args.dropouts, args.kernels, args.batch_size,
          not args.skip_torch)
   else:
-    profile(bench, args.plan, args.dropouts, args.kernels, args.batch_size,
+    profile(tools, args.plan, args.dropouts, args.kernels, args.batch_size,
             args.trace_out)
 
 

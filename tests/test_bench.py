@@ -1,5 +1,6 @@
 """The benchmark's measures: the FLOP formula against XLA's count, the ahead-of-time
-compiled step, MFU and the training-loop comparison, the accelerator path on CPU."""
+compiled step, MFU and the training-loop comparison, the accelerator path on CPU
+(encoderx/tools/bench.py and its parts)."""
 import dataclasses
 import os
 import shutil
@@ -11,14 +12,16 @@ import jax
 import numpy as np
 import pytest
 
-from encoderx import bench, flops, trainer as trainer_lib
+from encoderx import trainer as trainer_lib
+from encoderx.data import pipeline
+from encoderx.tools import accelerator, bench, bench_models, flops, timing
 
 
 def _compiled(config, batch_size=8):
   trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
   state = trainer.init_state()
-  (batch,) = bench.pipeline.take_batches(bench.pretraining_task(config), "train",
-                                         config.data.seq_length, batch_size, 1)
+  (batch,) = pipeline.take_batches(bench_models.pretraining_task(config), "train",
+                                   config.data.seq_length, batch_size, 1)
   step, cost = trainer.compile_train_step(state, trainer.device_batch(batch))
   return trainer, state, batch, step, cost
 
@@ -26,19 +29,19 @@ def _compiled(config, batch_size=8):
 @pytest.mark.parametrize("model_name", ["bert_mini", "albert_tiny", "electra_tiny",
                                         "spanbert_tiny"])
 def test_flop_formula_matches_xla_count(model_name):
-  """The formula from the config (encoderx/flops.py) is within 10% of the FLOPs XLA
+  """The formula from the config (encoderx/tools/flops.py) is within 10% of the FLOPs XLA
   counts in the compiled step, which also counts elementwise ops and the optimizer (a
   larger share the smaller the model): BERT's layers, ALBERT's shared layers and
   factorized embeddings, ELECTRA's generator, SpanBERT's SBO head."""
-  config = bench.build_config(model_name, 8)
+  config = bench_models.build_config(model_name, 8)
   trainer, _, _, _, cost = _compiled(config)
-  formula = bench.model_flops_per_token(config, trainer.method)
+  formula = bench_models.model_flops_per_token(config, trainer.method)
   xla = cost.flops / (8 * config.data.seq_length)
   assert formula <= xla < 1.10 * formula, (formula, xla)
 
 
 def test_head_on_every_position_costs_more():
-  config = bench.build_config("bert_small", 8)
+  config = bench_models.build_config("bert_small", 8)
   model = trainer_lib.Trainer(config, devices=jax.devices()[:1]).method.model_config
   gathered = flops.training_flops_per_token(model, 128, 20)
   every = flops.training_flops_per_token(model, 128, 128)
@@ -75,7 +78,7 @@ def test_interleaved_steps_take_turns_and_are_timed_each():
     calls.append(("slow", index))
     time.sleep(0.02)
 
-  quick_times, slow_times = bench.time_interleaved([quick, slow], warmup=1, steps=3)
+  quick_times, slow_times = timing.time_interleaved([quick, slow], warmup=1, steps=3)
   assert calls == [("quick", 0), ("slow", 0), ("slow", 1), ("quick", 1), ("quick", 2),
                    ("slow", 2), ("slow", 3), ("quick", 3)]
   assert len(quick_times) == len(slow_times) == 3
@@ -83,9 +86,9 @@ def test_interleaved_steps_take_turns_and_are_timed_each():
 
 
 def test_published_peaks_by_device_kind():
-  assert bench.published_peak("NVIDIA H100 80GB HBM3") == 989e12
-  assert bench.published_peak("TPU v5 lite") == 197e12
-  assert bench.published_peak("cpu") is None
+  assert accelerator.published_peak("NVIDIA H100 80GB HBM3") == 989e12
+  assert accelerator.published_peak("TPU v5 lite") == 197e12
+  assert accelerator.published_peak("cpu") is None
 
 
 def test_accelerator_path_runs_on_cpu(capsys):
@@ -93,14 +96,16 @@ def test_accelerator_path_runs_on_cpu(capsys):
   without it, the fused attention choosing XLA here; MFU against a peak) run here on CPU,
   a tiny model standing in for BERT-base; and the rows of --attention_kernels=pallas,
   the kernel interpreted here."""
-  rows = bench.accelerator_rows(["bert_tiny"], (64,), batch_size=2, steps=1,
-                                with_torch=False, attention_kernels=("auto", "pallas"))
+  rows = accelerator.accelerator_rows(["bert_tiny"], (64,), batch_size=2, steps=1,
+                                      with_torch=False, attention_kernels=("auto", "pallas"))
   assert [row["model"] for row in rows] == [
       "bert_tiny @64, attention dropout 0.1", "bert_tiny @64, attention dropout 0.1, "
       "pallas kernel", "bert_tiny @64, attention dropout 0",
       "bert_tiny @64, attention dropout 0, pallas kernel"]
   for row in rows:
-    assert row["MFU"].endswith("%") and float(row["jax tok/s"].replace(",", "")) > 0
+    assert row["mfu"] > 0 and row["jax_tokens_per_second"] > 0
+  printed = bench.report.table("accelerator", rows)
+  assert "MFU" in printed and "%" in printed.splitlines()[2]
   assert "measured bf16 matmul" in capsys.readouterr().out
 
 
@@ -118,7 +123,7 @@ def test_bench_prints_mfu_and_the_training_loop(capsys):
 
 def test_accelerator_lengths_flag():
   assert bench.parse_args(["--device=gpu", "--lengths=512,128"]).lengths == [512, 128]
-  assert bench.parse_args(["--device=gpu"]).lengths == list(bench.ACCELERATOR_LENGTHS)
+  assert bench.parse_args(["--device=gpu"]).lengths == list(accelerator.ACCELERATOR_LENGTHS)
   assert bench.parse_args(["--device=gpu", "--attention_kernels=auto,pallas"]
                           ).attention_kernels == ["auto", "pallas"]
   for bad in ("--lengths=512,x", "--lengths=4", "--attention_kernels=auto,triton"):
@@ -134,7 +139,7 @@ def test_bench_leaves_gpu_memory_to_pytorch_unless_told_otherwise(preset, expect
   if preset is not None:
     env["XLA_PYTHON_CLIENT_PREALLOCATE"] = preset
   out = subprocess.run(
-      [sys.executable, "-c", "import os, encoderx.bench; "
+      [sys.executable, "-c", "import os, encoderx.tools.bench; "
        "print(os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])"],
       env=env, capture_output=True, text=True, check=True).stdout
   assert out.split()[-1] == expected

@@ -10,10 +10,11 @@ import pytest
 from etils import epath
 
 from encoderx import errors
-from encoderx import files, initialize, plot, train
+from encoderx import files, initialize, train
 from encoderx import workdir as workdir_lib
 from encoderx.data import resources
 from encoderx.export import writer
+from encoderx.tools import plot
 
 ONE_DEVICE = jax.devices()[:1]
 

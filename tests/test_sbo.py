@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from encoderx import errors
-from encoderx import batch_inspector, config as config_lib, train, trainer as trainer_lib
+from encoderx import config as config_lib, train, trainer as trainer_lib
 from encoderx import configs
 from encoderx.data import tasks
 from encoderx.models import common, embeddings as embeddings_lib, encoder, heads, pretraining
 from encoderx.objectives import mlm
+from encoderx.tools import batch_inspector
 
 ONE_DEVICE = jax.devices()[:1]
 

@@ -1,6 +1,7 @@
 """Training parity: encoderx's train step and Hugging Face PyTorch, started from the same
 (converted) weights and fed the same batches with the same masks, give the same loss and
-gradient norm at every step and the same weights at the end (encoderx/parity.py).
+gradient norm at every step and the same weights at the end (encoderx/tools/parity.py, on
+the shared PyTorch adapters of encoderx/tools/torch_adapters.py).
 
 Tolerances (fp32, dropout off). The two compute the same sums in different orders. The
 loss agrees to ~1e-7 relative (float32's resolution; observed <= 6e-7 at every step).
@@ -19,16 +20,17 @@ import numpy as np
 import pytest
 import torch
 
-from encoderx import parity, trainer as trainer_lib
+from encoderx import trainer as trainer_lib
 from encoderx.data import pipeline
 from encoderx.hf import engine
+from encoderx.tools import parity, torch_adapters, torch_optim
 
 STEPS = 20
 LOSS_RTOL, GRAD_NORM_RTOL, PARAM_ATOL = 1e-5, 5e-4, 1e-4
 
 # (config, HF class head): BertForPreTraining (MLM + NSP, AdamW), RobertaForMaskedLM
 # (MLM, positions from 2, one token type), AlbertForPreTraining (shared layers, factorized
-# embedding, MLM + SOP, LAMB against parity.Lamb), DebertaV2ForMaskedLM (disentangled
+# embedding, MLM + SOP, LAMB against torch_optim.Lamb), DebertaV2ForMaskedLM (disentangled
 # attention in log buckets, whole-word n-gram masking; without the enhanced mask
 # decoder, which HF's class does not have).
 # RoBERTa and DeBERTa (AdamW, like BERT; their forward parity is tested on its own) are
@@ -90,9 +92,10 @@ def test_loss_grad_norm_and_weights_match_hugging_face_step_for_step(tiny_config
   config = parity_config(tiny_config, name)
   trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
   torch.manual_seed(0)
-  torch_model = engine.hf_model(trainer.method.model_config, config.model.family, head)
-  result = parity.step_parity(trainer, torch_model, train_batches(trainer, config))
-  check(result, config, f"{name} vs HF {type(torch_model).__name__}")
+  adapter = torch_adapters.adapter(trainer.method, head)
+  assert isinstance(adapter, torch_adapters.Pretraining)
+  result = parity.step_parity(trainer, adapter, train_batches(trainer, config))
+  check(result, config, f"{name} vs HF {type(adapter.model).__name__}")
 
 
 @pytest.mark.slow
@@ -103,11 +106,9 @@ def test_electra_generator_and_discriminator_match_hugging_face_step_for_step(ti
   config = parity_config(tiny_config, "electra:tiny")
   trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
   torch.manual_seed(0)
-  pair = parity.electra_pair(trainer)
-  result = parity.step_parity(trainer, pair, train_batches(trainer, config),
-                              hf_loss=parity.electra_loss_fn(trainer),
-                              convert=parity.electra_params,
-                              export=parity.electra_state_dicts)
+  adapter = torch_adapters.adapter(trainer.method)
+  assert isinstance(adapter.model, torch_adapters.ElectraPair)
+  result = parity.step_parity(trainer, adapter, train_batches(trainer, config))
   check(result, config, "electra_tiny vs HF ElectraForMaskedLM + ElectraForPreTraining")
 
 
@@ -116,16 +117,16 @@ def test_mlm_labels_put_each_target_at_its_position():
            "masked_positions": np.array([[1, 4, 0], [5, 0, 0]], np.int32),
            "masked_ids": np.array([[7, 9, 0], [3, 0, 0]], np.int32),
            "masked_weights": np.array([[1, 1, 0], [1, 0, 0]], np.float32)}
-  np.testing.assert_array_equal(parity.mlm_labels(batch),
+  np.testing.assert_array_equal(torch_adapters.mlm_labels(batch),
                                 [[-100, 7, -100, -100, 9, -100],
                                  [-100, -100, -100, -100, -100, 3]])
 
 
 def test_compare_scores_as_the_objective_does():
-  """encoderx.compare scores both frameworks' logits with one numpy function; it gives
+  """encoderx.tools.compare scores both frameworks' logits with one numpy function; it gives
   the MLM objective's own sums."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from encoderx import compare  # pylint: disable=g-import-not-at-top
+  from encoderx.tools import compare  # pylint: disable=g-import-not-at-top
   from encoderx.objectives import base  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   logits = rng.normal(size=(3, 4, 50)).astype(np.float32) * 3
@@ -154,30 +155,31 @@ def test_xlnet_matches_hugging_face_step_for_step(tiny_config):
   trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
   assert trainer.method.mem_len and trainer.method.bi_data  # both under test
   torch.manual_seed(0)
-  torch_model = parity.xlnet_lm_head_model(trainer)
-  result = parity.step_parity(trainer, torch_model, train_batches(trainer, config),
-                              hf_loss=parity.xlnet_loss_fn(trainer))
+  adapter = torch_adapters.adapter(trainer.method)
+  assert type(adapter.model).__name__ == "XLNetLMHeadModel"
+  result = parity.step_parity(trainer, adapter, train_batches(trainer, config))
   check(result, config, "xlnet_tiny vs HF XLNetLMHeadModel")
 
 
 def test_xlnet_weight_decay_leaves_out_what_hugging_faces_trainer_does(tiny_config):
   """encoderx's decay mask (optim.decay_mask), carried to HF's names by the conversion,
-  and parity.decay_groups both decay exactly what transformers' Trainer decays in
+  and torch_optim.decay_groups both decay exactly what transformers' Trainer decays in
   XLNetLMHeadModel: not the r_w / r_r / r_s biases, lm_loss.bias and the LayerNorms;
   mask_emb, seg_embed, the word embedding and every kernel."""
   import transformers  # pylint: disable=g-import-not-at-top
   from encoderx import optim  # pylint: disable=g-import-not-at-top
   trainer = trainer_lib.Trainer(parity_config(tiny_config, "xlnet:tiny"),
                                 devices=jax.devices()[:1])
-  torch_model = parity.xlnet_lm_head_model(trainer)
-  params = parity.converted_params(trainer, torch_model)
+  adapter = torch_adapters.adapter(trainer.method)
+  torch_model = adapter.model
+  params = adapter.converted_params(trainer)
   mask = jax.tree_util.tree_map(lambda m, p: np.full(np.shape(p), m),
                                 optim.decay_mask(params), params)
   ours = {name for name, value in engine.to_hf(mask, trainer.method.model_config, "xlnet",
                                                "pretraining").items() if value.all()}
   theirs = set(transformers.Trainer.get_decay_parameter_names(None, torch_model))
   assert ours == theirs - {"lm_loss.weight"}, (ours ^ theirs)  # tied: word_embedding
-  decay, _ = parity.decay_groups(torch_model)
+  decay, _ = torch_optim.decay_groups(torch_model)
   names = {id(p): name for name, p in torch_model.named_parameters()}
   assert {names[id(p)] for p in decay} == theirs - {"lm_loss.weight"}
   assert {"transformer.mask_emb", "transformer.layer.0.rel_attn.seg_embed"} <= ours

@@ -1,8 +1,8 @@
 """The input pipeline at corpus scale: start-up, memory and resume against corpus size,
 and examples/s per core for each example builder.
 
-    python -m encoderx.bench_data [--scales=1,8,64] [--workdir=DIR] [--on_the_fly]
-        [--skip_builders | --skip_scales] [--workers=N]
+    python -m encoderx.tools.bench_data [--scales=1,8,64] [--workdir=DIR] [--on_the_fly]
+        [--skip_builders | --skip_scales] [--workers=N] [--json=FILE]
 
 1. Corpora 1x, 8x, 64x the bundled one: copy r of each bundled novel, its chapters in an
    order drawn from r, is one file (3 files per 1x, 1.5 MB). Each is preprocessed for
@@ -35,6 +35,9 @@ and examples/s per core for each example builder.
 
 Every figure depends on what else runs on the machine; the header prints the load, and
 each row of the scale table the 1-minute load average after its measurements.
+
+--json=FILE also writes both tables as numbers, with the date, commit, device, malloc
+and command (encoderx/tools/report.py), for docs/performance.md (tools/perf_page.py).
 """
 from __future__ import annotations
 
@@ -120,8 +123,8 @@ def preprocess_corpus(spec: str, corpus_dir: str, output: str, workers: int) -> 
 # --- measurements, each in a fresh process ------------------------------------------------
 def _task_and_check(config):
   """What a run does before its first batch: the method's data check, then the Task."""
-
-  pretraining = method.build(config)
+  from encoderx.methods import registry  # pylint: disable=g-import-not-at-top
+  pretraining = registry.build(config)
   pretraining.check_data()
   return pretraining.task()
 
@@ -212,7 +215,7 @@ def measure_builder(spec: dict) -> dict:
 
 def _in_fresh_process(function: str, spec: dict) -> dict:
   result = subprocess.run(
-      [sys.executable, "-m", "encoderx.bench_data", f"--{function}", json.dumps(spec)],
+      [sys.executable, "-m", "encoderx.tools.bench_data", f"--{function}", json.dumps(spec)],
       capture_output=True, text=True, check=False)
   if result.returncode:
     raise RuntimeError(f"{function} {spec} failed:\n{result.stderr[-3000:]}")
@@ -277,9 +280,9 @@ def builder_rows(workdir: str, workers: int) -> list[dict]:
                                                   "preprocessed": output})
     config = configs.get(config_spec)
     rows.append({"builder": builder, "vocabulary": config.data.vocab.kind,
-                 "build ex/s/core": f"{rates['build']:,.0f}",
-                 "read ex/s/core": f"{rates['read']:,.0f}",
-                 "preprocess x1 s": f"{seconds:.0f}" if seconds else "(done before)"})
+                 "build_examples_per_second": rates["build"],
+                 "read_examples_per_second": rates["read"],
+                 "preprocess_seconds": seconds})  # 0: preprocessed by an earlier run
     print(f"  {builder}: build {rates['build']:,.0f}, read {rates['read']:,.0f} "
           "examples/s per core", flush=True)
   return rows
@@ -301,6 +304,9 @@ def parse_args(argv=None):
                       help="skip the corpus-size table (measure the builders only)")
   parser.add_argument("--workers", type=int, default=None,
                       help="preprocessing processes (default: one per CPU core)")
+  parser.add_argument("--json", default="", metavar="FILE",
+                      help="also write the tables as numbers, with the date, commit, "
+                      "device, malloc and this command, to FILE")
   parser.add_argument("--measure", help=argparse.SUPPRESS)
   parser.add_argument("--measure_builder", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
@@ -311,6 +317,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> None:
+  argv = sys.argv[1:] if argv is None else list(argv)
   args = parse_args(argv)
   from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
   absl_logging.set_verbosity(absl_logging.ERROR)
@@ -322,18 +329,25 @@ def main(argv=None) -> None:
   print(f"encoderx bench_data: batch {BATCH_SIZE} x length {SEQ_LENGTH}, in {workdir}\n"
         f"  host: {os.cpu_count()} CPU core(s), load average {os.getloadavg()[0]:.2f} "
         "(other processes on the host skew every figure)", flush=True)
-  from encoderx.bench import format_table  # pylint: disable=g-import-not-at-top
+  from encoderx.tools import report  # pylint: disable=g-import-not-at-top
   sources = list(SOURCES if args.on_the_fly else SOURCES[:2])
+  tables = {}
   try:
     if not args.skip_scales:
-      rows = scale_rows(workdir, args.scales, sources, args.workers)
-      print("\n" + format_table(format_scale_rows(rows)))
+      tables["data_scales"] = scale_rows(workdir, args.scales, sources, args.workers)
+      print("\n" + report.format_table(format_scale_rows(tables["data_scales"])))
     if not args.skip_builders:
       print("\nexamples/s per core, bundled corpus (x1), length 128:", flush=True)
-      print("\n" + format_table(builder_rows(workdir, args.workers)))
+      tables["data_builders"] = builder_rows(workdir, args.workers)
+      print("\n" + report.table("data_builders", tables["data_builders"]))
   finally:
     if not args.workdir:
       shutil.rmtree(workdir, ignore_errors=True)
+  if args.json and tables:
+    kind, *others = tables
+    report.write_json(args.json, report.record(
+        kind, tables[kind], "encoderx.tools.bench_data", argv,
+        tables={other: tables[other] for other in others}))
 
 
 if __name__ == "__main__":

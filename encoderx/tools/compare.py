@@ -1,13 +1,14 @@
 """Equal-budget comparison: encoderx and Hugging Face PyTorch trained on the identical
 batch stream of a pretraining config for N steps, scored on the same held-out batches.
 
-    python -m encoderx.compare --config=configs/bert_tiny.py --steps=600 --seeds=0,1,2 \
+    python -m encoderx.tools.compare --config=configs/bert.py:tiny --steps=600 --seeds=0,1,2 \
         [--config.<field>=...] [--same_init] [--output=compare.json]
 
 For each seed: the config's batch stream (train.seed = seed) masked by encoderx at every
 step (Trainer.prepared_batch, the train step's own masks) trains encoderx (its train
-step) and the family's HF pretraining class (encoderx/parity.py: its own loss, the same
-optimizer settings, clipping, schedule and dropout, in train mode). Each starts from its
+step) and the family's HF pretraining class (the pretrain method's PyTorch adapter,
+encoderx/tools/torch_adapters.py: its own loss; torch_optim.py: the same optimizer
+settings, clipping and schedule; the same dropout, in train mode). Each starts from its
 own initialization (seeded), or with --same_init both from HF's, converted. Held out:
 config.eval.batches batches of the validation split, masked once with a fixed key; both
 models' MLM logits at the masked positions are scored by the same code (`score`): loss
@@ -25,9 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoderx import parity, trainer as trainer_lib
+from encoderx import trainer as trainer_lib
 from encoderx.data import pipeline
-from encoderx.hf import engine
+from encoderx.tools import torch_adapters, torch_optim
 
 HELD_OUT_SEED = 1234  # the key of the held-out masks, the same for every run
 
@@ -65,7 +66,7 @@ def encoderx_logits(trainer, params, batch: dict) -> np.ndarray:
 def hf_logits(torch_model, batch: dict) -> np.ndarray:
   import torch  # pylint: disable=g-import-not-at-top
   with torch.no_grad():
-    outputs = torch_model(**parity.hf_inputs(batch))
+    outputs = torch_model(**torch_adapters.hf_inputs(batch))
   logits = getattr(outputs, "prediction_logits", None)
   logits = (outputs.logits if logits is None else logits).numpy()
   return np.take_along_axis(logits, np.asarray(batch["masked_positions"])[..., None], 1)
@@ -83,11 +84,10 @@ def run_seed(config, seed: int, steps: int, same_init: bool, head: str | None = 
   config = config.copy_and_resolve_references()
   config.train.seed, config.train.steps = seed, steps
   trainer = trainer_lib.Trainer(config)
-  model_config = trainer.method.model_config
   torch.manual_seed(seed)
-  torch_model = engine.hf_model(model_config, model_config.family, head)
-  state = trainer.init_state(parity.converted_params(trainer, torch_model)
-                             if same_init else None)
+  adapter = torch_adapters.adapter(trainer.method, head)
+  torch_model = adapter.model
+  state = trainer.init_state(adapter.converted_params(trainer) if same_init else None)
   batches = pipeline.take_batches(trainer.method.task(), "train", config.data.seq_length,
                                   config.train.batch_size, steps, seed=seed)
   held_out = held_out_batches(trainer)
@@ -103,12 +103,12 @@ def run_seed(config, seed: int, steps: int, same_init: bool, head: str | None = 
   jax.block_until_ready(state.params)
   times["encoderx"] = (first - start, time.perf_counter() - first)
 
-  optimizer, schedule = parity.torch_optimizer(config.optimizer, torch_model, steps)
+  optimizer, schedule = torch_optim.torch_optimizer(config.optimizer, torch_model, steps)
   torch_model.train()
   start = time.perf_counter()
   for step, batch in enumerate(prepared):
-    parity.torch_step(torch_model, optimizer, schedule, config.optimizer.clip_norm,
-                      parity.pretraining_loss, batch)
+    torch_optim.torch_step(torch_model, optimizer, schedule, config.optimizer.clip_norm,
+                           lambda: adapter.loss(adapter.inputs(batch)))  # pylint: disable=cell-var-from-loop
     if step == 0:
       first = time.perf_counter()
   times["hf"] = (first - start, time.perf_counter() - first)

@@ -1,0 +1,117 @@
+"""The bench's models (MODELS: a name -> a config of configs/ and the sizes it changes),
+their FLOPs per token, and their data: the input pipeline's speed and the example
+builders' padding."""
+from __future__ import annotations
+
+import gc
+import time
+
+from encoderx import config as config_lib
+from encoderx import configs
+from encoderx.data import packing, pipeline, tasks
+from encoderx.methods import registry as method_registry
+from encoderx.tools import flops as flops_lib
+
+SEQ_LENGTH = 128
+PIPELINE_MIN_BATCHES = 40  # timed pipeline batches; more if the train steps need more
+
+# Model name -> (its config, `family:variant` of configs/, the model fields it changes).
+# Which PyTorch model stands beside it is the method's adapter (torch_adapters.py).
+MODELS = {
+    "bert_tiny": ("bert:tiny", {}),
+    "bert_small": ("bert:tiny", dict(num_layers=4, hidden_size=512, num_heads=8,
+                                     intermediate_size=2048)),
+    # BERT-Mini's sizes (4 x 256): the model of the issue's 600-step real-run comparison.
+    "bert_mini": ("bert:tiny", dict(num_layers=4, hidden_size=256, num_heads=4,
+                                    intermediate_size=1024)),
+    "roberta_tiny": ("roberta:tiny", {}),
+    "albert_tiny": ("albert:tiny", {}),
+    "spanbert_tiny": ("spanbert:tiny", {}),
+    "deberta_tiny": ("deberta:tiny", {}),
+    "electra_tiny": ("electra:tiny", {}),
+    # ELECTRA-Small's sizes (12 x 256, 4 heads, FFN 1024; embeddings 128 wide) on the
+    # bundled vocabulary, and a BERT of the same sizes (the paper's BERT-Small; Hugging
+    # Face's BERT has no narrower embeddings): what replaced-token detection costs.
+    "electra_small": ("electra:tiny", dict(num_layers=12, hidden_size=256, num_heads=4,
+                                           intermediate_size=1024, embedding_size=128)),
+    "bert_electra_small": ("bert:tiny", dict(num_layers=12, hidden_size=256, num_heads=4,
+                                             intermediate_size=1024)),
+    "xlnet_tiny": ("xlnet:tiny", {}),
+}
+
+
+def build_config(model_name: str, batch_size: int, seq_length: int = SEQ_LENGTH):
+  spec, model_fields = MODELS[model_name]
+  config = configs.get(spec)
+  for field, value in model_fields.items():
+    config.model[field] = value
+  config.data.seq_length = seq_length
+  config.model.max_position_embeddings = max(config.model.max_position_embeddings,
+                                             seq_length)
+  config.train.batch_size = batch_size
+  return config
+
+
+def model_flops_per_token(config, method, scores_every_position: bool = False) -> float:
+  """The step's model FLOPs per token (encoderx/tools/flops.py) for the method's sizes:
+  the MLM head on the config's predictions per row, or on every position (Hugging Face's
+  MLM heads); XLNet's on its predictions either way (its target mapping)."""
+  seq_length = config.data.seq_length
+  if config.method == "xlnet":
+    predictions = config.objective.plm.num_predict
+  else:
+    predictions = seq_length if scores_every_position else (
+        config.objective.mlm.max_predictions)
+  return flops_lib.training_flops_per_token(
+      method.model_config, seq_length, predictions,
+      getattr(method, "generator_config", None),
+      span_boundary="sbo" in config.objective.names)
+
+
+# --- data -------------------------------------------------------------------------------
+def pretraining_task(config):
+  """The Task the config's method trains on (XLNet's row streams for method 'xlnet')."""
+  if config.method != "pretrain":
+    return method_registry.build(config_lib.validate(config)).task()
+  return tasks.register_pretraining_task(config)
+
+
+def measure_pipeline(config, num_batches: int) -> tuple[float, float, list[dict]]:
+  """(seconds to the first batch, examples/s after it, the batches pulled)."""
+  task = pretraining_task(config)
+  batches = pipeline.BatchIterator(task, "train", SEQ_LENGTH, config.train.batch_size,
+                                   seed=0)
+  try:
+    start = time.perf_counter()
+    pulled = [next(batches)]
+    first_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    pulled += [next(batches) for _ in range(num_batches)]
+    examples_per_second = num_batches * config.train.batch_size / (
+        time.perf_counter() - start)
+  finally:
+    batches.close(wait=True)  # the next epoch may be opening in the background
+  del batches
+  gc.collect()  # frees tf.data's iterators, so no prefetch thread runs in the timings
+  return first_seconds, examples_per_second, pulled
+
+
+PADDING_BUILDERS = {"sentence_pairs": ("mlm", "nsp"), "full_sentences": ("mlm",),
+                    "doc_sentences": ("mlm",)}
+
+
+def measure_padding(lengths=(128, 512), num_batches: int = 8) -> list[dict]:
+  """Share of padding per example builder and length, on the bundled corpus:
+  {"builder", "padding_at_<length>": fraction}."""
+  rows = []
+  for builder, objectives in PADDING_BUILDERS.items():
+    row = {"builder": builder}
+    for length in lengths:
+      config = configs.get("bert:tiny")
+      config.data.builder, config.objective.names = builder, objectives
+      config.data.seq_length = length
+      pulled = pipeline.take_batches(pretraining_task(config), "train", length, 16,
+                                     num_batches)
+      row[f"padding_at_{length}"] = float(packing.padding_fraction(pulled))
+    rows.append(row)
+  return rows

@@ -1,0 +1,93 @@
+"""How the bench times: steps after untimed warm-up steps, frameworks interleaved step by
+step, and the machine's peak from a large matmul."""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Callable
+
+import jax
+import numpy as np
+
+PEAK_MATMUL_SIZE = 2048  # the square f32 matmul whose speed is the machine's peak
+WARMUP_STEPS = 2  # untimed steps after compilation (allocator, caches, thread pools)
+
+
+@dataclasses.dataclass
+class StepTiming:
+  """Mean and spread of timed steps, in seconds."""
+  times: list[float]
+  compile_seconds: float | None = None
+  num_params: int = 0
+
+  @property
+  def mean(self) -> float:
+    return statistics.fmean(self.times)
+
+  @property
+  def stdev(self) -> float:
+    return statistics.stdev(self.times) if len(self.times) > 1 else 0.0
+
+  def per_second(self, per_step: int) -> float:
+    return per_step / self.mean
+
+
+@dataclasses.dataclass
+class Stepper:
+  """A framework's train step ready to run: `run_step(index)` trains on batch `index`
+  (modulo the batches) and returns when the step is done."""
+  run_step: Callable[[int], None]
+  num_params: int
+
+
+def measure_matmul_peak(dtype=np.float32, size: int = PEAK_MATMUL_SIZE,
+                        repeats: int = 5) -> float:
+  """FLOP/s of the best of `repeats` [size, size] @ [size, size] matmuls on device 0."""
+  matmul = jax.jit(lambda a, b: a @ b)
+  a = jax.numpy.ones((size, size), dtype)
+  jax.block_until_ready(matmul(a, a))
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(matmul(a, a))
+    best = min(best, time.perf_counter() - start)
+  return 2 * size**3 / best
+
+
+def paired_ratios(times: list[float], other_times: list[float]) -> list[float]:
+  """How many times faster the first is, for each pair of steps `time_interleaved` timed
+  in the same round: other_times[i] / times[i]."""
+  return [other / time_ for time_, other in zip(times, other_times)]
+
+
+def time_steps(step: Callable[[int], None], warmup: int, steps: int) -> list[float]:
+  """Runs `step(i)` warmup + steps times; returns the wall time of the timed ones."""
+  return time_interleaved([step], warmup, steps)[0]
+
+
+def time_interleaved(steps_of: list[Callable[[int], None]], warmup: int, steps: int
+                     ) -> list[list[float]]:
+  """The wall times of `steps` timed steps of each of `steps_of` (after `warmup` untimed
+  ones each), taken in turn: round i runs step i of each, one at a time, the order
+  reversed every other round, so that the machine's changing speed reaches all alike."""
+  for step in steps_of:
+    for index in range(warmup):
+      step(index)
+  times = [[] for _ in steps_of]
+  for index in range(warmup, warmup + steps):
+    order = range(len(steps_of)) if index % 2 == 0 else reversed(range(len(steps_of)))
+    for which in order:
+      start = time.perf_counter()
+      steps_of[which](index)
+      times[which].append(time.perf_counter() - start)
+  return times
+
+
+def describe_timing(name: str, timing: StepTiming, tokens_per_step: int) -> str:
+  compile_part = (f"compile {timing.compile_seconds:.1f} s, "
+                  if timing.compile_seconds is not None else "")
+  return (f"  {name:<9} {timing.num_params / 1e6:6.2f}M params, {compile_part}"
+          f"step {timing.mean * 1e3:.1f} ms (sd {timing.stdev * 1e3:.1f}, "
+          f"min {min(timing.times) * 1e3:.1f}), "
+          f"{timing.per_second(tokens_per_step):,.0f} tokens/s")
