@@ -56,10 +56,5 @@ def paper_recipe(config, large: bool = False):
   config.data.seq_length = 128
   config.objective.mlm.max_predictions = 20
   if large:
-    config.model.hidden_size = 1024
-    config.model.num_layers = 24
-    config.model.num_heads = 16
-    config.model.intermediate_size = 4096
-    config.model.scan_layers = True
-    config.model.remat = True
+    common.large_sizes(config)
   return config

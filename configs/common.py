@@ -44,6 +44,18 @@ def tiny_sizes(config):
   return config
 
 
+def large_sizes(config):
+  """BERT-large's encoder (24 layers, 1024 hidden, 16 heads, FFN 4096), its layers
+  scanned and rematerialized to fit long sequences."""
+  config.model.hidden_size = 1024
+  config.model.num_layers = 24
+  config.model.num_heads = 16
+  config.model.intermediate_size = 4096
+  config.model.scan_layers = True
+  config.model.remat = True
+  return config
+
+
 def bundled_demo(config):
   """The bundled Austen text at length 128 and the demo's schedule: 1,000 steps of
   32 x 128 tokens (AdamW at 2e-3 after 100 warmup steps, beta2 0.98), held-out chapters

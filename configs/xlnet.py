@@ -76,12 +76,7 @@ def get_config(arg: str = "tiny"):
   config.train.steps = 1_000_000
   config.train.batch_size = 256
   if variant == "large":
-    config.model.hidden_size = 1024
-    config.model.num_layers = 24
-    config.model.num_heads = 16
-    config.model.intermediate_size = 4096
-    config.model.scan_layers = True
-    config.model.remat = True
+    common.large_sizes(config)
     config.optimizer.learning_rate = 4e-4
     config.optimizer.warmup_steps = 40_000
     config.train.steps = 500_000
