@@ -16,7 +16,7 @@ PACKAGE = REPO / "encoderx"
 # (layer, the top-level modules and packages of encoderx in it), bottom first: a module may
 # import its own layer and the layers below.
 LAYERS = (
-    ("leaves", ("errors", "files", "checksum", "host_allocator")),
+    ("leaves", ("errors", "files", "checksum", "host_allocator", "moved")),
     ("building blocks", ("models", "objectives", "data", "evaluation", "optim", "sharding",
                          "distributed")),
     ("methods", ("methods",)),
