@@ -247,7 +247,7 @@ def train_run(run: Run, config, files: dict[str, str], settings: dict,
   """Trains (or resumes) one run and writes its glue_result.json; None if it was stopped
   (SIGINT / SIGTERM: its checkpoint saved)."""
   result = train.run(config, run.directory, resume=True, allow_fresh_start=True,
-                     show_progress=show_progress, devices=devices, description=run.label)
+                     show_progress=show_progress, devices=devices, progress_label=run.label)
   if result["stopped"]:
     return None
   task = glue_data.TASKS[run.task]
@@ -279,6 +279,10 @@ def sweep(init_from: str, output: str, recipe=None, tasks: list[str] | None = No
   initialize.open_source(init_from)  # a bad source fails before any data is read
   output = str(files_lib.path(output))
   prepared = prepare_data(tasks, output, data_dir, use_tfds, tfds_data_dir)
+  for name, (_, examples) in prepared.items():
+    if examples < max(recipe.batch_sizes):
+      raise GlueError(f"{name} has {examples} training examples, fewer than a batch of "
+                      f"{max(recipe.batch_sizes)} (recipe.batch_sizes).")
   _check_sweep(output, init_from, recipe)
   runs, records = plan(tasks, seeds, recipe, output), []
   with tqdm(total=len(runs), desc="glue", unit="run", dynamic_ncols=True,
