@@ -4,7 +4,7 @@ scored with its official metric, the medians in one table.
     python -m encoderx.glue --init_from=RUN_DIR|hf:DIR --output=DIR \
         (--data=GLUE_DIR | --tfds [--tfds_data_dir=DIR]) \
         [--tasks=cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte] [--seeds=0,1,2] \
-        [--recipe=configs/glue.py:bert] [--recipe.learning_rates=2e-5,3e-5] \
+        [--recipe=configs/glue.py:bert] ['--recipe.learning_rates=(2e-5,3e-5)'] \
         [--keep_checkpoints]
 
 `--data` is a directory in GLUE's own layout (CoLA/train.tsv, MNLI/dev_matched.tsv ...,
@@ -256,11 +256,12 @@ def train_run(run: Run, config, files: dict[str, str], settings: dict,
     metrics[split.name] = evaluate_split(config, result, files[split.name], devices)
   record = {"task": run.task, "point": run.point, "seed": run.seed,
             "steps": result["step"], "settings": settings, "metrics": metrics}
-  files_lib.write_atomically(os.path.join(run.directory, RESULT_FILE),
-                             json.dumps(record, indent=2))
-  checkpoints = files_lib.path(run.directory) / "checkpoints"
-  if not keep_checkpoints and checkpoints.exists():
-    checkpoints.rmtree()
+  if jax.process_index() == 0:  # every process has the figures; one writes them
+    files_lib.write_atomically(os.path.join(run.directory, RESULT_FILE),
+                               json.dumps(record, indent=2))
+    checkpoints = files_lib.path(run.directory) / "checkpoints"
+    if not keep_checkpoints and checkpoints.exists():
+      checkpoints.rmtree()
   return record
 
 
@@ -305,11 +306,12 @@ def sweep(init_from: str, output: str, recipe=None, tasks: list[str] | None = No
       records.append(record)
       bar.update(1)
   table = glue_metrics.summarize(records)
-  files_lib.write_atomically(os.path.join(output, "results.json"), json.dumps(
-      {"init_from": init_from, "recipe": recipe.to_dict(), "table": table, "runs": records},
-      indent=2))
-  files_lib.write_atomically(os.path.join(output, "results.md"),
-                             glue_metrics.markdown(table))
+  if jax.process_index() == 0:
+    files_lib.write_atomically(os.path.join(output, "results.json"), json.dumps(
+        {"init_from": init_from, "recipe": recipe.to_dict(), "table": table,
+         "runs": records}, indent=2))
+    files_lib.write_atomically(os.path.join(output, "results.md"),
+                               glue_metrics.markdown(table))
   return {"table": table, "runs": records, "stopped": None}
 
 
