@@ -117,13 +117,14 @@ def _write_config(config, workdir: str) -> None:
 def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
         stop_at_step: int | None = None, show_progress: bool = True,
         devices=None, allow_config_change: bool = False,
-        allow_fresh_start: bool = False) -> dict:
+        allow_fresh_start: bool = False, progress_label: str = "") -> dict:
   """Trains as `config` says (its method, data and schedule), in `workdir`.
 
   `stop_at_step` stops there as a preemption would (checkpoint saved, no evaluation),
   to be continued with `resume=True`, which refuses a work directory without checkpoints
   unless `allow_fresh_start`, and a checkpoint trained on another data or objective
-  config unless `allow_config_change`. `devices` (default: all) form the mesh.
+  config unless `allow_config_change`. `devices` (default: all) form the mesh;
+  `progress_label` names the progress bar (default: the method's name).
   Returns {'history': [{'step', 'loss', ...}, ...] (one per log interval),
   'eval': {...held-out metrics...}, 'step': last step, 'stopped': bool,
   'params': the trained parameters, 'method_state': the method's state}.
@@ -148,7 +149,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
       trainer.method.check_data()
       task = trainer.method.task()
     return _run_in(trainer, task, workdir, resume, stop_at_step, show_progress,
-                   allow_config_change)
+                   allow_config_change, progress_label)
 
 
 def _latest_step(checkpoints: checkpoint_lib.Checkpoints) -> int | None:
@@ -165,7 +166,8 @@ def _latest_step(checkpoints: checkpoint_lib.Checkpoints) -> int | None:
 
 
 def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume: bool,
-            stop_at_step: int | None, show_progress: bool, allow_config_change: bool) -> dict:
+            stop_at_step: int | None, show_progress: bool, allow_config_change: bool,
+            progress_label: str = "") -> dict:
   """run() in a work directory that this run has locked, its data checked."""
   from clu import metric_writers  # pylint: disable=g-import-not-at-top
 
@@ -220,7 +222,7 @@ def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume
     step = int(state.step)
     with stop.installed(), tqdm(total=config.train.steps, initial=step, unit="step",
                                 disable=not show_progress or jax.process_index() > 0,
-                                desc=config.method,
+                                desc=progress_label or config.method,
                                 dynamic_ncols=True) as bar:
       for phase in trainer.phases:
         if step >= phase.end:
