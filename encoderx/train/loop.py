@@ -71,6 +71,13 @@ def _device_batch(trainer: trainer_lib.Trainer, batch: dict[str, np.ndarray],
   return trainer.device_batch(batch)
 
 
+def _joined(batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+  """Batches read in a stream's unit, as one (a batch-size warmup's larger steps)."""
+  if len(batches) == 1:
+    return batches[0]
+  return {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
+
+
 def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, state,
              phase: trainer_lib.Phase) -> dict[str, float]:
   """The method's held-out metrics: over `eval.batches` batches of the validation split
@@ -222,30 +229,37 @@ def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume
                                 disable=not show_progress or jax.process_index() > 0,
                                 desc=config.method,
                                 dynamic_ncols=True) as bar:
-      for phase in trainer.phases:
-        if step >= phase.end:
-          continue
-        start = position if position.get("phase") == phase.index else None
-        batches = None
-        try:
-          with distributed.agreement(USER_ERRORS):  # the data's errors, to the first batch
-            batches = pipeline.batch_iterator(
-                task, "train", phase.seq_length,
-                _local_batch_size(config, config.train.batch_size),
-                seed=config.train.seed + 1000 * phase.index, shard_info=_shard_info(config),
-                position=start)
-            feed = itertools.chain([next(batches)], batches)
+      batches = stream = None
+      try:
+        for phase in trainer.phases:
+          if step >= phase.end:
+            continue
+          if phase.stream != stream:  # phases of one length continue one stream
+            if batches is not None:
+              batches.close()
+              batches = None
+            stream = phase.stream
+            unit = trainer_lib.stream_unit(trainer.phases, stream)
+            start = position if position.get("phase") == stream else None
+            with distributed.agreement(USER_ERRORS):  # the data's errors, to the first batch
+              batches = pipeline.batch_iterator(
+                  task, "train", phase.seq_length, _local_batch_size(config, unit),
+                  seed=config.train.seed + 1000 * stream, shard_info=_shard_info(config),
+                  position=start)
+              feed = itertools.chain([next(batches)], batches)
           train_step = None
-          meter = progress.Meter(config.train.batch_size * phase.seq_length)
+          meter = progress.Meter(phase.batch_size * phase.seq_length)
           while step < phase.end and not stop.stopping:
-            batch = _device_batch(trainer, next(feed))
+            batch = _device_batch(trainer, _joined(
+                [next(feed) for _ in range(phase.batch_size // unit)]))
             if train_step is None:  # compiled ahead of time, its cost logged
               train_step, cost = trainer.compile_train_step(state, batch, phase.index)
-              logger.info("train step at length %d %s", phase.seq_length, cost.describe())
+              logger.info("train step at length %d, batch %d %s", phase.seq_length,
+                          phase.batch_size, cost.describe())
             state, metrics = train_step(state, batch)
             step += 1
             bar.update(1)
-            position = {"phase": phase.index, **batches.position.to_dict()}
+            position = {"phase": stream, **batches.position.to_dict()}
             meter.add(metrics)
             log_step = meter.first or step % config.train.log_every == 0 or step == phase.end
             if log_step:
@@ -263,11 +277,11 @@ def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume
                 and step < config.train.steps):
               evaluation = evaluate_and_log(state, phase, step)  # main() prints the last
               logger.info("evaluation at step %d: %s", step, progress.format_metrics(evaluation))
-        finally:
-          if batches is not None:
-            batches.close()
-        if stop.stopping:
-          break
+          if stop.stopping:
+            break
+      finally:
+        if batches is not None:
+          batches.close()
       if stop.stopping and checkpoints.latest_step() != step:
         save(step, state, position)
 

@@ -1,0 +1,138 @@
+"""The modern recipe's settings (docs/guides/recipes.md): the masking-rate schedule and
+evaluation rate, the batch-size warmup, the context extension from --init_from with a
+new rotary theta, the optimizer state carried into a later phase, checkpoint averaging
+and the exponential moving average of the weights; each exact across a resume."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from encoderx import errors
+from encoderx import trainer as trainer_lib
+from encoderx.data import pipeline, tasks
+from encoderx.objectives import mlm
+
+ONE_DEVICE = jax.devices()[:1]
+
+
+# --- the masking rate --------------------------------------------------------------------
+def test_rate_schedule_by_hand():
+  """mmBERT's shape: 30% -> 15% -> 5%, a pure function of the step (traced)."""
+  config = mlm.MlmConfig(mask_id=4, special_ids=(0, 1, 2, 3, 4), vocab_size=100, rate=0.2,
+                         rate_schedule=((4, 0.3), (8, 0.15), (12, 0.05)), eval_rate=0.15)
+  rate_at = jax.jit(config.rate_at)
+  rates = [float(rate_at(jnp.int32(step))) for step in range(14)]
+  np.testing.assert_allclose(rates, [0.3] * 4 + [0.15] * 4 + [0.05] * 6, rtol=1e-7)
+  assert config.rate_at(None) == 0.15  # evaluation
+  assert mlm.MlmConfig(mask_id=4, special_ids=(0,), vocab_size=9, rate=0.3).rate_at(None) == 0.3
+
+
+def test_masks_follow_the_schedule_and_evaluation_masks_at_its_rate(tiny_config):
+  """Each row masks round(rate x candidates) tokens at its step's rate; evaluation
+  masks at objective.mlm.eval_rate; the same (seed, step) gives the same masks from a
+  new Trainer (what a resumed run builds)."""
+  config = tiny_config()
+  config.train.steps = 12
+  config.objective.mlm.rate_schedule = ((4, 0.3), (8, 0.15), (12, 0.05))
+  config.objective.mlm.max_predictions = 20
+  config.objective.mlm.eval_rate = 0.15
+  task = tasks.register_pretraining_task(config)
+  (batch,) = pipeline.take_batches(task, "train", 64, 8, 1, seed=5)
+  trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  method = trainer.method
+  candidates = np.asarray(mlm.candidate_mask(batch, method.objectives[0].config.special_ids)
+                          ).sum(axis=1)
+  for step, rate in ((0, 0.3), (5, 0.15), (11, 0.05)):
+    masked = trainer.prepared_batch(batch, step)["masked_weights"].sum(axis=1)
+    expected = np.clip(np.round(np.float32(rate) * candidates), 1, 20)
+    np.testing.assert_array_equal(masked, expected, err_msg=f"step {step}")
+  evaluation = jax.jit(lambda b, k: method.prepare(b, k))(
+      {k: jnp.asarray(v) for k, v in batch.items()}, jax.random.key(0))
+  np.testing.assert_array_equal(np.asarray(evaluation["masked_weights"]).sum(axis=1),
+                                np.clip(np.round(np.float32(0.15) * candidates), 1, 20))
+  again = trainer_lib.Trainer(config, devices=ONE_DEVICE).prepared_batch(batch, 5)
+  first = trainer.prepared_batch(batch, 5)
+  for name in ("input_ids", "masked_positions", "masked_weights"):
+    np.testing.assert_array_equal(again[name], first[name])
+
+
+@pytest.mark.parametrize("schedule, message", [
+    (((4, 0.3), (10, 0.15)), "last piece ends at step 10, but train.steps is 12"),
+    (((6, 0.3), (4, 0.15), (12, 0.1)), "must increase"),
+    (((6, 0.3), (12, 1.5)), "rate 1.5 is not in"),
+    (((6, 0.5), (12, 0.1)), "objective.mlm.max_predictions': 10 cannot hold"),
+])
+def test_bad_rate_schedules_are_one_line_errors(tiny_config, schedule, message):
+  config = tiny_config()
+  config.train.steps = 12
+  config.objective.mlm.rate_schedule = schedule
+  with pytest.raises(errors.ConfigError, match=message) as error:
+    trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  assert "\n" not in str(error.value)
+
+
+# --- batch-size warmup --------------------------------------------------------------------
+def _run(config, workdir, **kwargs):
+  from encoderx import train
+  return train.run(config, str(workdir), show_progress=False, devices=ONE_DEVICE, **kwargs)
+
+
+def _step_losses(result):
+  return {entry["step"]: entry["loss"] for entry in result["history"]}
+
+
+def test_batch_size_warmup_helper_is_modernbert_s():
+  from encoderx.configs import common
+  # Sizes 8, 16, 24 over 12 steps held in proportion 8 : 16 : 24 (ends at 2, 6, 12).
+  assert common.batch_size_warmup(8, 32, 12, 8) == ((2, 8), (6, 16), (12, 24))
+
+
+def test_batch_size_warmup_resumes_exactly_across_a_change(tiny_config, tmp_path,
+                                                           monkeypatch):
+  """Batches of 2, then 4, then 8 rows read one stream in units of 2: the steps see its
+  rows in order, one compilation per size; stopped in the middle of the batch-of-4
+  phase and resumed, every loss and the final parameters equal an unbroken run's."""
+  config = tiny_config()
+  config.train.steps = 8
+  config.train.batch_size_schedule = ((3, 2), (5, 4))
+  config.checkpoint.every_steps = 100
+  shapes, rows = [], []
+  real_device_batch = trainer_lib.Trainer.device_batch
+
+  def recording(self, batch):
+    shapes.append(batch["input_ids"].shape)
+    rows.append(batch["input_ids"])
+    return real_device_batch(self, batch)
+
+  monkeypatch.setattr(trainer_lib.Trainer, "device_batch", recording)
+  straight = _run(config, tmp_path / "straight")
+  assert shapes[:8] == [(2, 64)] * 3 + [(4, 64)] * 2 + [(8, 64)] * 3
+  trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  assert [(p.start, p.end, p.batch_size) for p in trainer.phases] == [
+      (0, 3, 2), (3, 5, 4), (5, 8, 8)]
+  task = tasks.register_pretraining_task(config)
+  stream = pipeline.take_batches(task, "train", 64, 2, 19, seed=config.train.seed)
+  np.testing.assert_array_equal(np.concatenate(rows[:8]),
+                                np.concatenate([b["input_ids"] for b in stream]))
+  first = _run(config, tmp_path / "resumed", stop_at_step=4)
+  second = _run(config, tmp_path / "resumed", resume=True)
+  losses = {**_step_losses(first), **_step_losses(second)}
+  np.testing.assert_array_equal([losses[s] for s in range(1, 9)],
+                                [_step_losses(straight)[s] for s in range(1, 9)])
+  jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(second["params"]),
+                         jax.device_get(straight["params"]))
+
+
+@pytest.mark.parametrize("schedule, message", [
+    (((3, 2), (2, 4)), "must increase"),
+    (((3, 2), (8, 4)), "below train.steps=8"),
+    (((3, 16),), "batch size 16 must be positive and at most train.batch_size=8"),
+    (((3, 3),), "batch size 3 is not divisible by train.grad_accum_steps=2"),
+])
+def test_bad_batch_size_schedules_are_one_line_errors(tiny_config, schedule, message):
+  config = tiny_config()
+  config.train.steps = 8
+  config.train.grad_accum_steps = 2
+  config.train.batch_size_schedule = schedule
+  with pytest.raises(errors.ConfigError, match=message):
+    trainer_lib.Trainer(config, devices=ONE_DEVICE)
