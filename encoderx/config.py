@@ -109,6 +109,11 @@ def _schema_of(methods: tuple) -> ml_collections.ConfigDict:
   # fields (config.model but dropout, dtypes, scan and remat) and the vocabulary
   # (config.data.vocab) are taken from it. Same as the --init_from flag.
   config.init_from = ""
+  # With init_from a run (not hf:): also take its optimizer state (the moments and their
+  # update counts, train.ema_decay's average; the schedule restarts): ModernBERT's
+  # context extension and decay phases continue the optimizer. It needs the same
+  # method, model, heads, scan layout, optimizer and train.ema_decay.
+  config.init_from_optimizer = False
   config.model = common.config_section()
   config.data = data_fields.config_section()
   config.optimizer = optim.config_section()
@@ -232,6 +237,10 @@ def _validate_run(config) -> None:
     errors.fail("eval.batches", f"must be >= 0 (0: the whole split), got "
                 f"{config.eval.batches}.")
   errors.check_choice("eval.best_mode", config.eval.best_mode, ("max", "min"))
+  if config.init_from_optimizer and (not config.init_from
+                                     or config.init_from.startswith("hf:")):
+    errors.fail("init_from_optimizer", "needs --init_from to name a run (its work "
+                f"directory or RUN/checkpoints/STEP), got {config.init_from!r}.")
 
 
 def _validate_batch_size_schedule(train) -> None:

@@ -243,17 +243,60 @@ def stable_adamw(learning_rate, b1: float, b2: float, eps: float, weight_decay: 
 OPTIMIZERS = {"adamw": adamw, "lamb": lamb, "stable_adamw": stable_adamw}
 
 
-def build(optimizer_config, total_steps: int,
-          peak_learning_rate: float | None = None) -> optax.GradientTransformation:
-  """The configured optimizer; `peak_learning_rate` overrides optimizer.learning_rate."""
+class EmaState(NamedTuple):
+  """The wrapped optimizer's state, and the moving average of the parameters it
+  updates (train.ema_decay)."""
+  inner: Any
+  ema: Any
+
+
+def with_ema(optimizer: optax.GradientTransformation, decay: float
+             ) -> optax.GradientTransformation:
+  """`optimizer`, also keeping an exponential moving average of the parameters it
+  updates: ema <- decay x ema + (1 - decay) x (params + updates) after every update,
+  starting from the first parameters (no bias correction), as Keras optimizers'
+  `use_ema` do. Kept in the optimizer's state, it is checkpointed and sharded with the
+  parameters, and a skipped (non-finite) step leaves it as it was."""
+
+  def init(params):
+    return EmaState(inner=optimizer.init(params),
+                    ema=jax.tree_util.tree_map(jnp.copy, params))
+
+  def update(updates, state, params=None):
+    updates, inner = optimizer.update(updates, state.inner, params)
+    new_params = optax.apply_updates(params, updates)
+    ema = jax.tree_util.tree_map(lambda e, p: decay * e + (1.0 - decay) * p, state.ema,
+                                 new_params)
+    return updates, EmaState(inner=inner, ema=ema)
+
+  return optax.GradientTransformation(init, update)
+
+
+def reset_schedules(opt_state):
+  """`opt_state` with the learning-rate schedules' step counts at 0 and everything else
+  (moments and their update counts, moving averages) kept: the optimizer state a later
+  phase continues (--init_from with init_from_optimizer) under its own schedule."""
+  def reset(node):
+    if isinstance(node, optax.ScaleByScheduleState):
+      return node._replace(count=jnp.zeros_like(node.count))
+    return node
+  return jax.tree_util.tree_map(reset, opt_state,
+                                is_leaf=lambda x: isinstance(x, optax.ScaleByScheduleState))
+
+
+def build(optimizer_config, total_steps: int, peak_learning_rate: float | None = None,
+          ema_decay: float = 0.0) -> optax.GradientTransformation:
+  """The configured optimizer; `peak_learning_rate` overrides optimizer.learning_rate;
+  `ema_decay` > 0 keeps a moving average of the parameters (with_ema)."""
   peak = (optimizer_config.learning_rate if peak_learning_rate is None
           else peak_learning_rate)
   schedule = learning_rate_schedule(optimizer_config, total_steps, peak)
   clip = optimizer_config.clip_norm
   optimizer = OPTIMIZERS[optimizer_config.name]
-  return optax.chain(
+  chained = optax.chain(
       optax.clip_by_global_norm(clip) if clip > 0 else optax.identity(),
       optimizer(schedule, b1=optimizer_config.b1, b2=optimizer_config.b2,
                 eps=optimizer_config.eps, weight_decay=optimizer_config.weight_decay,
                 mask=decay_mask, decouple_lr=optimizer_config.decouple_lr, peak=peak),
   )
+  return with_ema(chained, ema_decay) if ema_decay else chained

@@ -204,7 +204,7 @@ class Trainer:
                                                            u.learning_rate)
                       for u in self.updates}
     self.optimizers = {u.name: optim.build(config.optimizer, config.train.steps,
-                                           u.learning_rate)
+                                           u.learning_rate, config.train.ema_decay)
                        for u in self.updates}
     self.mesh = sharding.make_mesh(config.mesh, devices)
     self.axis_rules = sharding.rules_from_config(config.mesh.rules)
@@ -283,6 +283,17 @@ class Trainer:
                        skipped_in_a_row=PartitionSpec(), skipped_total=PartitionSpec())
     self.abstract_state = abstract
     return sharding.logical_to_shardings(specs, abstract, self.mesh, self.axis_rules)
+
+  def weights(self, state: TrainState):
+    """The run's weights: its parameters, or with train.ema_decay their moving average
+    (kept by each update's optimizer, optim.with_ema), which evaluations, the best
+    checkpoint, predictions, export and --init_from use."""
+    if not self.config.train.ema_decay:
+      return state.params
+    params = dict(state.params)
+    for update in self.updates:
+      params.update(state.opt_state[update.name].ema)
+    return params
 
   def abstract_state_with_shardings(self) -> TrainState:
     """ShapeDtypeStructs carrying shardings: what orbax restores into."""

@@ -91,11 +91,21 @@ def test_batch_size_warmup_resumes_exactly_across_a_change(tiny_config, tmp_path
                                                            monkeypatch):
   """Batches of 2, then 4, then 8 rows read one stream in units of 2: the steps see its
   rows in order, one compilation per size; stopped in the middle of the batch-of-4
-  phase and resumed, every loss and the final parameters equal an unbroken run's."""
+  phase and resumed (the masking rate, the learning rate's decay and a moving average
+  changing too), every loss, the held-out metrics and the final weights equal an
+  unbroken run's."""
   config = tiny_config()
   config.train.steps = 8
   config.train.batch_size_schedule = ((3, 2), (5, 4))
   config.checkpoint.every_steps = 100
+  # The rest of the recipe changes over the same steps: the masking rate, the learning
+  # rate's decay (StableAdamW, 1-sqrt) and the moving average of the weights.
+  config.objective.mlm.rate_schedule = ((4, 0.3), (8, 0.15))
+  config.objective.mlm.max_predictions = 20
+  config.optimizer.name, config.optimizer.decouple_lr = "stable_adamw", True
+  config.optimizer.schedule, config.optimizer.decay_shape = "wsd", "1-sqrt"
+  config.optimizer.decay_fraction = 0.5
+  config.train.ema_decay = 0.9
   shapes, rows = [], []
   real_device_batch = trainer_lib.Trainer.device_batch
 
@@ -121,6 +131,7 @@ def test_batch_size_warmup_resumes_exactly_across_a_change(tiny_config, tmp_path
                                 [_step_losses(straight)[s] for s in range(1, 9)])
   jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(second["params"]),
                          jax.device_get(straight["params"]))
+  assert second["eval"] == straight["eval"]
 
 
 @pytest.mark.parametrize("schedule, message", [
@@ -136,3 +147,26 @@ def test_bad_batch_size_schedules_are_one_line_errors(tiny_config, schedule, mes
   config.train.batch_size_schedule = schedule
   with pytest.raises(errors.ConfigError, match=message):
     trainer_lib.Trainer(config, devices=ONE_DEVICE)
+
+
+# --- the moving average of the weights -----------------------------------------------------
+def test_ema_by_hand(tiny_config):
+  """ema_0 = the first parameters, ema_t = d ema_{t-1} + (1 - d) params_t: what the
+  train state keeps and what Trainer.weights (evaluation, export) gives."""
+  config = tiny_config()
+  config.train.ema_decay = 0.6
+  trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  task = tasks.register_pretraining_task(config)
+  batches = pipeline.take_batches(task, "train", 64, 8, 3, seed=2)
+  state, step = trainer.init_state(), trainer.train_step(0)
+  expected = jax.tree_util.tree_map(np.array, jax.device_get(state.params))
+  for batch in batches:
+    state, _ = step(state, trainer.device_batch(batch))
+    params = jax.device_get(state.params)
+    expected = jax.tree_util.tree_map(lambda e, p: 0.6 * e + 0.4 * p, expected, params)
+  weights = jax.device_get(trainer.weights(state))
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+                         weights, expected)
+  moved = max(float(np.abs(a - b).max()) for a, b in zip(
+      jax.tree_util.tree_leaves(weights), jax.tree_util.tree_leaves(params)))
+  assert moved > 1e-4  # the average is not the parameters

@@ -93,7 +93,8 @@ def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, state,
         task, "validation", phase.seq_length, batch_size, config.train.seed)))
   evaluate_step = trainer.evaluate_step(phase.index)
   key = jax.random.key(config.train.seed + 1)
-  outputs = [evaluate_step(state.params, state.method_state, _device_batch(trainer, batch),
+  weights = trainer.weights(state)
+  outputs = [evaluate_step(weights, state.method_state, _device_batch(trainer, batch),
                            jax.random.fold_in(key, index))
              for index, batch in enumerate(batches)]
   return trainer.methods[phase.index].summarize_evaluation(jax.device_get(outputs))
@@ -221,7 +222,7 @@ def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume
       metrics = evaluate(trainer, task, state, phase)
       writer.write_scalars(step, {f"eval/{k}": v for k, v in metrics.items()})
       if best is not None:
-        best.save(step, state, metrics)
+        best.save(step, state.replace(params=trainer.weights(state)), metrics)
       return metrics
 
     step = int(state.step)
@@ -293,7 +294,7 @@ def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume
     if best is not None:
       best.close()
   return {"history": history, "eval": eval_metrics, "step": step,
-          "stopped": stop.stopping, "params": state.params,
+          "stopped": stop.stopping, "params": trainer.weights(state),
           "method_state": state.method_state}
 
 
@@ -315,7 +316,7 @@ def predict(config: ml_collections.ConfigDict, workdir: str, input_path: str,
   with distributed.agreement(USER_ERRORS):  # see run(): fails on every process or none
     params, method_state = checkpoint_lib.restore_for_inference(
         workdir, trainer.describe(), trainer.abstract_state_with_shardings(),
-        config.eval.best_metric, config.eval.best_mode)
+        config.eval.best_metric, config.eval.best_mode, trainer.weights)
   predict_step = trainer.predict_step()
   outputs = [jax.device_get(predict_step(params, method_state,
                                          _device_batch(trainer, b, whole=True)))
