@@ -87,6 +87,7 @@ def test_batch_size_warmup_helper_is_modernbert_s():
   assert common.batch_size_warmup(8, 32, 12, 8) == ((2, 8), (6, 16), (12, 24))
 
 
+@pytest.mark.slow
 def test_batch_size_warmup_resumes_exactly_across_a_change(tiny_config, tmp_path,
                                                            monkeypatch):
   """Batches of 2, then 4, then 8 rows read one stream in units of 2: the steps see its
@@ -170,3 +171,83 @@ def test_ema_by_hand(tiny_config):
   moved = max(float(np.abs(a - b).max()) for a, b in zip(
       jax.tree_util.tree_leaves(weights), jax.tree_util.tree_leaves(params)))
   assert moved > 1e-4  # the average is not the parameters
+
+
+# --- context extension, with the optimizer state carried over ---------------------------------
+@pytest.mark.slow
+def test_context_extension_continues_the_source_at_a_longer_length(tiny_config, tmp_path,
+                                                                   monkeypatch):
+  """ModernBERT's phase 2 at tiny size: from a 64-token run's checkpoint (--init_from),
+  rows of 128 and a global theta of 160,000 (the run's, not the source's), the source's
+  parameters and optimizer state (moments and their counts; the schedule restarted);
+  the run trains at 128, and stopped and resumed it equals an unbroken one."""
+  from encoderx import checkpoint as checkpoint_lib
+  from encoderx import initialize
+  source = tiny_config("modernbert:tiny")
+  source.train.steps = 4
+  source.train.batch_size_schedule = ()
+  source.checkpoint.every_steps = 100
+  _run(source, tmp_path / "base")
+
+  config = tiny_config("modernbert:tiny_context_extension")
+  config.init_from = str(tmp_path / "base" / "checkpoints" / "4")
+  config.data.seq_length = 128
+  config.model.max_position_embeddings = 128
+  config.objective.mlm.max_predictions = 40
+  config.train.steps = 4
+  config.optimizer.warmup_steps = 0  # the variant's (the test fixture sets 2)
+  config.checkpoint.every_steps = 100
+  resolved = initialize.resolve_config(config)
+  assert (resolved.model.rope_theta, resolved.model.local_rope_theta) == (160_000.0, 10_000.0)
+  assert resolved.model.hidden_size == 32 and resolved.data.seq_length == 128
+
+  # The first state: the source's parameters and optimizer state, the schedule at 0.
+  source_trainer = trainer_lib.Trainer(source, devices=ONE_DEVICE)
+  saved = checkpoint_lib.Checkpoints(str(tmp_path / "base" / "checkpoints"), read_only=True)
+  _, source_state, _, _ = saved.restore_latest(
+      source_trainer.abstract_state_with_shardings(), source_trainer.describe())
+  saved.close()
+  trainer = trainer_lib.Trainer(resolved, devices=ONE_DEVICE)
+  state = initialize.initial_state(trainer)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(state.params),
+                         jax.device_get(source_state.params))
+  (_, (adam, schedule)) = state.opt_state["all"]
+  (_, (source_adam, _)) = source_state.opt_state["all"]
+  assert int(adam.count) == 4 and int(schedule.count) == 0
+  jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(adam.mu),
+                         jax.device_get(source_adam.mu))
+
+  shapes = []
+  real_device_batch = trainer_lib.Trainer.device_batch
+
+  def recording(self, batch):
+    shapes.append(batch["input_ids"].shape)
+    return real_device_batch(self, batch)
+
+  monkeypatch.setattr(trainer_lib.Trainer, "device_batch", recording)
+  straight = _run(config, tmp_path / "extended")
+  assert shapes[:4] == [(8, 128)] * 4
+  assert straight["history"][0]["learning_rate"] == pytest.approx(1e-3)  # constant
+  first = _run(config, tmp_path / "resumed", stop_at_step=2)
+  second = _run(config, tmp_path / "resumed", resume=True)
+  losses = {**_step_losses(first), **_step_losses(second)}
+  np.testing.assert_array_equal([losses[s] for s in range(1, 5)],
+                                [_step_losses(straight)[s] for s in range(1, 5)])
+  jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(second["params"]),
+                         jax.device_get(straight["params"]))
+
+
+def test_init_from_optimizer_needs_a_run(tiny_config):
+  config = tiny_config("modernbert:tiny_context_extension")
+  with pytest.raises(errors.ConfigError, match="init_from_optimizer.*needs --init_from"):
+    trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  config.init_from = "hf:/some/dir"
+  with pytest.raises(errors.ConfigError, match="init_from_optimizer"):
+    trainer_lib.Trainer(config, devices=ONE_DEVICE)
+
+
+def test_a_theta_of_zero_stops_before_compiling(tiny_config):
+  config = tiny_config("modernbert:tiny")
+  config.model.rope_theta = 0.0
+  with pytest.raises(errors.ConfigError, match="model.rope_theta': must be positive"):
+    trainer_lib.Trainer(config, devices=ONE_DEVICE)
