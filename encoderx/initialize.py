@@ -117,51 +117,16 @@ def _run_source(path: str) -> Source:
         "one of its checkpoints (WORKDIR/checkpoints/STEP); a Hugging Face model "
         f"directory is given as {HF_PREFIX}DIR.")
   config = run_config(os.path.join(workdir, "config.json"))
-  checkpoints = os.path.join(workdir, "checkpoints")
-
-  def restore(item: dict) -> dict:
-    """The parts of the checkpoint's state that `item` (a tree of ShapeDtypeStructs
-    with shardings) names."""
-    manager = ocp.CheckpointManager(checkpoints, item_names=("state",),
-                                    options=ocp.CheckpointManagerOptions(read_only=True))
-    try:
-      chosen = step if step is not None else manager.latest_step()
-      if chosen is None or chosen not in manager.all_steps():
-        raise InitError(f"--init_from: {checkpoints} holds no checkpoint"
-                        + (f" of step {step}." if step is not None else "."))
-      restored = manager.restore(chosen, args=ocp.args.Composite(
-          state=ocp.args.PyTreeRestore(
-              item=item, partial_restore=True,
-              restore_args=ocp.checkpoint_utils.construct_restore_args(item))))
-    finally:
-      manager.close()
-    logger.info("init_from: %s of step %d of %s", "/".join(item), chosen, workdir)
-    return restored["state"]
 
   def load_params():
-    """The run's weights: its parameters, or their moving average (train.ema_decay)."""
     source_method = method_registry.build(config)
-    abstract = flax.linen.unbox(
-        jax.eval_shape(source_method.init, jax.random.key(0))["params"])
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    target = jax.tree_util.tree_map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract)
-    if config.train.ema_decay:  # kept by each update's optimizer (optim.with_ema)
-      updates = source_method.updates
-      restored = restore({"opt_state": {u.name: {"ema": _groups(target, u.groups)}
-                                        for u in updates}})
-      params = {}
-      for u in updates:
-        params.update(restored["opt_state"][u.name]["ema"])
-    else:
-      params = restore({"params": target})["params"]
-    params = _unscanned(source_method.transferable_params(jax.device_get(params)),
-                        dict(config.model))
+    _, params = run_weights(workdir, step, config, source_method)
+    params = _unscanned(source_method.transferable_params(params), dict(config.model))
     return embeddings.resize_vocabulary(params, source_method.model_config.vocab_size)
 
   def load_optimizer_state(abstract_opt_state):
     try:
-      return restore({"opt_state": abstract_opt_state})["opt_state"]
+      return restore_state(workdir, step, {"opt_state": abstract_opt_state})[1]["opt_state"]
     except (ValueError, KeyError, TypeError) as error:
       raise InitError(
           f"--init_from: the optimizer state of {workdir} does not fit this run's "
@@ -170,6 +135,51 @@ def _run_source(path: str) -> Source:
 
   return Source(name=workdir, model=dict(config.model), vocab=dict(config.data.vocab),
                 load_params=load_params, load_optimizer_state=load_optimizer_state)
+
+
+def restore_state(workdir: str, step: int | None, item: dict) -> tuple[int, dict]:
+  """(the step, the parts of that checkpoint's train state that `item` names: a tree of
+  ShapeDtypeStructs with shardings) of the run in `workdir`; step None: its latest.
+  Reads only: never writes into the run."""
+  checkpoints = os.path.join(workdir, "checkpoints")
+  manager = ocp.CheckpointManager(checkpoints, item_names=("state",),
+                                  options=ocp.CheckpointManagerOptions(read_only=True))
+  try:
+    chosen = step if step is not None else manager.latest_step()
+    if chosen is None or chosen not in manager.all_steps():
+      raise InitError(f"--init_from: {checkpoints} holds no checkpoint"
+                      + (f" of step {step}." if step is not None else "."))
+    restored = manager.restore(chosen, args=ocp.args.Composite(
+        state=ocp.args.PyTreeRestore(
+            item=item, partial_restore=True,
+            restore_args=ocp.checkpoint_utils.construct_restore_args(item))))
+  finally:
+    manager.close()
+  logger.info("init_from: %s of step %d of %s", "/".join(item), chosen, workdir)
+  return chosen, restored["state"]
+
+
+def run_weights(workdir: str, step: int | None, config=None, method=None
+                ) -> tuple[int, dict]:
+  """(the step, the weights of that checkpoint of the run in `workdir`, as numpy arrays
+  in the run's own layout: its parameters, or with train.ema_decay their moving average,
+  kept by each update's optimizer, optim.with_ema); step None: the latest."""
+  config = config or run_config(os.path.join(workdir, "config.json"))
+  method = method or method_registry.build(config)
+  abstract = flax.linen.unbox(jax.eval_shape(method.init, jax.random.key(0))["params"])
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  target = jax.tree_util.tree_map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract)
+  if not config.train.ema_decay:
+    chosen, restored = restore_state(workdir, step, {"params": target})
+    return chosen, jax.device_get(restored["params"])
+  updates = method.updates
+  chosen, restored = restore_state(workdir, step, {"opt_state": {
+      u.name: {"ema": _groups(target, u.groups)} for u in updates}})
+  params = {}
+  for u in updates:
+    params.update(restored["opt_state"][u.name]["ema"])
+  return chosen, jax.device_get(params)
 
 
 def _groups(params: dict, groups: tuple[str, ...] | None) -> dict:

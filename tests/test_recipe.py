@@ -251,3 +251,77 @@ def test_a_theta_of_zero_stops_before_compiling(tiny_config):
   config.model.rope_theta = 0.0
   with pytest.raises(errors.ConfigError, match="model.rope_theta': must be positive"):
     trainer_lib.Trainer(config, devices=ONE_DEVICE)
+
+
+# --- checkpoint averaging ------------------------------------------------------------------
+def _fingerprint(directory):
+  import hashlib
+  return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+          for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_average_is_the_hand_mean_and_a_run_like_any_other(tiny_config, tmp_path):
+  """python -m encoderx.average: the mean of the last 2 checkpoints (and of named steps)
+  equals the hand mean; export and --init_from read the result; the source run is not
+  touched; checkpoints of another model stop with one line. A run with
+  train.ema_decay contributes (and --init_from takes) its moving average."""
+  import subprocess
+  import sys
+  from encoderx import average, initialize
+  from encoderx.export import writer
+  config = tiny_config()
+  config.train.steps = 6
+  config.checkpoint.every_steps = 2
+  config.train.ema_decay = 0.5
+  run = tmp_path / "run"
+  result = _run(config, run)
+  before = _fingerprint(run)
+  weights = {step: initialize.run_weights(str(run), step)[1] for step in (2, 4, 6)}
+  # The run's weights are the moving average: what it returned and what export reads.
+  jax.tree_util.tree_map(np.testing.assert_array_equal, weights[6],
+                         jax.device_get(result["params"]))
+
+  written, chosen = average.average([str(run)], str(tmp_path / "last2"), last=2)
+  assert chosen == [(str(run), 4), (str(run), 6)] and written.endswith("checkpoints/6")
+  _, mean = initialize.run_weights(str(tmp_path / "last2"), None)
+  hand = jax.tree_util.tree_map(lambda a, b: ((a.astype(np.float64) + b) / 2).astype(a.dtype),
+                                weights[4], weights[6])
+  jax.tree_util.tree_map(np.testing.assert_array_equal, mean, hand)
+  average.average([str(run)], str(tmp_path / "named"), steps=(2, 6))
+  _, named = initialize.run_weights(str(tmp_path / "named"), None)
+  jax.tree_util.tree_map(
+      lambda m, a, b: np.testing.assert_allclose(m, (a + b) / 2, rtol=1e-6, atol=1e-8),
+      named, weights[2], weights[6])
+  assert _fingerprint(run) == before
+
+  # Export and --init_from read it like any other run.
+  exported = writer.export_npz(str(tmp_path / "last2"), str(tmp_path / "mean.npz"))
+  arrays = np.load(tmp_path / "mean.npz")
+  embedding = "encoder_model/embeddings/word_embeddings/embedding"
+  np.testing.assert_array_equal(arrays[embedding],
+                                hand["encoder_model"]["embeddings"]["word_embeddings"]["embedding"])
+  assert exported
+  follower = tiny_config()
+  follower.init_from = str(tmp_path / "last2")
+  follower = initialize.resolve_config(follower)
+  trainer = trainer_lib.Trainer(follower, devices=ONE_DEVICE)
+  state = initialize.initial_state(trainer)
+  jax.tree_util.tree_map(np.testing.assert_array_equal,
+                         jax.device_get(state.params["encoder_model"]),
+                         hand["encoder_model"])
+
+  # Another model: one line, exit status 2, nothing written.
+  other = tiny_config()
+  other.model.num_layers = 3
+  other.train.steps = 3
+  _run(other, tmp_path / "other")
+  command = subprocess.run(
+      [sys.executable, "-m", "encoderx.average", f"--runs={run},{tmp_path / 'other'}",
+       f"--output={tmp_path / 'mixed'}"], capture_output=True, text=True, timeout=300)
+  assert command.returncode == 2, command.stderr
+  (line,) = [l for l in command.stderr.splitlines() if l.startswith("encoderx: error")]
+  assert "is another model than" in line and "num_layers: 2 vs 3" in line
+  assert not (tmp_path / "mixed").exists()
+  with pytest.raises(average.AverageError, match="exists and is not an empty directory"):
+    average.average([str(run)], str(tmp_path / "last2"), last=1)
