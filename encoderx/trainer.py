@@ -196,9 +196,11 @@ class Trainer:
     self.config = config_lib.validate(config)
     self.method = method_registry.build(config)
     self.phases = phases(config)
-    by_stream = {}  # one method per length: the long phase's cap differs
-    self.methods = {p.index: by_stream.setdefault(p.long, self.method.for_phase(p))
-                    for p in self.phases}
+    by_length = {}  # one method per length (the long phase's cap differs), built once
+    for p in self.phases:
+      if p.long not in by_length:
+        by_length[p.long] = self.method.for_phase(p)
+    self.methods = {p.index: by_length[p.long] for p in self.phases}
     self.updates = self.method.updates
     self.schedules = {u.name: optim.learning_rate_schedule(config.optimizer, config.train.steps,
                                                            u.learning_rate)

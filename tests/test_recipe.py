@@ -81,6 +81,33 @@ def _step_losses(result):
   return {entry["step"]: entry["loss"] for entry in result["history"]}
 
 
+def _recorded_batches(monkeypatch) -> list:
+  """The numpy batches the train steps get from now on (their input_ids)."""
+  recorded = []
+  real_device_batch = trainer_lib.Trainer.device_batch
+
+  def recording(self, batch):
+    recorded.append(batch["input_ids"])
+    return real_device_batch(self, batch)
+
+  monkeypatch.setattr(trainer_lib.Trainer, "device_batch", recording)
+  return recorded
+
+
+def _check_resume(config, workdir, straight, stop_at_step: int) -> None:
+  """A run of `config` stopped at `stop_at_step` and resumed gives every loss, the
+  held-out metrics and the final weights of the unbroken run `straight`."""
+  first = _run(config, workdir, stop_at_step=stop_at_step)
+  second = _run(config, workdir, resume=True)
+  losses = {**_step_losses(first), **_step_losses(second)}
+  steps = range(1, config.train.steps + 1)
+  np.testing.assert_array_equal([losses[s] for s in steps],
+                                [_step_losses(straight)[s] for s in steps])
+  jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(second["params"]),
+                         jax.device_get(straight["params"]))
+  assert second["eval"] == straight["eval"]
+
+
 def test_batch_size_warmup_helper_is_modernbert_s():
   from encoderx.configs import common
   # Sizes 8, 16, 24 over 12 steps held in proportion 8 : 16 : 24 (ends at 2, 6, 12).
@@ -107,17 +134,9 @@ def test_batch_size_warmup_resumes_exactly_across_a_change(tiny_config, tmp_path
   config.optimizer.schedule, config.optimizer.decay_shape = "wsd", "1-sqrt"
   config.optimizer.decay_fraction = 0.5
   config.train.ema_decay = 0.9
-  shapes, rows = [], []
-  real_device_batch = trainer_lib.Trainer.device_batch
-
-  def recording(self, batch):
-    shapes.append(batch["input_ids"].shape)
-    rows.append(batch["input_ids"])
-    return real_device_batch(self, batch)
-
-  monkeypatch.setattr(trainer_lib.Trainer, "device_batch", recording)
+  rows = _recorded_batches(monkeypatch)
   straight = _run(config, tmp_path / "straight")
-  assert shapes[:8] == [(2, 64)] * 3 + [(4, 64)] * 2 + [(8, 64)] * 3
+  assert [r.shape for r in rows[:8]] == [(2, 64)] * 3 + [(4, 64)] * 2 + [(8, 64)] * 3
   trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
   assert [(p.start, p.end, p.batch_size) for p in trainer.phases] == [
       (0, 3, 2), (3, 5, 4), (5, 8, 8)]
@@ -125,14 +144,7 @@ def test_batch_size_warmup_resumes_exactly_across_a_change(tiny_config, tmp_path
   stream = pipeline.take_batches(task, "train", 64, 2, 19, seed=config.train.seed)
   np.testing.assert_array_equal(np.concatenate(rows[:8]),
                                 np.concatenate([b["input_ids"] for b in stream]))
-  first = _run(config, tmp_path / "resumed", stop_at_step=4)
-  second = _run(config, tmp_path / "resumed", resume=True)
-  losses = {**_step_losses(first), **_step_losses(second)}
-  np.testing.assert_array_equal([losses[s] for s in range(1, 9)],
-                                [_step_losses(straight)[s] for s in range(1, 9)])
-  jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(second["params"]),
-                         jax.device_get(straight["params"]))
-  assert second["eval"] == straight["eval"]
+  _check_resume(config, tmp_path / "resumed", straight, stop_at_step=4)
 
 
 @pytest.mark.parametrize("schedule, message", [
@@ -217,24 +229,11 @@ def test_context_extension_continues_the_source_at_a_longer_length(tiny_config, 
   jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(adam.mu),
                          jax.device_get(source_adam.mu))
 
-  shapes = []
-  real_device_batch = trainer_lib.Trainer.device_batch
-
-  def recording(self, batch):
-    shapes.append(batch["input_ids"].shape)
-    return real_device_batch(self, batch)
-
-  monkeypatch.setattr(trainer_lib.Trainer, "device_batch", recording)
+  rows = _recorded_batches(monkeypatch)
   straight = _run(config, tmp_path / "extended")
-  assert shapes[:4] == [(8, 128)] * 4
+  assert [r.shape for r in rows[:4]] == [(8, 128)] * 4
   assert straight["history"][0]["learning_rate"] == pytest.approx(1e-3)  # constant
-  first = _run(config, tmp_path / "resumed", stop_at_step=2)
-  second = _run(config, tmp_path / "resumed", resume=True)
-  losses = {**_step_losses(first), **_step_losses(second)}
-  np.testing.assert_array_equal([losses[s] for s in range(1, 5)],
-                                [_step_losses(straight)[s] for s in range(1, 5)])
-  jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(second["params"]),
-                         jax.device_get(straight["params"]))
+  _check_resume(config, tmp_path / "resumed", straight, stop_at_step=2)
 
 
 def test_init_from_optimizer_needs_a_run(tiny_config):

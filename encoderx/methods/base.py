@@ -197,7 +197,8 @@ class Method(abc.ABC):
 
   # --- phases, identity ------------------------------------------------------------------
   def for_phase(self, phase) -> "Method":
-    """The method as a training phase (e.g. BERT's long-sequence phase) runs it."""
+    """The method as a training phase runs it (`phase.long`: BERT's long-sequence
+    phase)."""
     del phase
     return self
 
