@@ -48,7 +48,10 @@ EXTRAS_REQUIRE = {
              # fine-tuning recipe beside encoderx's.
              "accelerate==1.15.0",
              # The documentation site (mkdocs.yml), built strictly by tests/test_docs.py.
-             "mkdocs==1.6.1"],
+             "mkdocs==1.6.1",
+             # optimi's StableAdamW: the reference encoderx's stable_adamw is tested
+             # against step by step (tests/test_recipe.py).
+             "torch-optimi==0.3.3"],
 }
 
 setuptools.setup(
