@@ -116,6 +116,25 @@ def _mesh_axes(spec_entry) -> tuple[str, ...]:
   return (spec_entry,) if isinstance(spec_entry, str) else tuple(spec_entry)
 
 
+def check_layout(kv_heads: int, heads_spec: PartitionSpec | None,
+                 mesh: jax.sharding.Mesh | jax.sharding.AbstractMesh
+                 ) -> tuple[tuple, bool]:
+  """(`heads_spec` over all four axes [batch, length, heads, head_dim], whether it splits
+  them over `mesh`'s devices); a one-line ValueError unless each device holds whole rows
+  and heads and the `kv_heads` split as the query heads do."""
+  spec = tuple(heads_spec or ()) + (None,) * (4 - len(tuple(heads_spec or ())))
+  if spec[1] is not None or spec[3] is not None:
+    raise ValueError(f"splash_attention takes whole rows and heads on each device; the "
+                     f"heads are laid out as {heads_spec}")
+  sharded = not mesh.empty and any(mesh.shape[a] > 1 for entry in spec
+                                   for a in _mesh_axes(entry))
+  shards = math.prod(mesh.shape[a] for a in _mesh_axes(spec[2])) if sharded else 1
+  if kv_heads % shards:
+    raise ValueError(f"splash_attention: {kv_heads} kv heads do not split over the "
+                     f"{shards} devices of the heads' mesh axes {spec[2]}")
+  return spec, sharded
+
+
 def splash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                      segment_ids: jax.Array, *, window: int = 0,
                      scale: float | None = None,
@@ -144,16 +163,7 @@ def splash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
   block_sizes = block_sizes or default_block_sizes(length)
   _check_block_sizes(block_sizes)
   mesh = mesh if mesh is not None else jax.sharding.get_abstract_mesh()
-  spec = tuple(heads_spec or ()) + (None,) * (4 - len(tuple(heads_spec or ())))
-  if spec[1] is not None or spec[3] is not None:
-    raise ValueError(f"splash_attention takes whole rows and heads on each device; the "
-                     f"heads are laid out as {heads_spec}")
-  sharded = not mesh.empty and any(mesh.shape[a] > 1 for entry in spec
-                                   for a in _mesh_axes(entry))
-  shards = math.prod(mesh.shape[a] for a in _mesh_axes(spec[2])) if sharded else 1
-  if key.shape[2] % shards:
-    raise ValueError(f"splash_attention: {key.shape[2]} kv heads do not split over the "
-                     f"{shards} devices of the heads' mesh axes {spec[2]}")
+  spec, sharded = check_layout(key.shape[2], heads_spec, mesh)
   padded = padded_length(length, block_sizes)
   if interpret is None:
     interpret = False if jax.default_backend() == "tpu" else pltpu.InterpretParams()
