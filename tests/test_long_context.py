@@ -179,6 +179,7 @@ def _config(**model):
      r"num_heads = 24: .*power of 2"),
     (dict(model=dict(attention_kernel="pallas"), data=dict(seq_length=520)),
      r"'pallas' cannot run rows of data.seq_length=520 .* multiple of 64"),
+    (dict(model=dict(attention_kernel="flash")), r"'model.attention_kernel': .*flash"),
     (dict(model=dict(attention_kernel="blockwise", position_embedding="absolute",
                      local_attention=0, enhanced_mask_decoder=True)),
      r"'blockwise' takes self-attention over whole rows; model.enhanced_mask_decoder"),
@@ -190,6 +191,17 @@ def test_bad_settings_stop_in_one_line_before_compiling(changes, message):
   with pytest.raises(errors.ConfigError, match=message) as error:
     config_lib.validate(config)
   assert "\n" not in str(error.value)
+
+
+def test_a_kernel_that_does_not_run_on_this_backend_stops_in_one_line(monkeypatch):
+  """'pallas' (Triton) on a TPU: refused by the config's validation, before tracing."""
+  monkeypatch.setattr(attention_kernels, "backend", lambda: "tpu")
+  with pytest.raises(errors.ConfigError, match=r"'model.attention_kernel': 'pallas' is a "
+                     r"GPU \(Triton\) kernel and does not run on TPU\. Use 'auto' or "
+                     r"'splash'") as error:
+    config_lib.validate(_config(attention_kernel="pallas"))
+  assert "\n" not in str(error.value)
+  config_lib.validate(_config(attention_kernel="splash"))
 
 
 @pytest.mark.parametrize("kernel", common.ATTENTION_KERNELS)

@@ -243,6 +243,9 @@ def validate(model, lengths: dict[str, int]) -> None:
     errors.fail("model.attention_kernel", f"{kernel!r} takes self-attention over whole "
                 "rows; model.enhanced_mask_decoder re-runs the last layer on a separate "
                 "query stream.", "Use 'auto' or 'xla'.")
+  if kernel == "pallas" and backend() == "tpu":
+    errors.fail("model.attention_kernel", "'pallas' is a GPU (Triton) kernel and does "
+                "not run on TPU.", "Use 'auto' or 'splash' on TPU.")
   if kernel == "pallas":
     heads, kv_heads = model.num_heads, model.num_kv_heads or model.num_heads
     head_dim = model.hidden_size // heads
