@@ -9,10 +9,14 @@ tables of which key blocks each query block visits (blocks outside the window ar
 fetched) and which are partial (masked inside); `SegmentIds` mask packed documents
 inside the blocks. It takes one row, [heads, length, head_dim], with fewer kv heads than
 query heads (query head h reads kv head h // groups), and does not scale the logits.
-This module follows MaxText's use of it (MaxText/layers/attention_op.py,
-`tpu_flash_attention`): q scaled beforehand, the kernel `jax.vmap`ped over the batch
-inside a `jax.shard_map` over the batch and head axes of the mesh, each device building
-the kernel for its own heads.
+This module follows MaxText's use of it (src/maxtext/layers/attention_op.py,
+`AttentionOp.tpu_flash_attention`, read at commit e591f30 of AI-Hypercomputer/maxtext):
+q scaled beforehand (MaxText folds 1 / sqrt(head_dim) into the query, attentions.py
+`query_pre_attn_scalar` / depth scaling), the kernel `jax.vmap`ped over the batch inside
+a `jax.shard_map` over the batch and head axes of the mesh. MaxText builds the kernel
+once outside with `head_shards` = the heads' devices and hands it into the shard_map by
+its `manual_sharding_spec`; here each device builds the kernel of its own heads inside
+(`head_shards=1`), the same tables without a kernel object crossing the shard_map.
 
 Constraints (the kernel's, jax 0.10.2): blocks are multiples of 128 that divide the
 length (`_check_block_sizes`); rows are padded here to a multiple of the block
