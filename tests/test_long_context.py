@@ -89,6 +89,21 @@ def test_each_kernel_gives_the_models_attention(kernel, scan):
   assert float(jnp.abs(want[0]).max()) > 1  # nothing vacuous
 
 
+def test_auto_on_a_tpu_runs_splash_and_gives_the_models_attention(monkeypatch):
+  """"auto" traced as on a TPU: every layer runs splash (TPU interpret mode here), and
+  the hidden states and gradients equal 'xla''s within 1e-5."""
+  want, _ = outputs_and_gradients("xla"), _params()  # initialization traces 'xla'
+  called = []
+  compute = attention_kernels.compute
+  monkeypatch.setattr(attention_kernels, "backend", lambda: "tpu")
+  monkeypatch.setattr(attention_kernels, "compute",
+                      lambda kernel, *args, **kwargs: called.append(kernel) or compute(
+                          kernel, *args, **kwargs))
+  errors_ = relative_errors(outputs_and_gradients.__wrapped__("auto"), want)
+  assert set(called) == {"splash"} and len(called) >= MODEL.num_layers
+  assert max(errors_.values()) <= TOLERANCE, errors_
+
+
 def test_the_window_matters_in_these_rows():
   """Without the local window (every layer global) the outputs differ: the cases above
   check the window."""
