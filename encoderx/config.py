@@ -32,7 +32,7 @@ from encoderx import optim, sharding
 from encoderx.data import fields as data_fields
 from encoderx.hf import families
 from encoderx.methods import registry
-from encoderx.models import attention, common
+from encoderx.models import attention, attention_kernels, common
 
 # Fields that moved: old path -> new path.
 MOVED_FIELDS = {
@@ -224,6 +224,10 @@ def _validate_run(config) -> None:
                 f"{longest}{offset} exceeds model.max_position_embeddings="
                 f"{model.max_position_embeddings}.")
   errors.check_fraction("train.long_fraction", train.long_fraction)
+  lengths = {"data.seq_length": data.seq_length}
+  if train.long_fraction:
+    lengths["train.long_seq_length"] = train.long_seq_length
+  attention_kernels.validate(model, lengths)
   if train.max_skipped_steps < 0:
     errors.fail("train.max_skipped_steps", f"must be >= 0, got {train.max_skipped_steps}.")
   if train.batch_size % train.grad_accum_steps:

@@ -20,10 +20,12 @@ from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import trainer as trainer_lib
 from encoderx.models import attention
+from encoderx.models import attention_kernels
+from encoderx.models import common
 from encoderx.models import dropout as dropout_lib
-from encoderx.models import masks
 from encoderx.models import flash_attention as fa
 from encoderx.models import masks
+from encoderx.models import pretraining
 
 import attention_reference  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
 from tests import test_blockwise_attention as blocks
@@ -155,11 +157,18 @@ def test_unsupported_shapes_are_refused_clearly(tiny_config):
   q = jnp.zeros((1, 64, 2, 24))
   with pytest.raises(ValueError, match="power of 2"):
     fa.flash_attention(q, q, q, jnp.ones((1, 64), jnp.int32), interpret=True)
-  config = tiny_config()  # heads of 24 in a model: the error names the config field
+  config = tiny_config()  # heads of 24 in a model: refused with the config's fields
   config.model.hidden_size, config.model.attention_kernel = 48, "pallas"
-  trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  with pytest.raises(errors.ConfigError, match="model.attention_kernel'?: 'pallas' "
+                     "cannot run rows of data.seq_length=.* power of 2"):
+    trainer_lib.Trainer(config, devices=ONE_DEVICE)
+  # A model outside a run: refused when traced.
+  model = pretraining.PretrainingModel(common.ModelConfig.from_config(config.model, 99),
+                                       heads=("mlm",))
+  batch = pretraining.init_batch(1, 64)
+  params = jax.eval_shape(model.init, jax.random.key(0), batch)
   with pytest.raises(ValueError, match="model.attention_kernel='pallas': .* power of 2"):
-    trainer.train_step(0)(trainer.init_state(), trainer.device_batch(_batches(config, 1)[0]))
+    jax.eval_shape(model.apply, params, batch)
 
 
 def test_kernels_lower_to_triton_for_gpu():
@@ -220,7 +229,7 @@ def test_auto_takes_the_kernel_on_gpu_with_attention_dropout():
   heads = jnp.zeros((2, 512, 16, 64), jnp.bfloat16)
 
   def auto(backend="gpu", q=heads, query_given=False, with_dropout=True):
-    return attention.pallas_by_default(backend, q, q, q, query_given, with_dropout)
+    return attention_kernels.pallas_by_default(backend, q, q, q, query_given, with_dropout)
 
   assert auto() and auto(q=heads.astype(jnp.float16))
   assert auto(q=jnp.zeros((2, 128, 12, 64), jnp.bfloat16))
@@ -252,7 +261,7 @@ def test_auto_trains_with_the_kernel_where_it_takes_it(tiny_config, monkeypatch)
     return losses, jax.tree_util.tree_leaves(state.params)
 
   (pallas_losses, pallas_params), (_, xla_params) = trained("pallas"), trained("xla")
-  monkeypatch.setattr(attention, "pallas_by_default", lambda *args: True)
+  monkeypatch.setattr(attention_kernels, "pallas_by_default", lambda *args: True)
   auto_losses, auto_params = trained("auto")
   np.testing.assert_array_equal(auto_losses, pallas_losses)
   for auto_leaf, pallas_leaf in zip(auto_params, pallas_params):

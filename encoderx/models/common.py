@@ -25,6 +25,8 @@ from encoderx.models import contraction
 
 # Logical shape of the hidden states between layers: [batch, length, hidden].
 HIDDEN_AXES = ("activation_batch", "activation_length", "activation_embed")
+# Logical shape of per-head activations: [batch, length, heads, head_dim].
+HEADS_AXES = ("activation_batch", "activation_length", "activation_heads", "activation_kv")
 
 ACTIVATIONS = {
     "gelu": functools.partial(jax.nn.gelu, approximate=False),  # BERT's erf GELU
@@ -42,11 +44,17 @@ INITIALIZERS = ("bert", "megatron")
 # What the pooler reads (encoderx/models/heads.py Pooler): the first token, the mean of
 # the real tokens, or ("late") every token, its outputs then averaged.
 CLASSIFIER_POOLINGS = ("first_token", "mean", "late")
-# "xla": `attention.attend`, jax.nn.dot_product_attention (cuDNN's fused kernel on GPU)
-# without attention dropout, XLA's attention with it; "pallas":
-# encoderx/models/flash_attention.py, the fused kernel with dropout; "auto": "pallas"
-# where it is the faster (`attention.pallas_by_default`), else "xla".
-ATTENTION_KERNELS = ("auto", "xla", "pallas")
+# How the standard attention is computed (encoderx/models/attention_kernels.py):
+# "xla": jax.nn.dot_product_attention under the whole [length, length] mask (cuDNN's
+# fused kernel on GPU), XLA's attention with attention dropout; "pallas": the GPU
+# (Triton) flash attention with dropout (flash_attention.py); "blockwise": XLA in
+# memory linear in the length, no dropout (blockwise_attention.py); "splash": JAX's
+# splash attention for TPU, no dropout (splash_attention.py). "auto", per layer: with
+# attention dropout, "pallas" on GPU where measured the faster, else "xla"; without,
+# "splash" on TPU (else "blockwise"), on GPU "xla" (cuDNN) for rows under 1,024 tokens
+# and "pallas" (else "blockwise") for longer ones, on CPU "blockwise" for rows of 1,024
+# tokens or more and for local layers, else "xla" (attention_kernels.choose).
+ATTENTION_KERNELS = ("auto", "xla", "pallas", "blockwise", "splash")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -76,7 +84,7 @@ class ModelConfig:
   pooler_act: str = "tanh"
   # The attention variant, by name (encoderx/models/attention.py: VARIANTS).
   attention: str = "standard"
-  # How the standard attention is computed (ATTENTION_KERNELS; README, Model).
+  # How the standard attention is computed (ATTENTION_KERNELS above).
   attention_kernel: str = "auto"
   # Disentangled attention (DeBERTa, encoderx/models/disentangled.py): the relative
   # distance terms beside content->content ("c2p" content->position, "p2c"
@@ -389,9 +397,6 @@ def validate_model(model) -> None:
     if value and get("attention") != "standard":
       errors.fail(f"model.{field}", f"{value} is an option of the standard attention; "
                   f"model.attention={get('attention')!r} computes its own.")
-  if window and get("attention_kernel") == "pallas":
-    errors.fail("model.attention_kernel", "'pallas' takes no local window yet "
-                f"(model.local_attention={window}).", "Use 'auto' or 'xla'.")
   if get("norm") == "rms_norm" and get("norm_bias"):
     errors.fail("model.norm_bias", "RMSNorm has no bias (model.norm='rms_norm').",
                 "Set model.norm_bias=False.")

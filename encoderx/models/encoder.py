@@ -16,8 +16,9 @@
 - `feed_forward`: 'mlp' or 'gated' (GeGLU / SwiGLU); biases as model.attention_bias and
   model.mlp_bias say.
 - local attention (`local_attention`, `global_attention_every`): layers of the two
-  kinds differ only in their mask and rotary theta, which `LayerContext.for_layer`
-  picks, so that a scanned stack stays homogeneous (the kind is scanned data).
+  kinds differ only in their window and rotary theta, which `LayerContext.for_layer`
+  picks, so that a scanned stack stays homogeneous (the kind is scanned data, and each
+  layer runs its kind's attention kernel under `lax.cond`).
 
 Followed for the pre-norm layers: transformers models/modernbert/modeling_modernbert.py
 (ModernBertEncoderLayer, ModernBertModel.forward: embeddings, layers, final_norm) and
@@ -224,7 +225,7 @@ class Encoder(nn.Module):
     per_layer, context = context.per_layer, context.replace(per_layer=None)
 
     def layer_context(index):
-      """Layer `index`'s context: its kind's mask and rotary, its slice of per_layer."""
+      """Layer `index`'s context: its kind's window and rotary, its slice of per_layer."""
       layer = context.for_layer(config.is_global_layer(index))
       return layer if per_layer is None else layer.replace(
           per_layer=jax.tree_util.tree_map(lambda leaf: leaf[index], per_layer))

@@ -57,7 +57,6 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 from jax.sharding import PartitionSpec
 
-from encoderx.models import masks
 from encoderx.models import dropout as dropout_lib
 from encoderx.models import masks
 

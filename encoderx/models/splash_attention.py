@@ -9,10 +9,14 @@ tables of which key blocks each query block visits (blocks outside the window ar
 fetched) and which are partial (masked inside); `SegmentIds` mask packed documents
 inside the blocks. It takes one row, [heads, length, head_dim], with fewer kv heads than
 query heads (query head h reads kv head h // groups), and does not scale the logits.
-This module follows MaxText's use of it (MaxText/layers/attention_op.py,
-`tpu_flash_attention`): q scaled beforehand, the kernel `jax.vmap`ped over the batch
-inside a `jax.shard_map` over the batch and head axes of the mesh, each device building
-the kernel for its own heads.
+This module follows MaxText's use of it (src/maxtext/layers/attention_op.py,
+`AttentionOp.tpu_flash_attention`, read at commit e591f30 of AI-Hypercomputer/maxtext):
+q scaled beforehand (MaxText folds 1 / sqrt(head_dim) into the query, attentions.py
+`query_pre_attn_scalar` / depth scaling), the kernel `jax.vmap`ped over the batch inside
+a `jax.shard_map` over the batch and head axes of the mesh. MaxText builds the kernel
+once outside with `head_shards` = the heads' devices and hands it into the shard_map by
+its `manual_sharding_spec`; here each device builds the kernel of its own heads inside
+(`head_shards=1`), the same tables without a kernel object crossing the shard_map.
 
 Constraints (the kernel's, jax 0.10.2): blocks are multiples of 128 that divide the
 length (`_check_block_sizes`); rows are padded here to a multiple of the block
@@ -116,6 +120,25 @@ def _mesh_axes(spec_entry) -> tuple[str, ...]:
   return (spec_entry,) if isinstance(spec_entry, str) else tuple(spec_entry)
 
 
+def check_layout(kv_heads: int, heads_spec: PartitionSpec | None,
+                 mesh: jax.sharding.Mesh | jax.sharding.AbstractMesh
+                 ) -> tuple[tuple, bool]:
+  """(`heads_spec` over all four axes [batch, length, heads, head_dim], whether it splits
+  them over `mesh`'s devices); a one-line ValueError unless each device holds whole rows
+  and heads and the `kv_heads` split as the query heads do."""
+  spec = tuple(heads_spec or ()) + (None,) * (4 - len(tuple(heads_spec or ())))
+  if spec[1] is not None or spec[3] is not None:
+    raise ValueError(f"splash_attention takes whole rows and heads on each device; the "
+                     f"heads are laid out as {heads_spec}")
+  sharded = not mesh.empty and any(mesh.shape[a] > 1 for entry in spec
+                                   for a in _mesh_axes(entry))
+  shards = math.prod(mesh.shape[a] for a in _mesh_axes(spec[2])) if sharded else 1
+  if kv_heads % shards:
+    raise ValueError(f"splash_attention: {kv_heads} kv heads do not split over the "
+                     f"{shards} devices of the heads' mesh axes {spec[2]}")
+  return spec, sharded
+
+
 def splash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                      segment_ids: jax.Array, *, window: int = 0,
                      scale: float | None = None,
@@ -144,16 +167,7 @@ def splash_attention(query: jax.Array, key: jax.Array, value: jax.Array,
   block_sizes = block_sizes or default_block_sizes(length)
   _check_block_sizes(block_sizes)
   mesh = mesh if mesh is not None else jax.sharding.get_abstract_mesh()
-  spec = tuple(heads_spec or ()) + (None,) * (4 - len(tuple(heads_spec or ())))
-  if spec[1] is not None or spec[3] is not None:
-    raise ValueError(f"splash_attention takes whole rows and heads on each device; the "
-                     f"heads are laid out as {heads_spec}")
-  sharded = not mesh.empty and any(mesh.shape[a] > 1 for entry in spec
-                                   for a in _mesh_axes(entry))
-  shards = math.prod(mesh.shape[a] for a in _mesh_axes(spec[2])) if sharded else 1
-  if key.shape[2] % shards:
-    raise ValueError(f"splash_attention: {key.shape[2]} kv heads do not split over the "
-                     f"{shards} devices of the heads' mesh axes {spec[2]}")
+  spec, sharded = check_layout(key.shape[2], heads_spec, mesh)
   padded = padded_length(length, block_sizes)
   if interpret is None:
     interpret = False if jax.default_backend() == "tpu" else pltpu.InterpretParams()

@@ -140,6 +140,17 @@ TABLES: dict[str, Table] = {
          Column("read ex/s/core", "read_examples_per_second", thousands),
          Column("preprocess x1 s", "preprocess_seconds",
                 lambda s: f"{s:.0f}" if s else "(done before)"))),
+    "long_context": Table(
+        "The tiny ModernBERT's train step at batch 1 over long rows (python -m "
+        "encoderx.tools.long_context)",
+        (Column("kernel", "kernel"), Column("ran", "kernels_run"),
+         Column("length", "seq_length", thousands),
+         Column("compile s", "compile_seconds", fixed(1)),
+         Column("ms/step", "step_ms", fixed(0)),
+         Column("tok/s", "tokens_per_second", thousands),
+         Column("XLA temp MB", "temp_mb", fixed(0)),
+         Column("[L, L] array", "square_array", lambda v: "yes" if v else "no"),
+         Column("peak MB", "peak_mb", fixed(0)))),
 }
 
 
