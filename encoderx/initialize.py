@@ -34,6 +34,7 @@ import orbax.checkpoint as ocp
 from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import files as files_lib
+from encoderx.data import fields as data_fields
 from encoderx.methods import registry as method_registry
 from encoderx.hf import directory as hf_directory
 from encoderx.models import common, embeddings, encoder
@@ -81,6 +82,7 @@ def run_config(path: str) -> ml_collections.ConfigDict:
         node[key] = tuple(value) if isinstance(value, list) else value
 
   fill(config, stored)
+  data_fields.migrate_vocab(config.data.vocab)
   return config
 
 
