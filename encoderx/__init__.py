@@ -1,3 +1,9 @@
-"""encoderx: pretrain, fine-tune and export the BERT family of encoders in JAX/Flax."""
+"""encoderx: pretrain, fine-tune and export encoders in JAX/Flax."""
+import sys
+
+from encoderx import moved
 
 __version__ = "0.1.0"
+
+if not any(isinstance(finder, moved.MovedModules) for finder in sys.meta_path):
+  sys.meta_path.append(moved.MovedModules())

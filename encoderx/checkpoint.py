@@ -435,10 +435,12 @@ class BestCheckpoint:
 
 
 def restore_for_inference(workdir: str, description: dict, abstract_state,
-                          best_metric: str = "", best_mode: str = "max"):
+                          best_metric: str = "", best_mode: str = "max",
+                          weights=lambda state: state.params):
   """(params, method state) of a run for predictions: its best checkpoint by
-  `best_metric` (best/) if it kept one, else its latest that verifies; the model must be
-  the one `description` describes (its data and objective config may differ)."""
+  `best_metric` (best/) if it kept one, else `weights(state)` of its latest that
+  verifies; the model must be the one `description` describes (its data and objective
+  config may differ)."""
   if best_metric and files_lib.path(workdir).joinpath("best").is_dir():
     best = BestCheckpoint(os.path.join(workdir, "best"), best_metric, best_mode)
     try:
@@ -455,6 +457,6 @@ def restore_for_inference(workdir: str, description: dict, abstract_state,
   try:
     model_only = {k: v for k, v in description.items() if k != TRAINING}
     _, state, _, _ = checkpoints.restore_latest(abstract_state, model_only)
-    return state.params, state.method_state
+    return weights(state), state.method_state
   finally:
     checkpoints.close()

@@ -59,6 +59,15 @@ def _core_sections() -> dict[str, ml_collections.ConfigDict]:
           # Final fraction of the steps run at long_seq_length (BERT: 0.1 at 512).
           long_fraction=0.0,
           long_seq_length=512,
+          # Batch-size warmup (ModernBERT): (until_step, global batch size) pieces, each
+          # size for the steps before until_step; then batch_size. One compiled step per
+          # size; the data stream and its checkpointed position continue across them.
+          # configs/common.py: batch_size_warmup() builds ModernBERT's ramp.
+          batch_size_schedule=(),
+          # > 0: keep an exponential moving average of the parameters in the train state
+          # (checkpointed), ema = decay x ema + (1 - decay) x params after every update;
+          # evaluations, export and --init_from then use it (0: off).
+          ema_decay=0.0,
           # Steps in a row whose loss or gradient norm is not finite (NaN/inf) that are
           # skipped, leaving the state as it was, before the run stops with an error
           # naming them; 0: stop at the first.
@@ -100,6 +109,11 @@ def _schema_of(methods: tuple) -> ml_collections.ConfigDict:
   # fields (config.model but dropout, dtypes, scan and remat) and the vocabulary
   # (config.data.vocab) are taken from it. Same as the --init_from flag.
   config.init_from = ""
+  # With init_from a run (not hf:): also take its optimizer state (the moments and their
+  # update counts, train.ema_decay's average; the schedule restarts): ModernBERT's
+  # context extension and decay phases continue the optimizer. It needs the same
+  # method, model, heads, scan layout, optimizer and train.ema_decay.
+  config.init_from_optimizer = False
   config.model = common.config_section()
   config.data = data_fields.config_section()
   config.optimizer = optim.config_section()
@@ -215,10 +229,41 @@ def _validate_run(config) -> None:
   if train.batch_size % train.grad_accum_steps:
     errors.fail("train.batch_size", f"{train.batch_size} is not divisible by "
                 f"train.grad_accum_steps={train.grad_accum_steps}.")
+  _validate_batch_size_schedule(train)
+  if not 0.0 <= train.ema_decay < 1.0:
+    errors.fail("train.ema_decay", f"must be in [0, 1) (0: no moving average), got "
+                f"{train.ema_decay}.")
   if config.eval.batches < 0:
     errors.fail("eval.batches", f"must be >= 0 (0: the whole split), got "
                 f"{config.eval.batches}.")
   errors.check_choice("eval.best_mode", config.eval.best_mode, ("max", "min"))
+  if config.init_from_optimizer and (not config.init_from
+                                     or config.init_from.startswith("hf:")):
+    errors.fail("init_from_optimizer", "needs --init_from to name a run (its work "
+                f"directory or RUN/checkpoints/STEP), got {config.init_from!r}.")
+
+
+def _validate_batch_size_schedule(train) -> None:
+  """(until_step, batch size) pieces with increasing ends before train.steps, sizes
+  positive, at most train.batch_size and divisible by train.grad_accum_steps."""
+  field, schedule = "train.batch_size_schedule", train.batch_size_schedule
+  if not schedule:
+    return
+  try:
+    pieces = [(int(end), int(size)) for end, size in schedule]
+  except (TypeError, ValueError):
+    errors.fail(field, f"must be (until_step, batch_size) pairs, got {schedule!r}.")
+  ends = [end for end, _ in pieces]
+  if any(b <= a for a, b in zip([0] + ends, ends)) or ends[-1] >= train.steps:
+    errors.fail(field, f"the pieces' ends {ends} must increase from above 0 and stay "
+                f"below train.steps={train.steps} (train.batch_size runs the rest).")
+  for _, size in pieces:
+    if not 0 < size <= train.batch_size:
+      errors.fail(field, f"batch size {size} must be positive and at most "
+                  f"train.batch_size={train.batch_size}.")
+    if size % train.grad_accum_steps:
+      errors.fail(field, f"batch size {size} is not divisible by "
+                  f"train.grad_accum_steps={train.grad_accum_steps}.")
 
 
 def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

@@ -11,8 +11,13 @@ only, from
                                           tokenizer's files)
 
 The source decides the architecture: the run takes its encoder's fields (config.model,
-but for dropout, dtypes, scan and remat, which stay the run's) and its vocabulary
-(config.data.vocab). Then the source's encoder is taken whole, each head of the run that
+but for dropout, dtypes, scan and remat, which stay the run's, and for a rotary source
+the rotary theta and the length: a context extension's) and its vocabulary
+(config.data.vocab). With `config.init_from_optimizer` (a run as the source) the
+run also continues the source's optimizer state (moments, their update counts, the
+moving average of the weights) under its own, restarted, schedule: ModernBERT's
+context extension and decay phases (AnswerDotAI/ModernBERT main.py: `load_path` with
+`reset_time` and `restart_override`). Then the source's encoder is taken whole, each head of the run that
 the source has with the same shapes is taken, and the run's other heads start fresh.
 What the source has and the run does not use (e.g. pretraining heads when fine-tuning)
 is listed; an encoder weight that does not fit is an error, since the encoder is what
@@ -34,6 +39,7 @@ import orbax.checkpoint as ocp
 from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import files as files_lib
+from encoderx import optim
 from encoderx.data import fields as data_fields
 from encoderx.methods import registry as method_registry
 from encoderx.hf import directory as hf_directory
@@ -46,6 +52,9 @@ HF_PREFIX = "hf:"
 # (the source's vocabulary padding is dropped and the run's added: vocab_multiple).
 RUN_MODEL_FIELDS = ("hidden_dropout", "attention_dropout", "attention_kernel", "dtype",
                     "param_dtype", "scan_layers", "remat", "vocab_multiple")
+# And, for a rotary source, the fields no weight depends on that a context extension
+# changes (ModernBERT: 1,024 -> 8,192 tokens, global theta 10,000 -> 160,000).
+ROTARY_RUN_FIELDS = ("rope_theta", "local_rope_theta", "max_position_embeddings")
 # Parameters of the encoder proper; everything else (pooler, heads) may be new or unused.
 ENCODER_SCOPES = (("encoder_model", "embeddings"), ("encoder_model", "encoder"))
 
@@ -63,6 +72,8 @@ class Source:
   # () -> transferable params (unscanned, without vocabulary padding rows), numpy arrays
   load_params: callable
   notes: tuple[str, ...] = ()
+  # (the run's abstract optimizer state, with shardings) -> the source's (a run only)
+  load_optimizer_state: callable = None
 
 
 def run_config(path: str) -> ml_collections.ConfigDict:
@@ -108,35 +119,74 @@ def _run_source(path: str) -> Source:
         "one of its checkpoints (WORKDIR/checkpoints/STEP); a Hugging Face model "
         f"directory is given as {HF_PREFIX}DIR.")
   config = run_config(os.path.join(workdir, "config.json"))
-  checkpoints = os.path.join(workdir, "checkpoints")
 
   def load_params():
     source_method = method_registry.build(config)
-    abstract = flax.linen.unbox(
-        jax.eval_shape(source_method.init, jax.random.key(0))["params"])
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    target = jax.tree_util.tree_map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract)
-    manager = ocp.CheckpointManager(checkpoints, item_names=("state",),
-                                    options=ocp.CheckpointManagerOptions(read_only=True))
-    try:
-      chosen = step if step is not None else manager.latest_step()
-      if chosen is None or chosen not in manager.all_steps():
-        raise InitError(f"--init_from: {checkpoints} holds no checkpoint"
-                        + (f" of step {step}." if step is not None else "."))
-      restored = manager.restore(chosen, args=ocp.args.Composite(
-          state=ocp.args.PyTreeRestore(
-              item={"params": target}, partial_restore=True,
-              restore_args={"params": ocp.checkpoint_utils.construct_restore_args(target)})))
-    finally:
-      manager.close()
-    params = jax.device_get(restored["state"]["params"])
-    logger.info("init_from: parameters of step %d of %s", chosen, workdir)
+    _, params = run_weights(workdir, step, config, source_method)
     params = _unscanned(source_method.transferable_params(params), dict(config.model))
     return embeddings.resize_vocabulary(params, source_method.model_config.vocab_size)
 
+  def load_optimizer_state(abstract_opt_state):
+    try:
+      return restore_state(workdir, step, {"opt_state": abstract_opt_state})[1]["opt_state"]
+    except (ValueError, KeyError, TypeError) as error:
+      raise InitError(
+          f"--init_from: the optimizer state of {workdir} does not fit this run's "
+          f"(init_from_optimizer needs the same method, model, heads, scan layout, "
+          f"optimizer and train.ema_decay): {' '.join(str(error).split())[:300]}") from None
+
   return Source(name=workdir, model=dict(config.model), vocab=dict(config.data.vocab),
-                load_params=load_params)
+                load_params=load_params, load_optimizer_state=load_optimizer_state)
+
+
+def restore_state(workdir: str, step: int | None, item: dict) -> tuple[int, dict]:
+  """(the step, the parts of that checkpoint's train state that `item` names: a tree of
+  ShapeDtypeStructs with shardings) of the run in `workdir`; step None: its latest.
+  Reads only: never writes into the run."""
+  checkpoints = os.path.join(workdir, "checkpoints")
+  manager = ocp.CheckpointManager(checkpoints, item_names=("state",),
+                                  options=ocp.CheckpointManagerOptions(read_only=True))
+  try:
+    chosen = step if step is not None else manager.latest_step()
+    if chosen is None or chosen not in manager.all_steps():
+      raise InitError(f"--init_from: {checkpoints} holds no checkpoint"
+                      + (f" of step {step}." if step is not None else "."))
+    restored = manager.restore(chosen, args=ocp.args.Composite(
+        state=ocp.args.PyTreeRestore(
+            item=item, partial_restore=True,
+            restore_args=ocp.checkpoint_utils.construct_restore_args(item))))
+  finally:
+    manager.close()
+  logger.info("init_from: %s of step %d of %s", "/".join(item), chosen, workdir)
+  return chosen, restored["state"]
+
+
+def run_weights(workdir: str, step: int | None, config=None, method=None
+                ) -> tuple[int, dict]:
+  """(the step, the weights of that checkpoint of the run in `workdir`, as numpy arrays
+  in the run's own layout: its parameters, or with train.ema_decay their moving average,
+  kept by each update's optimizer, optim.with_ema); step None: the latest."""
+  config = config or run_config(os.path.join(workdir, "config.json"))
+  method = method or method_registry.build(config)
+  abstract = flax.linen.unbox(jax.eval_shape(method.init, jax.random.key(0))["params"])
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  target = jax.tree_util.tree_map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract)
+  if not config.train.ema_decay:
+    chosen, restored = restore_state(workdir, step, {"params": target})
+    return chosen, jax.device_get(restored["params"])
+  updates = method.updates
+  chosen, restored = restore_state(workdir, step, {"opt_state": {
+      u.name: {"ema": _groups(target, u.groups)} for u in updates}})
+  params = {}
+  for u in updates:
+    params.update(restored["opt_state"][u.name]["ema"])
+  return chosen, jax.device_get(params)
+
+
+def _groups(params: dict, groups: tuple[str, ...] | None) -> dict:
+  """The parameter groups (top-level keys) an optimizer update trains; None: all."""
+  return params if groups is None else {k: v for k, v in params.items() if k in groups}
 
 
 def _hf_source(path: str) -> Source:
@@ -182,8 +232,10 @@ def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
   source = open_source(config.init_from)
   resolved = config.copy_and_resolve_references()
   changed = []
+  kept = RUN_MODEL_FIELDS + (ROTARY_RUN_FIELDS if source.model.get("position_embedding")
+                             == "rotary" else ())
   for field, value in source.model.items():
-    if field not in RUN_MODEL_FIELDS and field in resolved.model:
+    if field not in kept and field in resolved.model:
       if resolved.model[field] != value:
         changed.append(f"model.{field}={value!r}")
       resolved.model[field] = value
@@ -258,4 +310,10 @@ def initial_state(trainer):
   if config.model.scan_layers:
     merged = encoder.stack_layers(merged)
   logger.info("init_from %s: %s", source.name, report.summary())
-  return trainer.init_state(method.with_transferable_params(fresh, merged))
+  state = trainer.init_state(method.with_transferable_params(fresh, merged))
+  if config.init_from_optimizer:
+    opt_state = source.load_optimizer_state(trainer.abstract_state_with_shardings().opt_state)
+    # The moments (and their update counts) carry on; the schedule starts over.
+    state = state.replace(opt_state=optim.reset_schedules(opt_state))
+    logger.info("init_from %s: its optimizer state too (the schedule restarts)", source.name)
+  return state

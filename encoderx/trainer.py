@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import time
 from typing import Any
 
@@ -87,20 +88,52 @@ class NonFiniteError(errors.UserError, RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Phase:
-  """A stretch of steps at one sequence length (BERT: 90% at 128, then 512)."""
+  """A stretch of steps at one sequence length and one global batch size: one compiled
+  train step. BERT's recipe has two lengths (90% of the steps at 128, then 512: `long`);
+  a batch-size warmup (train.batch_size_schedule) splits them further. Phases of one
+  length read one data stream (`stream`), which continues from one to the next."""
   index: int
   start: int
   end: int
   seq_length: int
+  batch_size: int = 0  # global, per optimizer update
+  long: bool = False  # BERT's long-sequence phase (objective.mlm.long_max_predictions)
+
+  @property
+  def stream(self) -> int:
+    """The data stream the phase reads (0: data.seq_length, 1: train.long_seq_length)."""
+    return int(self.long)
+
+
+def batch_size_at(config, step: int) -> int:
+  """The global batch size of train step `step` (train.batch_size_schedule, then
+  train.batch_size)."""
+  for end, size in config.train.batch_size_schedule:
+    if step < end:
+      return int(size)
+  return config.train.batch_size
 
 
 def phases(config) -> tuple[Phase, ...]:
   train = config.train
-  if not train.long_fraction:
-    return (Phase(0, 0, train.steps, config.data.seq_length),)
-  switch = int(round(train.steps * (1.0 - train.long_fraction)))
-  return (Phase(0, 0, switch, config.data.seq_length),
-          Phase(1, switch, train.steps, train.long_seq_length))
+  switch = (int(round(train.steps * (1.0 - train.long_fraction))) if train.long_fraction
+            else train.steps)
+  ends = sorted({switch, train.steps} | {int(end) for end, _ in train.batch_size_schedule
+                                         if 0 < int(end) < train.steps} - {0})
+  result = []
+  for start, end in zip([0] + ends, ends):
+    long = start >= switch
+    result.append(Phase(len(result), start, end,
+                        train.long_seq_length if long else config.data.seq_length,
+                        batch_size_at(config, start), long))
+  return tuple(result)
+
+
+def stream_unit(phases_: tuple[Phase, ...], stream: int) -> int:
+  """The global batch that a data stream is read in: the greatest common divisor of its
+  phases' batch sizes; a step of a phase takes batch_size / unit of them, so that the
+  stream, and its position in checkpoints, continue across a change of batch size."""
+  return math.gcd(*[p.batch_size for p in phases_ if p.stream == stream])
 
 
 def run_rng(seed: int) -> jax.Array:
@@ -163,13 +196,17 @@ class Trainer:
     self.config = config_lib.validate(config)
     self.method = method_registry.build(config)
     self.phases = phases(config)
-    self.methods = {p.index: self.method.for_phase(p) for p in self.phases}
+    by_length = {}  # one method per length (the long phase's cap differs), built once
+    for p in self.phases:
+      if p.long not in by_length:
+        by_length[p.long] = self.method.for_phase(p)
+    self.methods = {p.index: by_length[p.long] for p in self.phases}
     self.updates = self.method.updates
     self.schedules = {u.name: optim.learning_rate_schedule(config.optimizer, config.train.steps,
                                                            u.learning_rate)
                       for u in self.updates}
     self.optimizers = {u.name: optim.build(config.optimizer, config.train.steps,
-                                           u.learning_rate)
+                                           u.learning_rate, config.train.ema_decay)
                        for u in self.updates}
     self.mesh = sharding.make_mesh(config.mesh, devices)
     self.axis_rules = sharding.rules_from_config(config.mesh.rules)
@@ -187,19 +224,22 @@ class Trainer:
     train, hosts = self.config.train, jax.process_count()
     devices = (f"the {parallel} data-parallel devices (mesh "
                + " x ".join(f"{a}={self.mesh.shape[a]}" for a in sharding.BATCH_AXES) + ")")
-    for field, size in (("train.batch_size", train.batch_size),
-                        ("eval.batch_size", self.config.eval.batch_size)):
+    sizes = [("train.batch_size", train.batch_size),
+             ("eval.batch_size", self.config.eval.batch_size)]
+    sizes += [("train.batch_size_schedule", int(size))
+              for _, size in train.batch_size_schedule]
+    for field, size in sizes:
       for count, what in ((hosts, f"the {hosts} hosts"), (parallel, devices)):
         if size % count:
           errors.fail(field, f"{size} is not divisible by {what}.",
                           f"Use a multiple of {count}.")
-    micro = train.batch_size // train.grad_accum_steps
-    if micro % parallel:
-      errors.fail("train.grad_accum_steps", f"splits train.batch_size="
-                      f"{train.batch_size} into micro-batches of {micro}, which is not "
-                      f"divisible by {devices}.",
-                      f"Use fewer micro-batches, or a batch of {parallel} x "
-                      f"{train.grad_accum_steps} x n.")
+    for phase in self.phases:
+      micro = phase.batch_size // train.grad_accum_steps
+      if micro % parallel:
+        errors.fail("train.grad_accum_steps", f"splits the batch of {phase.batch_size} "
+                        f"into micro-batches of {micro}, which is not divisible by "
+                        f"{devices}.", f"Use fewer micro-batches, or a batch of "
+                        f"{parallel} x {train.grad_accum_steps} x n.")
 
   # --- state ----------------------------------------------------------------------------
   def describe(self) -> dict:
@@ -210,7 +250,7 @@ class Trainer:
     training = {section: config_lib.changed_fields(self.config, section)
                 for section in self.method.config_sections}
     training["train"] = {k: v for k, v in config_lib.changed_fields(self.config, "train")
-                         .items() if k in ("batch_size", "seed")}
+                         .items() if k in ("batch_size", "seed", "batch_size_schedule")}
     return {"method": self.config.method, **self.method.describe(),
             checkpoint_lib.TRAINING: training}
 
@@ -245,6 +285,17 @@ class Trainer:
                        skipped_in_a_row=PartitionSpec(), skipped_total=PartitionSpec())
     self.abstract_state = abstract
     return sharding.logical_to_shardings(specs, abstract, self.mesh, self.axis_rules)
+
+  def weights(self, state: TrainState):
+    """The run's weights: its parameters, or with train.ema_decay their moving average
+    (kept by each update's optimizer, optim.with_ema), which evaluations, the best
+    checkpoint, predictions, export and --init_from use."""
+    if not self.config.train.ema_decay:
+      return state.params
+    params = dict(state.params)
+    for update in self.updates:
+      params.update(state.opt_state[update.name].ema)
+    return params
 
   def abstract_state_with_shardings(self) -> TrainState:
     """ShapeDtypeStructs carrying shardings: what orbax restores into."""
@@ -351,7 +402,7 @@ class Trainer:
     optax.apply_if_finite, while the step counter advances, as the data does, and the
     skip is counted. A bad batch or a spike never writes NaN into the state."""
     prepare_key, loss_key = step_keys(state.rng, state.step)
-    batch = method.prepare(batch, prepare_key)
+    batch = method.prepare(batch, prepare_key, state.step)
     denominators = method.denominators(batch)
     params, method_state, opt_state = state.params, state.method_state, dict(state.opt_state)
     metrics, sums, carry = {}, {}, None
@@ -425,7 +476,7 @@ class Trainer:
     """
     prepare_key, _ = step_keys(run_rng(self.config.train.seed), step)
     prepared = self._prepare(phase_index)(
-        {k: jnp.asarray(v) for k, v in batch.items()}, prepare_key)
+        {k: jnp.asarray(v) for k, v in batch.items()}, prepare_key, jnp.int32(step))
     return jax.device_get(prepared)
 
   @_cached_per_trainer

@@ -159,3 +159,14 @@ def test_a_checkpoint_recording_moved_fields_resumes_with_the_same_values(tmp_pa
   with pytest.raises(checkpoint_lib.CheckpointError, match=r"qa\.doc_stride: checkpoint 64"):
     checkpoints._check_training(3, stored, other, allow_change=False)  # pylint: disable=protected-access
   checkpoints.close()
+
+
+def test_moved_modules_stop_with_one_line_naming_the_new_one(tmp_path):
+  ran = subprocess.run([sys.executable, "-m", "encoderx.bench", "--models=bert_tiny"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+  assert ran.returncode != 0
+  assert ran.stderr.strip().splitlines()[-1].endswith(
+      "encoderx.bench is now encoderx.tools.bench (see docs/migration.md))")
+  with pytest.raises(ImportError, match=r"encoderx\.method is now encoderx\.methods\.base"):
+    from encoderx import method  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import encoderx.tools.bench  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import

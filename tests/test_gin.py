@@ -14,10 +14,11 @@ from encoderx import gin_config
 from encoderx import train
 from conftest import REPO
 
-# Every shipped config: (file, variant).
+# Every shipped config of a run: (file, variant). configs/glue.py holds the recipes of a
+# GLUE sweep (python -m encoderx.glue --recipe), not runs' configs.
 CONFIGS = [(path.stem, variant)
            for path in sorted((REPO / "configs").glob("*.py"))
-           if path.stem not in ("__init__", "common")
+           if path.stem not in ("__init__", "common", "glue")
            for variant in importlib.import_module(f"encoderx.configs.{path.stem}").VARIANTS]
 
 

@@ -16,14 +16,14 @@ PACKAGE = REPO / "encoderx"
 # (layer, the top-level modules and packages of encoderx in it), bottom first: a module may
 # import its own layer and the layers below.
 LAYERS = (
-    ("leaves", ("errors", "files", "checksum", "host_allocator")),
+    ("leaves", ("errors", "files", "checksum", "host_allocator", "moved")),
     ("building blocks", ("models", "objectives", "data", "evaluation", "optim", "sharding",
                          "distributed")),
     ("methods", ("methods",)),
     ("conversion", ("hf",)),
     ("core of a run", ("config", "checkpoint", "workdir", "initialize", "trainer")),
     ("loop and command line", ("train", "cli", "gin_config")),
-    ("commands", ("export", "embed", "preprocess", "__main__")),
+    ("commands", ("export", "embed", "preprocess", "glue", "average", "__main__")),
     ("measuring tools", ("tools",)),
 )
 LAYER_OF = {name: index for index, (_, names) in enumerate(LAYERS) for name in names}

@@ -49,3 +49,13 @@ def test_a_missing_metric_or_log_is_named_and_nothing_written(runs, tmp_path, ca
   assert plot.main([str(runs[0]), str(tmp_path), f"--output={output}"]) == 2
   assert "no tensorboard/ directory" in capsys.readouterr().err
   assert not output.exists()
+
+
+def test_consecutive_runs_follow_one_another(runs, tmp_path):
+  """--consecutive (a recipe's phases): the second run's steps come after the first's."""
+  figure = plot.plot([str(r) for r in runs], str(tmp_path / "phases.png"), consecutive=True)
+  lines = {line.get_label(): line.get_xdata() for line in figure.axes[0].get_lines()
+           if not line.get_label().startswith("_")}
+  np.testing.assert_array_equal(lines["a (train)"], [1, 2, 3, 4])
+  np.testing.assert_array_equal(lines["b (train)"], [5, 6, 7, 8])
+  np.testing.assert_array_equal(lines["b (held-out)"], [6, 8])

@@ -35,10 +35,11 @@ def _stand_in(name: str, family: str):
 
 def test_a_method_without_an_adapter_is_named_with_the_ones_there_are():
   with pytest.raises(torch_adapters.NoAdapterError) as raised:
-    torch_adapters.adapter(_stand_in("classify", "bert"))
+    torch_adapters.adapter(_stand_in("qa", "bert"))
   message = str(raised.value)
-  assert "no PyTorch adapter for method 'classify' with model family 'bert'" in message
-  assert all(f"{name} (" in message for name in ("pretrain", "electra", "xlnet"))
+  assert "no PyTorch adapter for method 'qa' with model family 'bert'" in message
+  assert all(f"{name} (" in message
+             for name in ("pretrain", "electra", "xlnet", "classify", "similarity", "tag"))
   # A method that spans families has adapters for some: DeBERTa-v3's RTD has none.
   with pytest.raises(torch_adapters.NoAdapterError, match="'electra' with model family "
                      "'deberta-v2'"):

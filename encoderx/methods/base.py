@@ -21,7 +21,7 @@ names (`registry.register` adds one from outside the package).
 
 One train step, all inside one jax.jit:
 
-    batch = method.prepare(batch, key)             # e.g. masking, on the whole batch
+    batch = method.prepare(batch, key, step)       # e.g. masking, on the whole batch
     denominators = method.denominators(batch)      # loss divisors, on the whole batch
     for update in method.updates:                  # usually one
       loss, output = method.loss(params, state, micro_batch, key, denominators,
@@ -162,9 +162,11 @@ class Method(abc.ABC):
     return transferable
 
   # --- the train step --------------------------------------------------------------------
-  def prepare(self, batch: dict, key: jax.Array) -> dict:
-    """The whole global batch as the model needs it (masking, corruption), pure JAX."""
-    del key
+  def prepare(self, batch: dict, key: jax.Array, step: jax.Array | None = None) -> dict:
+    """The whole global batch as the model needs it (masking, corruption), pure JAX.
+    `step` is the train step (a traced int32: what changes over a run, such as the
+    masking rate, is a function of it); None in evaluation."""
+    del key, step
     return batch
 
   def denominators(self, batch: dict) -> Any:
@@ -195,7 +197,8 @@ class Method(abc.ABC):
 
   # --- phases, identity ------------------------------------------------------------------
   def for_phase(self, phase) -> "Method":
-    """The method as a training phase (e.g. BERT's long-sequence phase) runs it."""
+    """The method as a training phase runs it (`phase.long`: BERT's long-sequence
+    phase)."""
     del phase
     return self
 

@@ -22,6 +22,7 @@ from encoderx import errors
 from encoderx import files as files_lib
 from encoderx.methods import base as method_lib
 from encoderx.data import classification, labelled, pipeline
+from encoderx.evaluation import scores
 from encoderx.methods import finetune
 from encoderx.models import finetuning
 
@@ -39,14 +40,8 @@ def training_labels(finetune) -> tuple[str, ...]:
   return tuple(sorted({row[finetune.label_column] for _, row in rows}))
 
 
-def classification_metrics(labels: np.ndarray, predictions: np.ndarray,
-                           num_labels: int) -> dict[str, float]:
-  """Accuracy, F1 (binary: of label 1; else macro) and Matthews correlation."""
-  from sklearn import metrics  # pylint: disable=g-import-not-at-top
-  f1 = metrics.f1_score(labels, predictions, average="binary" if num_labels == 2
-                        else "macro", zero_division=0)
-  return {"accuracy": float(metrics.accuracy_score(labels, predictions)),
-          "f1": float(f1), "mcc": float(metrics.matthews_corrcoef(labels, predictions))}
+# Accuracy, F1 and Matthews correlation (scikit-learn): encoderx/evaluation/scores.py.
+classification_metrics = scores.classification_metrics
 
 
 class Classification(finetune.ReadsLabelledFiles, finetune.FineTuning):

@@ -262,9 +262,9 @@ class ReplacedTokenDetection(method_lib.Method):
                               learning_rate=rtd_config.discriminator_learning_rate or None))
 
   # --- the train step --------------------------------------------------------------------
-  def prepare(self, batch: dict, key: jax.Array) -> dict:
+  def prepare(self, batch: dict, key: jax.Array, step: jax.Array | None = None) -> dict:
     """The generator's input: MLM masking (`objective.mlm`) of the whole batch."""
-    return self.mlm.prepare(batch, key)
+    return self.mlm.prepare(batch, key, step)
 
   def denominators(self, batch: dict) -> dict:
     return {"mlm": self.mlm.denominator(batch), "rtd": rtd.token_count(batch)}
@@ -325,7 +325,7 @@ class ReplacedTokenDetection(method_lib.Method):
 
   # --- phases, identity ------------------------------------------------------------------
   def for_phase(self, phase) -> "ReplacedTokenDetection":
-    if phase.index == 0:
+    if not phase.long:
       return self
     return ReplacedTokenDetection(self.config, self.config.objective.mlm.long_max_predictions)
 

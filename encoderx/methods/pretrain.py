@@ -96,6 +96,39 @@ def validate_mlm(config) -> None:
   if mlm_fields.max_predictions > config.data.seq_length:
     fail("objective.mlm.max_predictions", f"{mlm_fields.max_predictions} exceeds "
          f"data.seq_length={config.data.seq_length}.")
+  if mlm_fields.eval_rate and not 0.0 < mlm_fields.eval_rate < 1.0:
+    fail("objective.mlm.eval_rate", f"must be in (0, 1) (or 0: objective.mlm.rate), got "
+         f"{mlm_fields.eval_rate}.")
+  validate_rate_schedule(config)
+
+
+def validate_rate_schedule(config) -> None:
+  """objective.mlm.rate_schedule: (until_step, rate) pieces with increasing ends, the
+  last at train.steps, rates in (0, 1), the largest within max_predictions."""
+  mlm_fields, fail = config.objective.mlm, errors.fail
+  field = "objective.mlm.rate_schedule"
+  schedule = mlm_fields.rate_schedule
+  if not schedule:
+    return
+  try:
+    pieces = [(int(end), float(rate)) for end, rate in schedule]
+  except (TypeError, ValueError):
+    fail(field, f"must be (until_step, rate) pairs, got {schedule!r}.")
+  ends = [end for end, _ in pieces]
+  if any(b <= a for a, b in zip([0] + ends, ends)):
+    fail(field, f"the pieces' ends {ends} must increase from above 0.")
+  if ends[-1] != config.train.steps:
+    fail(field, f"its last piece ends at step {ends[-1]}, but train.steps is "
+         f"{config.train.steps}: the pieces must add up to the run.")
+  for _, rate in pieces:
+    if not 0.0 < rate < 1.0:
+      fail(field, f"rate {rate} is not in (0, 1).")
+  largest = max(rate for _, rate in pieces)
+  needed = int(round(largest * config.data.seq_length))
+  if needed > mlm_fields.max_predictions:
+    fail("objective.mlm.max_predictions", f"{mlm_fields.max_predictions} cannot hold the "
+         f"schedule's largest rate {largest} x data.seq_length={config.data.seq_length} "
+         f"= {needed} predictions.", f"Set it to {needed} or more.")
 
 
 class Pretraining(method_lib.Method):
@@ -166,10 +199,10 @@ class Pretraining(method_lib.Method):
     return {"params": self.model.init({"params": key, "dropout": key}, batch)["params"]}
 
   # --- the train step --------------------------------------------------------------------
-  def prepare(self, batch: dict, key: jax.Array) -> dict:
+  def prepare(self, batch: dict, key: jax.Array, step: jax.Array | None = None) -> dict:
     """Applies every objective's `prepare` (masking) with its own key."""
     for index, objective in enumerate(self.objectives):
-      batch = objective.prepare(batch, jax.random.fold_in(key, index))
+      batch = objective.prepare(batch, jax.random.fold_in(key, index), step)
     return batch
 
   def denominators(self, batch: dict) -> dict:
@@ -206,7 +239,7 @@ class Pretraining(method_lib.Method):
 
   # --- phases, identity ------------------------------------------------------------------
   def for_phase(self, phase) -> "Pretraining":
-    if phase.index == 0:
+    if not phase.long:
       return self
     return Pretraining(self.config, self.config.objective.mlm.long_max_predictions)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from encoderx.evaluation import scores
 from encoderx.methods import base as method_lib
 from encoderx.methods import classify, finetune
 from encoderx.models import finetuning
@@ -19,13 +20,8 @@ from encoderx.models import finetuning
 METRICS = ("pearson", "spearman", "mse")
 
 
-def correlations(predictions: np.ndarray, gold: np.ndarray) -> dict[str, float]:
-  """Pearson's and Spearman's correlation of two score lists (scipy.stats)."""
-  from scipy import stats  # pylint: disable=g-import-not-at-top
-  if len(gold) < 2 or np.ptp(predictions) == 0 or np.ptp(gold) == 0:
-    return {"pearson": 0.0, "spearman": 0.0}  # undefined for constant scores
-  return {"pearson": float(stats.pearsonr(predictions, gold).statistic),
-          "spearman": float(stats.spearmanr(predictions, gold).statistic)}
+# Pearson and Spearman (scipy): encoderx/evaluation/scores.py.
+correlations = scores.correlations
 
 
 class Similarity(classify.Classification):

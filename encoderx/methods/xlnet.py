@@ -138,7 +138,8 @@ class PermutationLanguageModelling(method_lib.Method):
     return jax.lax.stop_gradient({"hidden": hidden, "valid": valid})
 
   # --- the train step --------------------------------------------------------------------
-  def prepare(self, batch: dict, key: jax.Array) -> dict:
+  def prepare(self, batch: dict, key: jax.Array, step: jax.Array | None = None) -> dict:
+    del step
     batch = dict(batch)
     if not self.bi_data:  # every row forwards: one direction of positional encodings
       batch.pop("reversed", None)

@@ -15,7 +15,9 @@ def mlm_config(mlm_fields, vocabulary, max_predictions: int | None = None) -> ml
       max_predictions=max_predictions or mlm_fields.max_predictions,
       unit=mlm_fields.unit, max_ngram=mlm_fields.max_ngram,
       span_geometric_p=mlm_fields.span_geometric_p,
-      max_span_words=mlm_fields.max_span_words)
+      max_span_words=mlm_fields.max_span_words,
+      rate_schedule=tuple((int(end), float(rate)) for end, rate in mlm_fields.rate_schedule),
+      eval_rate=mlm_fields.eval_rate)
 
 
 # Objective name -> (config.objective, vocabulary, MLM cap) -> the objective.

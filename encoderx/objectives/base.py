@@ -19,8 +19,10 @@ class Objective(Protocol):
   name: str
   head: str  # the model head it reads: 'mlm', 'sentence' or 'sbo'
 
-  def prepare(self, batch: dict, key: jax.Array) -> dict:
-    """The batch with this objective's inputs and targets added (pure JAX)."""
+  def prepare(self, batch: dict, key: jax.Array, step: jax.Array | None = None) -> dict:
+    """The batch with this objective's inputs and targets added (pure JAX); `step` is
+    the train step (traced) for what changes over a run (the masking rate), None in
+    evaluation."""
 
   def denominator(self, batch: dict) -> jax.Array:
     """What the loss sum is divided by, counted on the whole (prepared) batch."""

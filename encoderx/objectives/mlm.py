@@ -45,7 +45,14 @@ WHOLE_WORD_UNITS = ("word", "ngram", "span")
 def config_section() -> ml_collections.ConfigDict:
   """config.objective.mlm: BERT's masking."""
   return ml_collections.ConfigDict(dict(
-      rate=0.15,
+      rate=0.15,  # ModernBERT 0.3, NeoBERT 0.2
+      # The rate over the run, as (until_step, rate) pieces: rate r_i for the steps
+      # before until_i, from the end of the previous piece; the last piece ends at
+      # train.steps. mmBERT: ((s1, 0.3), (s2, 0.15), (steps, 0.05)). Empty: `rate`.
+      rate_schedule=(),
+      # The rate of held-out evaluations (ModernBERT evaluates at 0.15 whatever it trains
+      # at); 0: `rate`.
+      eval_rate=0.0,
       mask_token_prob=0.8,
       random_token_prob=0.1,
       max_predictions=20,
@@ -75,6 +82,20 @@ class MlmConfig:
   max_ngram: int = 3
   span_geometric_p: float = 0.2
   max_span_words: int = 10
+  rate_schedule: tuple[tuple[int, float], ...] = ()
+  eval_rate: float = 0.0
+
+  def rate_at(self, step: jax.Array | None):
+    """The masking rate at train step `step` (traced, int32): a pure function of the
+    step, so a resumed run masks as an unbroken one. None: the evaluation's rate."""
+    if step is None:
+      return self.eval_rate or self.rate
+    if not self.rate_schedule:
+      return self.rate
+    ends = jnp.asarray([end for end, _ in self.rate_schedule], jnp.int32)
+    rates = jnp.asarray([rate for _, rate in self.rate_schedule], jnp.float32)
+    piece = jnp.searchsorted(ends, step, side="right")  # the pieces that ended by `step`
+    return rates[jnp.minimum(piece, len(self.rate_schedule) - 1)]
 
   @property
   def replacement_ids(self) -> np.ndarray:
@@ -103,10 +124,12 @@ def candidate_mask(batch: dict, special_ids: tuple[int, ...]) -> jax.Array:
   return (batch["segment_ids"] > 0) & ~special
 
 
-def masking_budget(candidates: jax.Array, config: MlmConfig) -> jax.Array:
-  """[batch] tokens to mask: round(rate x candidates), at least 1, at most the cap."""
+def masking_budget(candidates: jax.Array, config: MlmConfig, rate=None) -> jax.Array:
+  """[batch] tokens to mask: round(rate x candidates), at least 1, at most the cap;
+  `rate` (a float or a traced scalar) defaults to config.rate."""
   num_candidates = candidates.sum(axis=1)
-  return jnp.clip(jnp.round(config.rate * num_candidates).astype(jnp.int32),
+  rate = config.rate if rate is None else rate
+  return jnp.clip(jnp.round(rate * num_candidates).astype(jnp.int32),
                   jnp.minimum(num_candidates, 1), config.max_predictions)
 
 
@@ -301,8 +324,10 @@ def unit_extents(chosen: jax.Array) -> tuple[jax.Array, jax.Array]:
           jax.lax.cummin(jnp.where(last, position, length - 1), axis=1, reverse=True))
 
 
-def mask_tokens(batch: dict, key: jax.Array, config: MlmConfig) -> dict:
-  """Masks the batch by `config.unit` (see the module docstring); pure and jit-able.
+def mask_tokens(batch: dict, key: jax.Array, config: MlmConfig, rate=None) -> dict:
+  """Masks the batch by `config.unit` (see the module docstring) at `rate` (default
+  config.rate; a traced scalar from `MlmConfig.rate_at` under a schedule); pure and
+  jit-able.
 
   Returns the batch with corrupted `input_ids` and, per prediction [batch,
   max_predictions]: `masked_positions`, `masked_ids`, `masked_weights`, and
@@ -312,7 +337,7 @@ def mask_tokens(batch: dict, key: jax.Array, config: MlmConfig) -> dict:
   """
   select_key, corrupt_key = jax.random.split(key)
   candidates = candidate_mask(batch, config.special_ids)
-  num_to_mask = masking_budget(candidates, config)
+  num_to_mask = masking_budget(candidates, config, rate)
   if config.unit == "token":
     positions, weights = select_tokens(select_key, candidates, num_to_mask,
                                        config.max_predictions)
@@ -342,8 +367,9 @@ class MaskedLanguageModel:
   name: str = "mlm"
   head: str = "mlm"
 
-  def prepare(self, batch: dict, key: jax.Array) -> dict:
-    return mask_tokens(batch, key, self.config)
+  def prepare(self, batch: dict, key: jax.Array, step: jax.Array | None = None) -> dict:
+    """Masks at the rate of train step `step` (None: the evaluation's rate)."""
+    return mask_tokens(batch, key, self.config, self.config.rate_at(step))
 
   def denominator(self, batch: dict) -> jax.Array:
     return prediction_count(batch)

@@ -20,8 +20,8 @@ class SpanBoundary:
   name: str = "sbo"
   head: str = "sbo"
 
-  def prepare(self, batch: dict, key: jax.Array) -> dict:
-    del key
+  def prepare(self, batch: dict, key: jax.Array, step=None) -> dict:
+    del key, step
     return batch
 
   def denominator(self, batch: dict) -> jax.Array:

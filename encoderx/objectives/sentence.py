@@ -24,8 +24,8 @@ class SentenceClassification:
   name: str = "nsp"
   head: str = "sentence"
 
-  def prepare(self, batch: dict, key: jax.Array) -> dict:
-    del key
+  def prepare(self, batch: dict, key: jax.Array, step=None) -> dict:
+    del key, step
     return batch
 
   def denominator(self, batch: dict) -> jax.Array:

@@ -29,6 +29,9 @@ import numpy as np
 from encoderx import trainer as trainer_lib
 from encoderx.tools import torch_optim
 
+# The methods whose head has a dropout of its own (finetune.classifier_dropout).
+FINE_TUNING = ("classify", "similarity", "tag")
+
 
 @dataclasses.dataclass
 class Parity:
@@ -61,6 +64,8 @@ def step_parity(trainer, adapter, batches: list[dict]) -> Parity:
   model_config = trainer.method.model_config
   if model_config.hidden_dropout or model_config.attention_dropout:
     raise ValueError("set model.hidden_dropout and model.attention_dropout to 0.")
+  if config.method in FINE_TUNING and config.finetune.classifier_dropout:
+    raise ValueError("set finetune.classifier_dropout to 0.")
   if not adapter.strict:
     raise ValueError("step parity needs a strict adapter (torch_adapters.adapter(...)).")
   torch_model = adapter.model

@@ -1,12 +1,16 @@
 """Training and held-out loss curves of runs, from their TensorBoard logs, overlaid.
 
     python -m encoderx.tools.plot RUN_DIR [RUN_DIR ...] --output=curves.png [--metric=mlm_loss]
+        [--consecutive]
 
 A run directory is a `python -m encoderx.train --workdir` (its logs are in
 RUN_DIR/tensorboard). Each run is drawn in its own colour: the training metric (as
 logged every train.log_every steps) as a line, the held-out one (`eval/<metric>`, at
 every evaluation) as a dashed line with markers. `--metric` is a metric both write
 (mlm_loss by default; `loss` is the training objective, which evaluation does not write).
+`--consecutive` draws the runs one after another instead (the phases of a recipe, each
+run from the last's checkpoint: docs/guides/recipes.md), each run's steps after the
+previous run's last, a dotted line where a phase starts.
 Needs matplotlib (`pip install matplotlib`).
 """
 from __future__ import annotations
@@ -70,22 +74,28 @@ def curves(run_dir: str, metric: str) -> dict[str, tuple[np.ndarray, np.ndarray]
 
 
 def plot(run_dirs: list[str], output: str, metric: str = "mlm_loss",
-         labels: list[str] | None = None, title: str | None = None):
-  """Draws the runs' curves of `metric` into `output` (PNG, SVG, ... by its extension);
-  returns the matplotlib figure."""
+         labels: list[str] | None = None, title: str | None = None,
+         consecutive: bool = False):
+  """Draws the runs' curves of `metric` into `output` (PNG, SVG, ... by its extension),
+  overlaid or, `consecutive`, one after another; returns the matplotlib figure."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   labels = labels or [os.path.basename(os.path.normpath(d)) for d in run_dirs]
   runs = [curves(run_dir, metric) for run_dir in run_dirs]  # every run read before drawing
   figure, axes = plt.subplots(figsize=(8, 5))
+  offset = 0
   for index, (found, label) in enumerate(zip(runs, labels)):
     colour = f"C{index % 10}"
+    if consecutive and index:
+      axes.axvline(offset, color="grey", linestyle=":", linewidth=1)
     for name, (steps, values) in found.items():
       held_out = name == "held-out"
-      axes.plot(steps, values, color=colour, linestyle="--" if held_out else "-",
+      axes.plot(steps + offset, values, color=colour, linestyle="--" if held_out else "-",
                 marker="o" if held_out else None, label=f"{label} ({name})")
-  axes.set_xlabel("step")
+    if consecutive:
+      offset += max(int(steps[-1]) for steps, _ in found.values())
+  axes.set_xlabel("step (the runs one after another)" if consecutive else "step")
   axes.set_ylabel(metric)
   axes.set_title(title or metric)
   axes.grid(alpha=0.3)
@@ -108,12 +118,14 @@ def main(argv=None) -> int:
                       help="comma-separated legend names, one per run (default: the "
                            "directory names)")
   parser.add_argument("--title", default=None)
+  parser.add_argument("--consecutive", action="store_true",
+                      help="draw the runs one after another (a recipe's phases)")
   args = parser.parse_args(argv)
   labels = args.labels.split(",") if args.labels else None
   if labels and len(labels) != len(args.run_dirs):
     parser.error(f"--labels names {len(labels)} runs, {len(args.run_dirs)} given.")
   try:
-    plot(args.run_dirs, args.output, args.metric, labels, args.title)
+    plot(args.run_dirs, args.output, args.metric, labels, args.title, args.consecutive)
   except PlotError as error:
     print(f"error: {error}", file=sys.stderr)
     return 2

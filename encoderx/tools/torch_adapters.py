@@ -23,6 +23,11 @@ family (REGISTRY; "*": any family the Hugging Face conversion knows):
   xlnet, family xlnet: XLNetLMHeadModel with the method's mem_len, reuse_len and bi_data,
       fed encoderx's targets and factorization orders (perm_mask, target_mapping, labels)
       and its own `mems` of the step before, carried as encoderx carries its memory.
+  classify / similarity / tag, any family: the family's task class with the method's
+      labels (BertForSequenceClassification with num_labels, or num_labels=1 and
+      problem_type='regression' for similarity; BertForTokenClassification), its
+      classifier_dropout the method's; fed the labels (tags -100 where encoderx's are -1:
+      pieces after a word's first, special tokens) and scored by the class's own loss.
 
 `strict` (the default) is parity's: the inputs and loss are what encoderx's step computes
 or an error says why they cannot be (rows packing several documents, which HF's attention
@@ -343,12 +348,66 @@ class XLNet(Adapter):
       raise ValueError("padding in the reused part: HF's mems would attend to it.")
 
 
+class FineTuning(Adapter):
+  """The classify, similarity and tag methods: the family's task class (see the module
+  doc) with the method's labels, fed the batch's labels in HF's form; the class's own
+  loss."""
+  description = ("the family's ForSequenceClassification (classify; similarity: one "
+                 "output, regression) or ForTokenClassification (tag) class")
+  # method -> the family's head (encoderx/hf/<family>.py) that is its HF class.
+  HEADS = {"classify": "sequence_classification", "similarity": "sequence_classification",
+           "tag": "token_classification"}
+
+  @classmethod
+  def refusal(cls, method):
+    from encoderx.hf import families  # pylint: disable=g-import-not-at-top
+    family, head = method.model_config.family, cls.HEADS[method.name]
+    if head not in families.family_named(family).heads:
+      return f"family {family!r} has no {head} class"
+    if head == "sequence_classification" and method.config.finetune.pooling != "pooler":
+      return ("Hugging Face's sequence classification classes pool the first token through "
+              "the pooler (finetune.pooling='pooler')")
+    return None
+
+  def build(self, head):
+    del head
+    method = self.method
+    self.head = self.HEADS[method.name]
+    fields = {"num_labels": 1 if method.name == "similarity" else len(method.labels),
+              "classifier_dropout": method.config.finetune.classifier_dropout}
+    if method.name == "similarity":
+      fields["problem_type"] = "regression"  # MSE on the one output
+    return engine.hf_model(method.model_config, method.model_config.family, self.head,
+                           **fields)
+
+  def inputs(self, prepared):
+    kwargs = hf_inputs(prepared, self.strict)
+    if self.method.name == "tag":  # first pieces carry their tag, the rest -1: ignored
+      tags = np.asarray(prepared["tags"])
+      labels = torch.from_numpy(np.where(tags >= 0, tags, IGNORED).astype(np.int64))
+    elif self.method.name == "similarity":
+      labels = torch.tensor(np.asarray(prepared["label"]), dtype=torch.float32)
+    else:
+      labels = torch.tensor(np.asarray(prepared["label"]), dtype=torch.long)
+    kwargs["labels"] = labels
+    return TorchBatch(kwargs, prepared)
+
+  def loss(self, batch, key=None):
+    """The class's own loss: mean cross-entropy over the examples (classify) or the
+    labelled tokens (tag), or mean squared error (similarity), as encoderx's."""
+    del key
+    return self.model(**batch.kwargs).loss
+
+
 # --- the registry ---------------------------------------------------------------------
 # (method name, model family or ANY_FAMILY) -> its adapter.
 REGISTRY: dict[tuple[str, str], type[Adapter]] = {
     ("pretrain", ANY_FAMILY): Pretraining,
     ("electra", "electra"): Electra,
     ("xlnet", "xlnet"): XLNet,
+    ("classify", ANY_FAMILY): FineTuning,
+    ("similarity", ANY_FAMILY): FineTuning,
+    ("tag", ANY_FAMILY): FineTuning,
 }
 
 

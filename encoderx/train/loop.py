@@ -71,6 +71,13 @@ def _device_batch(trainer: trainer_lib.Trainer, batch: dict[str, np.ndarray],
   return trainer.device_batch(batch)
 
 
+def _joined(batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+  """Batches read in a stream's unit, as one (a batch-size warmup's larger steps)."""
+  if len(batches) == 1:
+    return batches[0]
+  return {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
+
+
 def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, state,
              phase: trainer_lib.Phase) -> dict[str, float]:
   """The method's held-out metrics: over `eval.batches` batches of the validation split
@@ -86,7 +93,8 @@ def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, state,
         task, "validation", phase.seq_length, batch_size, config.train.seed)))
   evaluate_step = trainer.evaluate_step(phase.index)
   key = jax.random.key(config.train.seed + 1)
-  outputs = [evaluate_step(state.params, state.method_state, _device_batch(trainer, batch),
+  weights = trainer.weights(state)
+  outputs = [evaluate_step(weights, state.method_state, _device_batch(trainer, batch),
                            jax.random.fold_in(key, index))
              for index, batch in enumerate(batches)]
   return trainer.methods[phase.index].summarize_evaluation(jax.device_get(outputs))
@@ -117,13 +125,14 @@ def _write_config(config, workdir: str) -> None:
 def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
         stop_at_step: int | None = None, show_progress: bool = True,
         devices=None, allow_config_change: bool = False,
-        allow_fresh_start: bool = False) -> dict:
+        allow_fresh_start: bool = False, progress_label: str = "") -> dict:
   """Trains as `config` says (its method, data and schedule), in `workdir`.
 
   `stop_at_step` stops there as a preemption would (checkpoint saved, no evaluation),
   to be continued with `resume=True`, which refuses a work directory without checkpoints
   unless `allow_fresh_start`, and a checkpoint trained on another data or objective
-  config unless `allow_config_change`. `devices` (default: all) form the mesh.
+  config unless `allow_config_change`. `devices` (default: all) form the mesh;
+  `progress_label` names the progress bar (default: the method's name).
   Returns {'history': [{'step', 'loss', ...}, ...] (one per log interval),
   'eval': {...held-out metrics...}, 'step': last step, 'stopped': bool,
   'params': the trained parameters, 'method_state': the method's state}.
@@ -148,7 +157,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
       trainer.method.check_data()
       task = trainer.method.task()
     return _run_in(trainer, task, workdir, resume, stop_at_step, show_progress,
-                   allow_config_change)
+                   allow_config_change, progress_label)
 
 
 def _latest_step(checkpoints: checkpoint_lib.Checkpoints) -> int | None:
@@ -165,7 +174,8 @@ def _latest_step(checkpoints: checkpoint_lib.Checkpoints) -> int | None:
 
 
 def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume: bool,
-            stop_at_step: int | None, show_progress: bool, allow_config_change: bool) -> dict:
+            stop_at_step: int | None, show_progress: bool, allow_config_change: bool,
+            progress_label: str = "") -> dict:
   """run() in a work directory that this run has locked, its data checked."""
   from clu import metric_writers  # pylint: disable=g-import-not-at-top
 
@@ -214,38 +224,45 @@ def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume
       metrics = evaluate(trainer, task, state, phase)
       writer.write_scalars(step, {f"eval/{k}": v for k, v in metrics.items()})
       if best is not None:
-        best.save(step, state, metrics)
+        best.save(step, state.replace(params=trainer.weights(state)), metrics)
       return metrics
 
     step = int(state.step)
     with stop.installed(), tqdm(total=config.train.steps, initial=step, unit="step",
                                 disable=not show_progress or jax.process_index() > 0,
-                                desc=config.method,
+                                desc=progress_label or config.method,
                                 dynamic_ncols=True) as bar:
-      for phase in trainer.phases:
-        if step >= phase.end:
-          continue
-        start = position if position.get("phase") == phase.index else None
-        batches = None
-        try:
-          with distributed.agreement(USER_ERRORS):  # the data's errors, to the first batch
-            batches = pipeline.batch_iterator(
-                task, "train", phase.seq_length,
-                _local_batch_size(config, config.train.batch_size),
-                seed=config.train.seed + 1000 * phase.index, shard_info=_shard_info(config),
-                position=start)
-            feed = itertools.chain([next(batches)], batches)
+      batches = stream = None
+      try:
+        for phase in trainer.phases:
+          if step >= phase.end:
+            continue
+          if phase.stream != stream:  # phases of one length continue one stream
+            if batches is not None:
+              batches.close()
+              batches = None
+            stream = phase.stream
+            unit = trainer_lib.stream_unit(trainer.phases, stream)
+            start = position if position.get("phase") == stream else None
+            with distributed.agreement(USER_ERRORS):  # the data's errors, to the first batch
+              batches = pipeline.batch_iterator(
+                  task, "train", phase.seq_length, _local_batch_size(config, unit),
+                  seed=config.train.seed + 1000 * stream, shard_info=_shard_info(config),
+                  position=start)
+              feed = itertools.chain([next(batches)], batches)
           train_step = None
-          meter = progress.Meter(config.train.batch_size * phase.seq_length)
+          meter = progress.Meter(phase.batch_size * phase.seq_length)
           while step < phase.end and not stop.stopping:
-            batch = _device_batch(trainer, next(feed))
+            batch = _device_batch(trainer, _joined(
+                [next(feed) for _ in range(phase.batch_size // unit)]))
             if train_step is None:  # compiled ahead of time, its cost logged
               train_step, cost = trainer.compile_train_step(state, batch, phase.index)
-              logger.info("train step at length %d %s", phase.seq_length, cost.describe())
+              logger.info("train step at length %d, batch %d %s", phase.seq_length,
+                          phase.batch_size, cost.describe())
             state, metrics = train_step(state, batch)
             step += 1
             bar.update(1)
-            position = {"phase": phase.index, **batches.position.to_dict()}
+            position = {"phase": stream, **batches.position.to_dict()}
             meter.add(metrics)
             log_step = meter.first or step % config.train.log_every == 0 or step == phase.end
             if log_step:
@@ -263,11 +280,11 @@ def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume
                 and step < config.train.steps):
               evaluation = evaluate_and_log(state, phase, step)  # main() prints the last
               logger.info("evaluation at step %d: %s", step, progress.format_metrics(evaluation))
-        finally:
-          if batches is not None:
-            batches.close()
-        if stop.stopping:
-          break
+          if stop.stopping:
+            break
+      finally:
+        if batches is not None:
+          batches.close()
       if stop.stopping and checkpoints.latest_step() != step:
         save(step, state, position)
 
@@ -279,7 +296,7 @@ def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume
     if best is not None:
       best.close()
   return {"history": history, "eval": eval_metrics, "step": step,
-          "stopped": stop.stopping, "params": state.params,
+          "stopped": stop.stopping, "params": trainer.weights(state),
           "method_state": state.method_state}
 
 
@@ -301,7 +318,7 @@ def predict(config: ml_collections.ConfigDict, workdir: str, input_path: str,
   with distributed.agreement(USER_ERRORS):  # see run(): fails on every process or none
     params, method_state = checkpoint_lib.restore_for_inference(
         workdir, trainer.describe(), trainer.abstract_state_with_shardings(),
-        config.eval.best_metric, config.eval.best_mode)
+        config.eval.best_metric, config.eval.best_mode, trainer.weights)
   predict_step = trainer.predict_step()
   outputs = [jax.device_get(predict_step(params, method_state,
                                          _device_batch(trainer, b, whole=True)))

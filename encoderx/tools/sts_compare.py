@@ -1,0 +1,56 @@
+"""STS-B without training, two ways on the same weights: encoderx's embeddings scored by
+encoderx, and sentence-transformers' own evaluation of the same model.
+
+    python -m encoderx.tools.sts_compare --init_from=hf:MODEL_DIR \
+        --data=../shared/corpora/stsb/dev.tsv [--pooling=mean] [--max_length=128]
+
+encoderx: `embed.Embedder` (mean pooling and normalization, as the model's
+sentence-transformers modules) embeds both columns; the cosine of each pair is scored
+against the gold score by Pearson and Spearman (encoderx/evaluation/scores.py: scipy).
+sentence-transformers: `SentenceTransformer(MODEL_DIR)` scored by its
+`EmbeddingSimilarityEvaluator` on the same pairs (its cosine Pearson and Spearman).
+The file is a TSV with columns score, text_a, text_b.
+"""
+from __future__ import annotations
+
+import numpy as np
+from absl import app, flags
+
+from encoderx import embed
+from encoderx.data import labelled
+from encoderx.evaluation import scores
+
+FLAGS = flags.FLAGS
+
+
+def main(argv) -> None:
+  del argv
+  rows = [row for _, row in labelled.read_rows(FLAGS.data, ["score", "text_a", "text_b"])]
+  first, second = [r["text_a"] for r in rows], [r["text_b"] for r in rows]
+  gold = np.array([float(r["score"]) for r in rows])
+  embedder = embed.Embedder(FLAGS.init_from, pooling=FLAGS.pooling, normalize=True,
+                            max_length=FLAGS.max_length)
+  cosines = np.sum(embedder(first) * embedder(second), axis=-1)
+  ours = scores.correlations(cosines, gold)
+  from sentence_transformers import SentenceTransformer  # pylint: disable=g-import-not-at-top
+  from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator  # pylint: disable=g-import-not-at-top
+  model = SentenceTransformer(FLAGS.init_from.removeprefix("hf:"), device="cpu")
+  model.max_seq_length = FLAGS.max_length
+  theirs = EmbeddingSimilarityEvaluator(first, second, (gold / 5.0).tolist(),
+                                        name="sts")(model)
+  print(f"{len(rows)} pairs of {FLAGS.data}")
+  print(f"encoderx embed + scipy: Pearson {ours['pearson']:.4f}, Spearman "
+        f"{ours['spearman']:.4f}")
+  print(f"sentence-transformers EmbeddingSimilarityEvaluator: Pearson "
+        f"{theirs['sts_pearson_cosine']:.4f}, Spearman {theirs['sts_spearman_cosine']:.4f}")
+  print(f"differences: Pearson {abs(ours['pearson'] - theirs['sts_pearson_cosine']):.1e}, "
+        f"Spearman {abs(ours['spearman'] - theirs['sts_spearman_cosine']):.1e}")
+
+
+if __name__ == "__main__":
+  flags.DEFINE_string("init_from", None, "hf:DIR, a sentence-transformers model directory.")
+  flags.DEFINE_string("data", None, "A TSV of pairs: score, text_a, text_b.")
+  flags.DEFINE_enum("pooling", "mean", ["mean", "cls"], "encoderx's pooling (the model's).")
+  flags.DEFINE_integer("max_length", 128, "Tokens per text at most, on both sides.")
+  flags.mark_flags_as_required(["init_from", "data"])
+  app.run(main)
