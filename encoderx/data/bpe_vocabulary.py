@@ -85,6 +85,8 @@ LAYOUTS = {
         pad=("<|pad|>", "<|end_of_text|>"), cls=("<|begin_of_text|>",),
         sep=("<|end_of_text|>",), mask=("<|mask|>",)), 1),
 }
+# RoBERTa's special tokens, the default layout's (ids 0-4 of a vocabulary trained here).
+SPECIAL_TOKENS = LAYOUTS["roberta"].special_tokens
 
 
 def vocabulary_files(directory: str) -> list[str]:
@@ -95,8 +97,9 @@ def vocabulary_files(directory: str) -> list[str]:
     return [str(given / name) for name in FILES]
   if (given / TOKENIZER_FILE).is_file():
     return [str(given / TOKENIZER_FILE)]
+  lacking = [name for name in FILES if not (given / name).is_file()]
   problem = ("it does not exist" if not given.is_dir() else
-             f"it has {' '.join(n for n in FILES if (given / n).is_file()) or 'neither'}")
+             f"it lacks {' and '.join(lacking)} and has no {TOKENIZER_FILE}")
   raise VocabularyError(f"byte-level BPE vocabulary '{directory}' must be a directory holding "
                         f"vocab.json and merges.txt, or tokenizer.json; {problem}.")
 
