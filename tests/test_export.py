@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import flax
+import jax
 import numpy as np
 import pytest
 
@@ -22,16 +23,18 @@ from encoderx.hf import directory as hf_directory
 
 from conftest import REPO, _tiny_config  # pylint: disable=g-bad-import-order
 from export_checks import (  # pylint: disable=g-bad-import-order
-    CASES, check_export_parity, check_hf_round_trip, check_tokenizer, make_run)
+    CASES, check_export_parity, check_hf_round_trip, check_tokenizer, make_run, perturbed)
 from reference_models import small_model  # pylint: disable=g-bad-import-order
 
+torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 FAMILIES = [case for case in CASES if case.name == case.family]
 CLASSES = {"bert": "BertForPreTraining", "spanbert": "BertForMaskedLM",
            "roberta": "RobertaForMaskedLM", "albert": "AlbertForPreTraining",
            "deberta-v2": "DebertaV2ForMaskedLM", "electra": "ElectraForPreTraining",
-           "xlnet": "XLNetLMHeadModel"}
+           "xlnet": "XLNetLMHeadModel", "modernbert": "ModernBertForMaskedLM",
+           "eurobert": "EuroBertForMaskedLM"}
 
 
 def _config(name: str, **model):
@@ -83,6 +86,91 @@ def test_exported_run_loads_in_transformers_with_the_same_outputs_and_ids(
   assert back.keys() == {k for k in ours if k[0] != "sbo_head"}
   for key, value in back.items():
     np.testing.assert_array_equal(value, ours[key], err_msg="/".join(key))
+
+
+# Tiny models of the families that ship tokenizer.json, as transformers initializes them:
+# ModernBERT's second layer local (a window of 16), EuroBERT's two heads sharing one
+# key-value head; the thetas of the tiny configs, which a rotary run keeps (a context
+# extension sets its own). The token ids are the bundled vocabulary's.
+def _modernbert_config(vocabulary):
+  return transformers.ModernBertConfig(
+      vocab_size=vocabulary.vocab_size, hidden_size=32, intermediate_size=64,
+      num_hidden_layers=3, num_attention_heads=2, local_attention=16,
+      global_attn_every_n_layers=2, max_position_embeddings=128, initializer_range=0.2,
+      global_rope_theta=10_000.0, local_rope_theta=10_000.0,  # modernbert:tiny's (phase 1)
+      pad_token_id=vocabulary.pad_id, bos_token_id=vocabulary.cls_id,
+      eos_token_id=vocabulary.sep_id, cls_token_id=vocabulary.cls_id,
+      sep_token_id=vocabulary.sep_id)
+
+
+def _eurobert_config(vocabulary):
+  return transformers.EuroBertConfig(
+      vocab_size=vocabulary.vocab_size, hidden_size=32, intermediate_size=64,
+      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+      max_position_embeddings=128, initializer_range=0.2, rope_theta=250_000.0,
+      pad_token_id=vocabulary.pad_id, bos_token_id=vocabulary.cls_id,
+      eos_token_id=vocabulary.sep_id, mask_token_id=vocabulary.mask_id)
+
+
+SAVED = {"modernbert": ("ModernBertForMaskedLM", _modernbert_config),
+         "eurobert": ("EuroBertForMaskedLM", _eurobert_config)}
+
+
+def _init_from(directory: str, family: str, workdir: str):
+  """A tiny run of the family's config from --init_from=hf:DIRECTORY: (method, params),
+  written to `workdir` as a run."""
+  from encoderx import initialize  # pylint: disable=g-import-not-at-top
+  from encoderx import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  config = _tiny_config(f"{family}:tiny")
+  config.init_from = f"hf:{directory}"
+  config = initialize.resolve_config(config)
+  trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
+  params = jax.device_get(initialize.initial_state(trainer).params)
+  return make_run(config, workdir, params=params)
+
+
+@pytest.mark.parametrize("family", SAVED)
+def test_init_from_a_directory_transformers_saved_and_export_round_trip(
+    family, tmp_path, austen_lines, caplog):
+  """A model transformers initialized and saved (save_pretrained, with a fast tokenizer
+  of the family's bundled vocabulary) -> --init_from=hf: -> the run computes its logits
+  and hidden states, AutoTokenizer gives the run's ids; the run exports the same weights
+  (every tensor in bytes), and export -> --init_from=hf: -> export is byte-identical,
+  every file."""
+  from encoderx import configs  # pylint: disable=g-import-not-at-top
+  from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
+  from encoderx.hf import tokenizer_files  # pylint: disable=g-import-not-at-top
+  hf_class, hf_config = SAVED[family]
+  vocabulary = tasks.VOCABULARIES["byte_bpe"](configs.get(f"{family}:tiny").data.vocab)
+  torch.manual_seed(0)
+  saved = str(tmp_path / "saved")
+  perturbed(getattr(transformers, hf_class)(hf_config(vocabulary))).save_pretrained(saved)
+  names = tokenizer_files.TOKENIZER_JSON_LAYOUTS[vocabulary.layout]
+  transformers.PreTrainedTokenizerFast(
+      tokenizer_object=tokenizer_files.fast_tokenizer(vocabulary),
+      **{names[role]: token for role, token in vocabulary.ROLES.items()}).save_pretrained(saved)
+
+  with caplog.at_level("INFO", logger="encoderx"):
+    method, params = _init_from(saved, family, str(tmp_path / "run"))
+  assert "initialized fresh: -; unused from the source: -" in caplog.text
+  as_saved = writer.Exported(saved, family, hf_class, None, [], [])
+  diffs = check_export_parity(method, params, as_saved, vocabulary.pad_id)
+  print(f"{family} --init_from=hf: of save_pretrained: "
+        + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
+  check_tokenizer(saved, method.vocabulary, austen_lines(300))
+
+  first = writer.export_hf(str(tmp_path / "run"), str(tmp_path / "first"))
+  theirs = hf_directory.read_state_dict(saved)
+  ours = hf_directory.read_state_dict(first.output)
+  assert ours.keys() == theirs.keys()
+  assert all(ours[name].tobytes() == theirs[name].tobytes() for name in ours)
+  _init_from(first.output, family, str(tmp_path / "again"))
+  second = writer.export_hf(str(tmp_path / "again"), str(tmp_path / "second"))
+  assert first.files == second.files
+  for name in first.files:
+    with open(os.path.join(first.output, name), "rb") as a, open(
+        os.path.join(second.output, name), "rb") as b:
+      assert a.read() == b.read(), name
 
 
 @pytest.mark.parametrize("case", FAMILIES, ids=lambda case: case.name)
