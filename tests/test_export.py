@@ -9,6 +9,7 @@ command line.
 """
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 
@@ -116,6 +117,24 @@ SAVED = {"modernbert": ("ModernBertForMaskedLM", _modernbert_config),
          "eurobert": ("EuroBertForMaskedLM", _eurobert_config)}
 
 
+def _save_pretrained(family: str, directory: str):
+  """Writes a tiny model of the family (perturbed) and a fast tokenizer of its bundled
+  vocabulary into `directory` with transformers' save_pretrained; returns the vocabulary."""
+  from encoderx import configs  # pylint: disable=g-import-not-at-top
+  from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
+  from encoderx.hf import tokenizer_files  # pylint: disable=g-import-not-at-top
+  hf_class, hf_config = SAVED[family]
+  vocabulary = tasks.VOCABULARIES["byte_bpe"](configs.get(f"{family}:tiny").data.vocab)
+  torch.manual_seed(0)
+  perturbed(getattr(transformers, hf_class)(hf_config(vocabulary))).save_pretrained(directory)
+  names = tokenizer_files.TOKENIZER_JSON_LAYOUTS[vocabulary.layout]
+  transformers.PreTrainedTokenizerFast(
+      tokenizer_object=tokenizer_files.fast_tokenizer(vocabulary),
+      **{names[role]: token for role, token in vocabulary.ROLES.items()}
+  ).save_pretrained(directory)
+  return vocabulary
+
+
 def _init_from(directory: str, family: str, workdir: str):
   """A tiny run of the family's config from --init_from=hf:DIRECTORY: (method, params),
   written to `workdir` as a run."""
@@ -137,19 +156,9 @@ def test_init_from_a_directory_transformers_saved_and_export_round_trip(
   and hidden states, AutoTokenizer gives the run's ids; the run exports the same weights
   (every tensor in bytes), and export -> --init_from=hf: -> export is byte-identical,
   every file."""
-  from encoderx import configs  # pylint: disable=g-import-not-at-top
-  from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
-  from encoderx.hf import tokenizer_files  # pylint: disable=g-import-not-at-top
-  hf_class, hf_config = SAVED[family]
-  vocabulary = tasks.VOCABULARIES["byte_bpe"](configs.get(f"{family}:tiny").data.vocab)
-  torch.manual_seed(0)
+  hf_class = SAVED[family][0]
   saved = str(tmp_path / "saved")
-  perturbed(getattr(transformers, hf_class)(hf_config(vocabulary))).save_pretrained(saved)
-  names = tokenizer_files.TOKENIZER_JSON_LAYOUTS[vocabulary.layout]
-  transformers.PreTrainedTokenizerFast(
-      tokenizer_object=tokenizer_files.fast_tokenizer(vocabulary),
-      **{names[role]: token for role, token in vocabulary.ROLES.items()}).save_pretrained(saved)
-
+  vocabulary = _save_pretrained(family, saved)
   with caplog.at_level("INFO", logger="encoderx"):
     method, params = _init_from(saved, family, str(tmp_path / "run"))
   assert "initialized fresh: -; unused from the source: -" in caplog.text
@@ -171,6 +180,35 @@ def test_init_from_a_directory_transformers_saved_and_export_round_trip(
     with open(os.path.join(first.output, name), "rb") as a, open(
         os.path.join(second.output, name), "rb") as b:
       assert a.read() == b.read(), name
+
+
+def test_a_directory_of_another_family_is_refused_in_one_line(tmp_path):
+  """A ModernBERT directory given to EuroBERT's config, a BERT one to ModernBERT's (on
+  the command line: one line, exit 2, before anything compiles)."""
+  from encoderx import initialize  # pylint: disable=g-import-not-at-top
+  from encoderx.data import resources  # pylint: disable=g-import-not-at-top
+  modernbert = str(tmp_path / "modernbert")
+  _save_pretrained("modernbert", modernbert)
+  config = _tiny_config("eurobert:tiny")
+  config.init_from = f"hf:{modernbert}"
+  with pytest.raises(initialize.InitError, match=r"\(modernbert\) is a modernbert model \(a "
+                     r"byte_bpe vocabulary, layout 'bert'\); this config "
+                     r"\(model.family='eurobert'\) trains byte_bpe vocabularies of the "
+                     r"'eurobert' layout: .*configs/modernbert.py"):
+    initialize.resolve_config(config)
+  bert = tmp_path / "bert"
+  engine.hf_model(small_model(vocab_size=100), "bert", "mlm").save_pretrained(bert)
+  shutil.copy(resources.resolve(resources.BUNDLED_WORDPIECE_VOCAB), bert / "vocab.txt")
+  result = subprocess.run(
+      [sys.executable, "-m", "encoderx.train", "--config=configs/modernbert.py:tiny",
+       f"--workdir={tmp_path / 'run'}", f"--init_from=hf:{bert}"],
+      capture_output=True, text=True, cwd=REPO, timeout=300,
+      env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+  assert result.returncode == 2, result.stderr
+  assert result.stderr.strip().splitlines()[-1].startswith(
+      f"encoderx: error: --init_from: hf:{bert} (bert) is a bert model (a wordpiece "
+      "vocabulary, layout '-'); this config (model.family='modernbert')"), result.stderr
+  assert not os.path.exists(tmp_path / "run" / "checkpoints")
 
 
 @pytest.mark.parametrize("case", FAMILIES, ids=lambda case: case.name)
@@ -263,6 +301,29 @@ def test_a_deberta_v3_run_exports_its_discriminator_as_deberta_v2_model(tmp_path
   check_export_parity(method, method.transferable_params(params), exported,
                       method.vocabulary.pad_id)
   check_tokenizer(exported.output, method.vocabulary, austen_lines(300))
+
+
+@pytest.mark.slow
+def test_electra_over_modernbert_trains_and_exports_its_discriminator(tmp_path, caplog):
+  """configs/modernbert.py:rtd_tiny (DeBERTa-v3's replaced-token detection over
+  ModernBERT's encoder) trains a few steps; its discriminator exports as a
+  ModernBertModel (the replaced-token head named as left out) that transformers loads
+  and computes with encoderx's hidden states (fp32, 1e-4)."""
+  from encoderx import initialize, train  # pylint: disable=g-import-not-at-top
+  from encoderx.methods import registry  # pylint: disable=g-import-not-at-top
+  config = _config("modernbert:rtd_tiny")
+  config.train.steps = 3
+  workdir = str(tmp_path / "run")
+  result = train.run(config, workdir, show_progress=False, devices=jax.devices()[:1])
+  logged = result["history"][-1]
+  assert np.isfinite(logged["loss"]) and "rtd_accuracy" in str(logged), logged
+  exported = writer.export_hf(workdir, str(tmp_path / "hf"))
+  assert (exported.family, exported.hf_class) == ("modernbert", "ModernBertModel")
+  assert exported.left_out == ["rtd_head"]
+  method = registry.build(initialize.run_config(os.path.join(workdir, "config.json")))
+  params = initialize.open_source(workdir).load_params()  # the discriminator's, as trained
+  diffs = check_export_parity(method, params, exported, method.vocabulary.pad_id)
+  print(f"modernbert:rtd_tiny discriminator export parity: hidden {diffs['hidden']:.1e}")
 
 
 def test_a_pooler_of_another_activation_is_refused():
