@@ -93,31 +93,31 @@ def test_exported_run_loads_in_transformers_with_the_same_outputs_and_ids(
 # ModernBERT's second layer local (a window of 16), EuroBERT's two heads sharing one
 # key-value head; the thetas of the tiny configs, which a rotary run keeps (a context
 # extension sets its own). The token ids are the bundled vocabulary's.
-def _modernbert_config(vocabulary):
-  return transformers.ModernBertConfig(
+def _modernbert_config(vocabulary, **changes):
+  return transformers.ModernBertConfig(**{**dict(
       vocab_size=vocabulary.vocab_size, hidden_size=32, intermediate_size=64,
       num_hidden_layers=3, num_attention_heads=2, local_attention=16,
       global_attn_every_n_layers=2, max_position_embeddings=128, initializer_range=0.2,
       global_rope_theta=10_000.0, local_rope_theta=10_000.0,  # modernbert:tiny's (phase 1)
       pad_token_id=vocabulary.pad_id, bos_token_id=vocabulary.cls_id,
       eos_token_id=vocabulary.sep_id, cls_token_id=vocabulary.cls_id,
-      sep_token_id=vocabulary.sep_id)
+      sep_token_id=vocabulary.sep_id), **changes})
 
 
-def _eurobert_config(vocabulary):
-  return transformers.EuroBertConfig(
+def _eurobert_config(vocabulary, **changes):
+  return transformers.EuroBertConfig(**{**dict(
       vocab_size=vocabulary.vocab_size, hidden_size=32, intermediate_size=64,
       num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
       max_position_embeddings=128, initializer_range=0.2, rope_theta=250_000.0,
       pad_token_id=vocabulary.pad_id, bos_token_id=vocabulary.cls_id,
-      eos_token_id=vocabulary.sep_id, mask_token_id=vocabulary.mask_id)
+      eos_token_id=vocabulary.sep_id, mask_token_id=vocabulary.mask_id), **changes})
 
 
 SAVED = {"modernbert": ("ModernBertForMaskedLM", _modernbert_config),
          "eurobert": ("EuroBertForMaskedLM", _eurobert_config)}
 
 
-def _save_pretrained(family: str, directory: str):
+def _save_pretrained(family: str, directory: str, **changes):
   """Writes a tiny model of the family (perturbed) and a fast tokenizer of its bundled
   vocabulary into `directory` with transformers' save_pretrained; returns the vocabulary."""
   from encoderx import configs  # pylint: disable=g-import-not-at-top
@@ -126,7 +126,8 @@ def _save_pretrained(family: str, directory: str):
   hf_class, hf_config = SAVED[family]
   vocabulary = tasks.VOCABULARIES["byte_bpe"](configs.get(f"{family}:tiny").data.vocab)
   torch.manual_seed(0)
-  perturbed(getattr(transformers, hf_class)(hf_config(vocabulary))).save_pretrained(directory)
+  perturbed(getattr(transformers, hf_class)(hf_config(vocabulary, **changes))
+            ).save_pretrained(directory)
   names = tokenizer_files.TOKENIZER_JSON_LAYOUTS[vocabulary.layout]
   transformers.PreTrainedTokenizerFast(
       tokenizer_object=tokenizer_files.fast_tokenizer(vocabulary),
@@ -180,6 +181,21 @@ def test_init_from_a_directory_transformers_saved_and_export_round_trip(
     with open(os.path.join(first.output, name), "rb") as a, open(
         os.path.join(second.output, name), "rb") as b:
       assert a.read() == b.read(), name
+
+
+def test_a_fine_tuning_config_takes_a_rotary_sources_thetas_a_rotary_run_its_own(tmp_path):
+  """A released ModernBERT's thetas (160,000 global, 10,000 local) go to a fine-tuning
+  config; a ModernBERT config keeps its own (a context extension sets them)."""
+  from encoderx import configs, initialize  # pylint: disable=g-import-not-at-top
+  saved = str(tmp_path / "saved")
+  _save_pretrained("modernbert", saved, global_rope_theta=160_000.0,
+                   local_rope_theta=10_000.0)
+  for name, thetas in (("finetune:classify", (160_000.0, 10_000.0)),
+                       ("modernbert:tiny", (10_000.0, 0.0))):
+    config = configs.get(name)
+    config.init_from = f"hf:{saved}"
+    config = initialize.resolve_config(config)
+    assert (config.model.rope_theta, config.model.local_rope_theta) == thetas, name
 
 
 def test_a_directory_of_another_family_is_refused_in_one_line(tmp_path):
