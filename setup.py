@@ -64,7 +64,9 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["encoderx", "encoderx.*"]) + ["encoderx.configs"],
     package_dir={"encoderx.configs": "configs"},
     package_data={"encoderx.data": ["resources/*", "resources/austen/*",
-                                     "resources/austen-bpe/*"]},
+                                     "resources/austen-bpe/*",
+                                     "resources/austen-modernbert-bpe/*",
+                                     "resources/austen-eurobert-bpe/*"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
 )

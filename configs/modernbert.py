@@ -1,23 +1,30 @@
-"""ModernBERT (Warner et al., 2024): one encoder with rotary positions (theta per layer
-kind), pre-norm LayerNorms without biases, a GeGLU feed-forward, local attention
-(128-token windows) in two layers of three, no token types, on packed rows; trained with
-30% masking, StableAdamW and a warmup-stable-decay schedule in three phases.
+"""ModernBERT (Warner et al., 2024, "Smarter, Better, Faster, Longer"): a pre-norm encoder
+with rotary positions (theta per layer kind), a GeGLU feed-forward, local attention (a
+window of 128 tokens) in every layer but each third, no biases but the MLM decoder's, an
+embedding norm and a final norm, LayerNorm eps 1e-5, Megatron's init; byte-level BPE with
+BERT's special tokens ([CLS] A [SEP] B [SEP], [MASK], [PAD], [UNK]); MLM only, 30% of
+the tokens, on rows packed with whole sentences of documents (attention kept inside each
+document: packing removes padding only), no dropout.
 
     --config=configs/modernbert.py:VARIANT
 
-Sizes: tiny (the recipe at bert tiny's size, 2 x 128, on the bundled text and 8,000-token
-byte-level BPE vocabulary; minutes on two CPU cores) and base (22 layers, 768 hidden,
-1,152 FFN, 12 heads, 50,368 tokens).
+Sizes: tiny (2 layers, 128 hidden, 2 heads, GeGLU of 512, a local window of 64, on the
+bundled Austen text and its 8,000-token byte-level BPE vocabulary with ModernBERT's
+special tokens; minutes on two CPU cores), base (22 layers, 768 hidden, 12 heads, GeGLU
+of 1,152, 50,368 tokens) and large (28 layers, 1,024 hidden, 16 heads, GeGLU of 2,624).
+For base and large, point data.files at your corpus and data.vocab.path at ModernBERT's
+tokenizer (a directory with its tokenizer.json).
 
 The recipe (AnswerDotAI/ModernBERT yamls/modernbert/modernbert-base-pretrain.yaml,
 -context-extension.yaml, -learning-rate-decay.yaml), as three runs, each from the last's
 checkpoint (docs/guides/recipes.md):
 
-  base                      pretraining at 1,024 tokens: 1.719T tokens of batch 4,608
+  base, large               pretraining at 1,024 tokens: 1.719T tokens of batch 4,608
                             (~364k steps) after a batch-size warmup, StableAdamW (lr 8e-4,
-                            betas 0.9 / 0.98, eps 1e-6, weight decay 1e-5 fully decoupled,
-                            no gradient clipping), warmup 3B tokens then stable (WSD with
-                            no decay), 30% masking, evaluated at 15%, rotary theta 10,000
+                            large 5e-4, betas 0.9 / 0.98, eps 1e-6, weight decay 1e-5
+                            fully decoupled, no gradient clipping), warmup 3B tokens then
+                            stable (WSD with no decay), 30% masking, evaluated at 15%,
+                            rotary theta 10,000
   base_context_extension    --init_from=RUN/checkpoints/STEP: 8,192 tokens, global theta
                             160,000 (local 10,000), constant lr 3e-4, batch 576, 250B
                             tokens; the optimizer state carried over
@@ -30,53 +37,69 @@ checkpoint (docs/guides/recipes.md):
 Token budgets are turned into steps at the phase's batch and length; ModernBERT's
 batch-size warmup (50B tokens from its micro-batch size) becomes sizes 768 ... 3,840 over
 the first 18,000 steps (configs/common.py: batch_size_warmup).
+
+ELECTRA over ModernBERT:
+
+  rtd_tiny  tiny's encoder trained as ELECTRA with DeBERTa-v3's settings (method 'electra',
+            configs/deberta.py use_deberta_v3): a generator half as deep at the same width,
+            trained by MLM; gradient-disentangled embedding sharing (the discriminator's
+            word embedding is stop_gradient(the generator's) + its own delta); decoupled
+            updates; 15% masked; loss MLM + 10 x replaced-token BCE. The discriminator
+            exports as a ModernBertModel.
+  rtd_base  base's encoder as that discriminator (a generator of 11 layers), on base's data
+            and schedule.
 """
-from encoderx.configs import common
+from encoderx.configs import common, deberta
 from encoderx.data import resources
 from encoderx.hf import modernbert as hf_modernbert
 
-SIZES = ("tiny", "base")
 PHASES = ("", "context_extension", "decay")
-VARIANTS = tuple(size + (f"_{phase}" if phase else "") for size in SIZES for phase in PHASES)
+VARIANTS = (tuple(size + (f"_{phase}" if phase else "") for size in ("tiny", "base")
+                  for phase in PHASES) + ("large", "rtd_tiny", "rtd_base"))
+# Layers, hidden size, heads, GeGLU width of the released sizes (ModernBertConfig's
+# defaults are base's; large from answerdotai/ModernBERT-large's config.json).
+SIZES = {"base": (22, 768, 12, 1152), "large": (28, 1024, 16, 2624)}
 
 
-# --- the family's model at each size -----------------------------------------------------
-# (configs/modernbert.py's sizes are being written on another branch: on merging, keep
-# that block's sizes and this file's recipe block below.)
-def model(config, size: str):
-  """ModernBERT-base's fields (transformers ModernBertConfig for answerdotai/
-  ModernBERT-base); tiny: bert tiny's sizes with a 64-token window."""
-  for field, value in hf_modernbert.MODEL.items():
-    config.model[field] = value
-  config.model.family = "modernbert"
-  config.model.vocab_size = 50368
-  config.model.hidden_size = 768
-  config.model.num_layers = 22
-  config.model.num_heads = 12
-  config.model.intermediate_size = 1152
-  config.model.hidden_act = config.model.pooler_act = "gelu"
-  config.model.local_attention = 128
-  config.model.global_attention_every = 3
-  config.model.rope_theta = 10_000.0
-  config.model.local_rope_theta = 0.0  # the global theta
-  config.model.max_position_embeddings = 8192
-  config.model.layer_norm_eps = 1e-5
-  config.model.attention_bias = config.model.mlp_bias = config.model.norm_bias = False
-  config.model.decoder_bias = True
-  config.model.classifier_bias = False
-  config.model.initializer = "megatron"
-  config.model.hidden_dropout = 0.0
-  config.model.attention_dropout = 0.0
-  config.model.dtype = "bfloat16"
+def modernbert_choices(config):
+  """What makes a config ModernBERT: its model fields, vocabulary and MLM."""
+  model = config.model
+  model.family = "modernbert"
+  model.update(hf_modernbert.MODEL)  # rotary, pre-norm LayerNorm, GeGLU, no token types
+  model.hidden_act = model.pooler_act = "gelu"
+  model.attention_bias = model.mlp_bias = model.norm_bias = False
+  model.classifier_bias = False
+  model.decoder_bias = True
+  model.tie_word_embeddings = True
+  model.layer_norm_eps = 1e-5
+  model.rope_theta, model.local_rope_theta = 10_000.0, 0.0  # 0: the global theta
+  model.local_attention = 128
+  model.global_attention_every = 3
+  model.initializer = "megatron"
+  model.initializer_cutoff = 2.0
+  model.hidden_dropout = model.attention_dropout = 0.0
   config.data.vocab.kind = "byte_bpe"
-  config.data.vocab.path = resources.BUNDLED_BPE_VOCAB  # replace with ModernBERT's
+  config.data.vocab.layout = "bert"
+  config.data.vocab.path = resources.BUNDLED_MODERNBERT_BPE_VOCAB
   config.data.builder = "full_sentences"
   config.objective.names = ("mlm",)
+  config.objective.mlm.rate = 0.3
+  return config
+
+
+def model_size(config, size: str):
+  """The released sizes (bfloat16, scanned layers) or tiny's (float32)."""
+  model = config.model
   if size == "tiny":
     common.tiny_sizes(config)
-    config.model.vocab_size = 0  # the bundled vocabulary's 8,000
-    config.model.local_attention = 64
-    config.model.dtype = "float32"
+    model.local_attention = 64  # the window of 128 would see all of 128 tokens
+    model.max_position_embeddings = 128
+    return config
+  model.num_layers, model.hidden_size, model.num_heads, model.intermediate_size = SIZES[size]
+  model.vocab_size = 50368
+  model.max_position_embeddings = 8192
+  model.dtype = "bfloat16"
+  model.scan_layers = True
   return config
 
 
@@ -97,6 +120,8 @@ def pretrain(config, size: str):
   config.train.batch_size = 4608
   config.train.batch_size_schedule = common.batch_size_warmup(768, 4608, 18_000, 768)
   config.train.seed = 17
+  if size == "large":
+    optimizer.learning_rate = 5e-4  # the paper's large peak
   config.eval.batch_size = 1024
   config.eval.every_steps = 4000
   config.checkpoint.every_steps = 4000
@@ -160,6 +185,12 @@ RECIPE = {"": pretrain, "context_extension": context_extension, "decay": decay}
 
 def get_config(arg: str = "tiny"):
   variant, _ = common.parse_arg(arg, VARIANTS)
-  size, _, phase = variant.partition("_")
-  config = model(common.default_config(), size)
-  return RECIPE[phase](config, size)
+  rtd = variant.startswith("rtd_")
+  size, _, phase = variant.removeprefix("rtd_").partition("_")
+  config = model_size(modernbert_choices(common.default_config()), size)
+  RECIPE[phase](config, size)
+  if rtd:
+    deberta.use_deberta_v3(config)
+    config.objective.mlm.rate = 0.15  # DeBERTa-v3's RTD masks 15% (rtd.sh), as ELECTRA
+    config.objective.mlm.eval_rate = 0.0  # evaluated at its training rate
+  return config

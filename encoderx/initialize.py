@@ -40,6 +40,7 @@ from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import files as files_lib
 from encoderx import optim
+from encoderx.data import fields as data_fields
 from encoderx.methods import registry as method_registry
 from encoderx.hf import directory as hf_directory
 from encoderx.models import common, embeddings, encoder
@@ -51,8 +52,8 @@ HF_PREFIX = "hf:"
 # (the source's vocabulary padding is dropped and the run's added: vocab_multiple).
 RUN_MODEL_FIELDS = ("hidden_dropout", "attention_dropout", "attention_kernel", "dtype",
                     "param_dtype", "scan_layers", "remat", "vocab_multiple")
-# And, for a rotary source, the fields no weight depends on that a context extension
-# changes (ModernBERT: 1,024 -> 8,192 tokens, global theta 10,000 -> 160,000).
+# And, for a rotary run from a rotary source, the fields no weight depends on that a
+# context extension changes (ModernBERT: 1,024 -> 8,192 tokens, global theta 10,000 -> 160,000).
 ROTARY_RUN_FIELDS = ("rope_theta", "local_rope_theta", "max_position_embeddings")
 # Parameters of the encoder proper; everything else (pooler, heads) may be new or unused.
 ENCODER_SCOPES = (("encoder_model", "embeddings"), ("encoder_model", "encoder"))
@@ -92,6 +93,7 @@ def run_config(path: str) -> ml_collections.ConfigDict:
         node[key] = tuple(value) if isinstance(value, list) else value
 
   fill(config, stored)
+  data_fields.migrate_vocab(config.data.vocab)
   return config
 
 
@@ -228,10 +230,13 @@ def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
   if not config.init_from:
     return config
   source = open_source(config.init_from)
+  _check_vocabulary(config, source)
   resolved = config.copy_and_resolve_references()
   changed = []
-  kept = RUN_MODEL_FIELDS + (ROTARY_RUN_FIELDS if source.model.get("position_embedding")
-                             == "rotary" else ())
+  # A rotary run from a rotary source keeps its own thetas and length (a context
+  # extension); another run (a fine-tuning config's) takes the source's.
+  rotary = source.model.get("position_embedding") == config.model.position_embedding == "rotary"
+  kept = RUN_MODEL_FIELDS + (ROTARY_RUN_FIELDS if rotary else ())
   for field, value in source.model.items():
     if field not in kept and field in resolved.model:
       if resolved.model[field] != value:
@@ -243,6 +248,22 @@ def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
               source.name, f" ({', '.join(changed)})" if changed else "",
               source.vocab["path"])
   return resolved
+
+
+def _check_vocabulary(config, source: Source) -> None:
+  """A config that names its vocabulary's layout (data.vocab.layout: ModernBERT's,
+  EuroBERT's, DeBERTa's) pretrains its family: a source with another vocabulary is a
+  model of another family, refused in one line rather than trained under this config's
+  choices (fine-tuning configs name none and take any family)."""
+  layout = config.data.vocab.get("layout", "")
+  theirs = (source.vocab["kind"], data_fields.vocab_layout(source.vocab))
+  if layout and theirs != (config.data.vocab.kind, layout):
+    raise InitError(
+        f"--init_from: {source.name} is a {source.model.get('family', '?')} model (a "
+        f"{theirs[0]} vocabulary, layout {theirs[1] or '-'!r}); this config "
+        f"(model.family={config.model.family!r}) trains {config.data.vocab.kind} "
+        f"vocabularies of the {layout!r} layout: start from a {config.model.family} model "
+        f"or use configs/{source.model.get('family', 'bert').split('-')[0]}.py.")
 
 
 def _is_encoder(path: tuple[str, ...]) -> bool:

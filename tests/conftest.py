@@ -110,6 +110,7 @@ def _tiny_config(name: str = "bert:tiny"):
   config.objective.mlm.max_predictions = 10
   config.train.batch_size = 8
   config.train.steps = 20
+  config.train.batch_size_schedule = ()  # ModernBERT's batch-size warmup outlasts 20 steps
   config.train.log_every = 1
   config.optimizer.warmup_steps = 2
   config.eval.batches = 2

@@ -32,6 +32,8 @@ from encoderx import files as files_lib
 from encoderx import trainer as trainer_lib
 from encoderx.export import writer
 from encoderx.hf import engine, families
+from encoderx.hf import eurobert as hf_eurobert
+from encoderx.hf import modernbert as hf_modernbert
 from encoderx.hf import directory as hf_directory
 from encoderx.models import pretraining
 
@@ -96,7 +98,25 @@ CASES = [
                     type_vocab_size=0, embedding_layer_norm=False, max_position_embeddings=0),
                {"layer_sharing": "all"}, r"have no Hugging Face XLNet equivalent",
                flax_model=None),
+    # ModernBERT (tests/test_modernbert.py's model): rotary positions with a theta per
+    # layer kind, a local window of 8 in every second layer, pre-norm, GeGLU, every bias on.
+    FamilyCase("modernbert", "modernbert", "modernbert:tiny", dict(
+        family="modernbert", **hf_modernbert.MODEL, pooler_act="gelu", local_attention=8,
+        global_attention_every=2, rope_theta=160_000.0, local_rope_theta=10_000.0,
+        initializer="megatron", attention_bias=True, mlp_bias=True, norm_bias=True,
+        classifier_bias=True), {"norm": "rms_norm"}, r"\{'norm': 'rms_norm'"),
+    # EuroBERT (tests/test_eurobert.py's): RMSNorm, grouped-query attention, SwiGLU, no
+    # biases, an untied decoder.
+    FamilyCase("eurobert", "eurobert", "eurobert:tiny", dict(
+        family="eurobert", **hf_eurobert.MODEL, num_kv_heads=2, rope_theta=250_000.0,
+        initializer_cutoff=0.0, tie_word_embeddings=False, attention_bias=False,
+        mlp_bias=False, decoder_bias=False), {"local_attention": 8},
+        r"\{'local_attention': 8\} have no Hugging Face EuroBERT"),
 ]
+
+
+def case_named(name: str) -> FamilyCase:
+  return next(case for case in CASES if case.name == name)
 
 
 def perturbed(model: torch.nn.Module) -> torch.nn.Module:
@@ -149,11 +169,12 @@ def _perturb(params, seed: int = 0):
       np.asarray(x) + rng.normal(0, 0.1, np.shape(x)).astype(np.float32) for x in leaves])
 
 
-def make_run(config, workdir: str, step: int = 3):
+def make_run(config, workdir: str, step: int = 3, params=None):
   """A run directory as train.run writes one (config.json, a checkpoint of `step`) with
-  initialized parameters perturbed; returns the trainer's method."""
+  `params`, or initialized parameters perturbed; returns (the trainer's method, params)."""
   trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
-  params = _perturb(jax.device_get(trainer.init_params()))
+  if params is None:
+    params = _perturb(jax.device_get(trainer.init_params()))
   state = trainer.init_state(params)
   os.makedirs(workdir, exist_ok=True)
   files_lib.write_atomically(os.path.join(workdir, "config.json"),
@@ -239,5 +260,13 @@ def check_tokenizer(directory: str, vocabulary, lines: list[str]) -> None:
       ours[0] + special if special else [vocabulary.cls_id] + ours[0] + [vocabulary.sep_id])
   assert (tokenizer.pad_token_id, tokenizer.mask_token_id) == (vocabulary.pad_id,
                                                               vocabulary.mask_id)
-  with open(os.path.join(directory, "special_tokens_map.json"), encoding="utf-8") as f:
-    assert json.load(f)["cls_token"] == tokenizer.cls_token
+  path = os.path.join(directory, "special_tokens_map.json")
+  if not os.path.isfile(path):  # encoderx writes one; transformers 5's save_pretrained not
+    return
+  with open(path, encoding="utf-8") as f:
+    special = json.load(f)
+  if "cls_token" in special:
+    assert special["cls_token"] == tokenizer.cls_token
+  else:  # EuroBERT's (Llama 3's) names: the sequence starts with bos
+    assert special["bos_token"] == tokenizer.bos_token == vocabulary.id_to_token(
+        vocabulary.cls_id)

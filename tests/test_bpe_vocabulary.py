@@ -187,7 +187,7 @@ def test_bad_vocabulary_files_fail_clearly(tmp_path, bpe):
     bpe_vocabulary.ByteLevelBpeVocabulary(
         _vocabulary_dir(tmp_path, "bad_merges", vocab, "#version: 0.2\nonly_one\n"))
   lacking = {t: i for t, i in vocab.items() if t != "<mask>"}
-  with pytest.raises(VocabularyError, match="ids of vocab.json must be 0..7998"):
+  with pytest.raises(VocabularyError, match="ids of its tokens must be 0..7998"):
     bpe_vocabulary.ByteLevelBpeVocabulary(_vocabulary_dir(tmp_path, "gap", lacking, merges))
   lacking = {t: i for i, t in enumerate(t for t in bpe.tokens if t != "<mask>")}
   with pytest.raises(VocabularyError, match=r"lacks \['<mask>'\]"):

@@ -9,10 +9,12 @@ command line.
 """
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 
 import flax
+import jax
 import numpy as np
 import pytest
 
@@ -22,16 +24,18 @@ from encoderx.hf import directory as hf_directory
 
 from conftest import REPO, _tiny_config  # pylint: disable=g-bad-import-order
 from export_checks import (  # pylint: disable=g-bad-import-order
-    CASES, check_export_parity, check_hf_round_trip, check_tokenizer, make_run)
+    CASES, check_export_parity, check_hf_round_trip, check_tokenizer, make_run, perturbed)
 from reference_models import small_model  # pylint: disable=g-bad-import-order
 
+torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 FAMILIES = [case for case in CASES if case.name == case.family]
 CLASSES = {"bert": "BertForPreTraining", "spanbert": "BertForMaskedLM",
            "roberta": "RobertaForMaskedLM", "albert": "AlbertForPreTraining",
            "deberta-v2": "DebertaV2ForMaskedLM", "electra": "ElectraForPreTraining",
-           "xlnet": "XLNetLMHeadModel"}
+           "xlnet": "XLNetLMHeadModel", "modernbert": "ModernBertForMaskedLM",
+           "eurobert": "EuroBertForMaskedLM"}
 
 
 def _config(name: str, **model):
@@ -83,6 +87,144 @@ def test_exported_run_loads_in_transformers_with_the_same_outputs_and_ids(
   assert back.keys() == {k for k in ours if k[0] != "sbo_head"}
   for key, value in back.items():
     np.testing.assert_array_equal(value, ours[key], err_msg="/".join(key))
+
+
+# Tiny models of the families that ship tokenizer.json, as transformers initializes them:
+# ModernBERT's second layer local (a window of 16), EuroBERT's two heads sharing one
+# key-value head; the thetas of the tiny configs, which a rotary run keeps (a context
+# extension sets its own). The token ids are the bundled vocabulary's.
+def _modernbert_config(vocabulary, **changes):
+  return transformers.ModernBertConfig(**{**dict(
+      vocab_size=vocabulary.vocab_size, hidden_size=32, intermediate_size=64,
+      num_hidden_layers=3, num_attention_heads=2, local_attention=16,
+      global_attn_every_n_layers=2, max_position_embeddings=128, initializer_range=0.2,
+      global_rope_theta=10_000.0, local_rope_theta=10_000.0,  # modernbert:tiny's (phase 1)
+      pad_token_id=vocabulary.pad_id, bos_token_id=vocabulary.cls_id,
+      eos_token_id=vocabulary.sep_id, cls_token_id=vocabulary.cls_id,
+      sep_token_id=vocabulary.sep_id), **changes})
+
+
+def _eurobert_config(vocabulary, **changes):
+  return transformers.EuroBertConfig(**{**dict(
+      vocab_size=vocabulary.vocab_size, hidden_size=32, intermediate_size=64,
+      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+      max_position_embeddings=128, initializer_range=0.2, rope_theta=250_000.0,
+      pad_token_id=vocabulary.pad_id, bos_token_id=vocabulary.cls_id,
+      eos_token_id=vocabulary.sep_id, mask_token_id=vocabulary.mask_id), **changes})
+
+
+SAVED = {"modernbert": ("ModernBertForMaskedLM", _modernbert_config),
+         "eurobert": ("EuroBertForMaskedLM", _eurobert_config)}
+
+
+def _save_pretrained(family: str, directory: str, **changes):
+  """Writes a tiny model of the family (perturbed) and a fast tokenizer of its bundled
+  vocabulary into `directory` with transformers' save_pretrained; returns the vocabulary."""
+  from encoderx import configs  # pylint: disable=g-import-not-at-top
+  from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
+  from encoderx.hf import tokenizer_files  # pylint: disable=g-import-not-at-top
+  hf_class, hf_config = SAVED[family]
+  vocabulary = tasks.VOCABULARIES["byte_bpe"](configs.get(f"{family}:tiny").data.vocab)
+  torch.manual_seed(0)
+  perturbed(getattr(transformers, hf_class)(hf_config(vocabulary, **changes))
+            ).save_pretrained(directory)
+  names = tokenizer_files.TOKENIZER_JSON_LAYOUTS[vocabulary.layout]
+  transformers.PreTrainedTokenizerFast(
+      tokenizer_object=tokenizer_files.fast_tokenizer(vocabulary),
+      **{names[role]: token for role, token in vocabulary.ROLES.items()}
+  ).save_pretrained(directory)
+  return vocabulary
+
+
+def _init_from(directory: str, family: str, workdir: str):
+  """A tiny run of the family's config from --init_from=hf:DIRECTORY: (method, params),
+  written to `workdir` as a run."""
+  from encoderx import initialize  # pylint: disable=g-import-not-at-top
+  from encoderx import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  config = _tiny_config(f"{family}:tiny")
+  config.init_from = f"hf:{directory}"
+  config = initialize.resolve_config(config)
+  trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
+  params = jax.device_get(initialize.initial_state(trainer).params)
+  return make_run(config, workdir, params=params)
+
+
+@pytest.mark.parametrize("family", SAVED)
+def test_init_from_a_directory_transformers_saved_and_export_round_trip(
+    family, tmp_path, austen_lines, caplog):
+  """A model transformers initialized and saved (save_pretrained, with a fast tokenizer
+  of the family's bundled vocabulary) -> --init_from=hf: -> the run computes its logits
+  and hidden states, AutoTokenizer gives the run's ids; the run exports the same weights
+  (every tensor in bytes), and export -> --init_from=hf: -> export is byte-identical,
+  every file."""
+  hf_class = SAVED[family][0]
+  saved = str(tmp_path / "saved")
+  vocabulary = _save_pretrained(family, saved)
+  with caplog.at_level("INFO", logger="encoderx"):
+    method, params = _init_from(saved, family, str(tmp_path / "run"))
+  assert "initialized fresh: -; unused from the source: -" in caplog.text
+  as_saved = writer.Exported(saved, family, hf_class, None, [], [])
+  diffs = check_export_parity(method, params, as_saved, vocabulary.pad_id)
+  print(f"{family} --init_from=hf: of save_pretrained: "
+        + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
+  check_tokenizer(saved, method.vocabulary, austen_lines(300))
+
+  first = writer.export_hf(str(tmp_path / "run"), str(tmp_path / "first"))
+  theirs = hf_directory.read_state_dict(saved)
+  ours = hf_directory.read_state_dict(first.output)
+  assert ours.keys() == theirs.keys()
+  assert all(ours[name].tobytes() == theirs[name].tobytes() for name in ours)
+  _init_from(first.output, family, str(tmp_path / "again"))
+  second = writer.export_hf(str(tmp_path / "again"), str(tmp_path / "second"))
+  assert first.files == second.files
+  for name in first.files:
+    with open(os.path.join(first.output, name), "rb") as a, open(
+        os.path.join(second.output, name), "rb") as b:
+      assert a.read() == b.read(), name
+
+
+def test_a_fine_tuning_config_takes_a_rotary_sources_thetas_a_rotary_run_its_own(tmp_path):
+  """A released ModernBERT's thetas (160,000 global, 10,000 local) go to a fine-tuning
+  config; a ModernBERT config keeps its own (a context extension sets them)."""
+  from encoderx import configs, initialize  # pylint: disable=g-import-not-at-top
+  saved = str(tmp_path / "saved")
+  _save_pretrained("modernbert", saved, global_rope_theta=160_000.0,
+                   local_rope_theta=10_000.0)
+  for name, thetas in (("finetune:classify", (160_000.0, 10_000.0)),
+                       ("modernbert:tiny", (10_000.0, 0.0))):
+    config = configs.get(name)
+    config.init_from = f"hf:{saved}"
+    config = initialize.resolve_config(config)
+    assert (config.model.rope_theta, config.model.local_rope_theta) == thetas, name
+
+
+def test_a_directory_of_another_family_is_refused_in_one_line(tmp_path):
+  """A ModernBERT directory given to EuroBERT's config, a BERT one to ModernBERT's (on
+  the command line: one line, exit 2, before anything compiles)."""
+  from encoderx import initialize  # pylint: disable=g-import-not-at-top
+  from encoderx.data import resources  # pylint: disable=g-import-not-at-top
+  modernbert = str(tmp_path / "modernbert")
+  _save_pretrained("modernbert", modernbert)
+  config = _tiny_config("eurobert:tiny")
+  config.init_from = f"hf:{modernbert}"
+  with pytest.raises(initialize.InitError, match=r"\(modernbert\) is a modernbert model \(a "
+                     r"byte_bpe vocabulary, layout 'bert'\); this config "
+                     r"\(model.family='eurobert'\) trains byte_bpe vocabularies of the "
+                     r"'eurobert' layout: .*configs/modernbert.py"):
+    initialize.resolve_config(config)
+  bert = tmp_path / "bert"
+  engine.hf_model(small_model(vocab_size=100), "bert", "mlm").save_pretrained(bert)
+  shutil.copy(resources.resolve(resources.BUNDLED_WORDPIECE_VOCAB), bert / "vocab.txt")
+  result = subprocess.run(
+      [sys.executable, "-m", "encoderx.train", "--config=configs/modernbert.py:tiny",
+       f"--workdir={tmp_path / 'run'}", f"--init_from=hf:{bert}"],
+      capture_output=True, text=True, cwd=REPO, timeout=300,
+      env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+  assert result.returncode == 2, result.stderr
+  assert result.stderr.strip().splitlines()[-1].startswith(
+      f"encoderx: error: --init_from: hf:{bert} (bert) is a bert model (a wordpiece "
+      "vocabulary, layout '-'); this config (model.family='modernbert')"), result.stderr
+  assert not os.path.exists(tmp_path / "run" / "checkpoints")
 
 
 @pytest.mark.parametrize("case", FAMILIES, ids=lambda case: case.name)
@@ -175,6 +317,29 @@ def test_a_deberta_v3_run_exports_its_discriminator_as_deberta_v2_model(tmp_path
   check_export_parity(method, method.transferable_params(params), exported,
                       method.vocabulary.pad_id)
   check_tokenizer(exported.output, method.vocabulary, austen_lines(300))
+
+
+@pytest.mark.slow
+def test_electra_over_modernbert_trains_and_exports_its_discriminator(tmp_path, caplog):
+  """configs/modernbert.py:rtd_tiny (DeBERTa-v3's replaced-token detection over
+  ModernBERT's encoder) trains a few steps; its discriminator exports as a
+  ModernBertModel (the replaced-token head named as left out) that transformers loads
+  and computes with encoderx's hidden states (fp32, 1e-4)."""
+  from encoderx import initialize, train  # pylint: disable=g-import-not-at-top
+  from encoderx.methods import registry  # pylint: disable=g-import-not-at-top
+  config = _config("modernbert:rtd_tiny")
+  config.train.steps = 3
+  workdir = str(tmp_path / "run")
+  result = train.run(config, workdir, show_progress=False, devices=jax.devices()[:1])
+  logged = result["history"][-1]
+  assert np.isfinite(logged["loss"]) and "rtd_accuracy" in str(logged), logged
+  exported = writer.export_hf(workdir, str(tmp_path / "hf"))
+  assert (exported.family, exported.hf_class) == ("modernbert", "ModernBertModel")
+  assert exported.left_out == ["rtd_head"]
+  method = registry.build(initialize.run_config(os.path.join(workdir, "config.json")))
+  params = initialize.open_source(workdir).load_params()  # the discriminator's, as trained
+  diffs = check_export_parity(method, params, exported, method.vocabulary.pad_id)
+  print(f"modernbert:rtd_tiny discriminator export parity: hidden {diffs['hidden']:.1e}")
 
 
 def test_a_pooler_of_another_activation_is_refused():

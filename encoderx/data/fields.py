@@ -16,8 +16,10 @@ from encoderx.data import resources
 VOCAB_KINDS = {"wordpiece": "encoderx.data.vocabulary",
                "byte_bpe": "encoderx.data.bpe_vocabulary",
                "sentencepiece": "encoderx.data.sentencepiece_vocabulary"}
-# SentencePiece special-piece layouts (encoderx/data/sentencepiece_vocabulary.py: LAYOUTS).
-SENTENCEPIECE_LAYOUTS = ("albert", "deberta")
+# The special-token layouts of each vocabulary kind, its default (data.vocab.layout "")
+# first: encoderx/data/bpe_vocabulary.py and sentencepiece_vocabulary.py, LAYOUTS.
+VOCAB_LAYOUTS = {"wordpiece": (), "byte_bpe": ("roberta", "bert", "eurobert"),
+                 "sentencepiece": ("albert", "deberta")}
 
 
 def config_section() -> ml_collections.ConfigDict:
@@ -76,10 +78,13 @@ def config_section() -> ml_collections.ConfigDict:
           # keep_accents. Byte-level BPE keeps text as it is.
           lower_case=True,
           strip_accents=True,
-          # "sentencepiece": the special pieces' layout, "albert" (<pad> <unk> [CLS] [SEP]
-          # [MASK] = 0-4) or "deberta" ([PAD] [CLS] [SEP] [UNK] = 0-3, [MASK] after the
-          # pieces; DeBERTa v2/v3's spm.model).
-          layout="albert",
+          # The special tokens' layout ("": the kind's first). "sentencepiece": "albert"
+          # (<pad> <unk> [CLS] [SEP] [MASK] = 0-4) or "deberta" ([PAD] [CLS] [SEP] [UNK] =
+          # 0-3, [MASK] after the pieces; DeBERTa v2/v3's spm.model). "byte_bpe":
+          # "roberta" (<s> <pad> </s> <unk> <mask>, <s> A </s></s> B </s>), "bert"
+          # (ModernBERT: [CLS] A [SEP] B [SEP], [MASK] [PAD] [UNK]) or "eurobert"
+          # (<|begin_of_text|> A <|end_of_text|>, <|mask|>, <|pad|>).
+          layout="",
       )),
   ))
 
@@ -91,7 +96,24 @@ def validate(data) -> None:
                 "[SEP].")
   errors.check_choice("data.vocab.kind", data.vocab.kind, VOCAB_KINDS)
   errors.check_choice("data.process_split", data.process_split, ("shards", "rows"))
-  errors.check_choice("data.vocab.layout", data.vocab.layout, SENTENCEPIECE_LAYOUTS)
+  layouts = VOCAB_LAYOUTS[data.vocab.kind]
+  if data.vocab.layout and data.vocab.layout not in layouts:
+    errors.fail("data.vocab.layout", f"{data.vocab.layout!r} is not a layout of "
+                f"{data.vocab.kind} vocabularies ({', '.join(layouts) or 'they have none'}).")
   if not data.vocab.path.startswith("bundled:") and not files_lib.exists(data.vocab.path):
     errors.fail("data.vocab.path", f"'{data.vocab.path}' does not exist.",
                 f"Train one with `python -m {VOCAB_KINDS[data.vocab.kind]} --help`.")
+
+
+def vocab_layout(vocab) -> str:
+  """The layout of config.data.vocab (a ConfigDict or dict): its `layout`, or its kind's
+  default ('' for WordPiece, which has one)."""
+  layout = vocab.get("layout") or ""
+  return layout or (VOCAB_LAYOUTS.get(vocab["kind"]) or ("",))[0]
+
+
+def migrate_vocab(vocab) -> None:
+  """An older run's config.data.vocab (in place): its `layout` was 'albert' whatever the
+  kind before byte-level BPE had layouts; for other kinds that meant none."""
+  if vocab.kind != "sentencepiece" and vocab.layout == "albert":
+    vocab.layout = ""

@@ -28,7 +28,7 @@ from array_record.python import array_record_module
 
 from encoderx import errors
 from encoderx import files as files_lib
-from encoderx.data import resources, stream
+from encoderx.data import bpe_vocabulary, resources, stream
 
 MANIFEST = "manifest.json"
 FORMAT = "encoderx-examples-1"
@@ -46,7 +46,7 @@ class ManifestError(errors.ConfigError):
 def _vocabulary_files(vocab_config) -> list[str]:
   path = resources.resolve(vocab_config.path)
   if vocab_config.kind == "byte_bpe":
-    return [os.path.join(path, "vocab.json"), os.path.join(path, "merges.txt")]
+    return bpe_vocabulary.vocabulary_files(path)
   return [path]
 
 

@@ -11,6 +11,8 @@ from encoderx import files as files_lib
 BUNDLED_CORPUS = "bundled:austen"
 BUNDLED_WORDPIECE_VOCAB = "bundled:austen-wordpiece"
 BUNDLED_BPE_VOCAB = "bundled:austen-bpe"
+BUNDLED_MODERNBERT_BPE_VOCAB = "bundled:austen-modernbert-bpe"
+BUNDLED_EUROBERT_BPE_VOCAB = "bundled:austen-eurobert-bpe"
 BUNDLED_SENTENCEPIECE_VOCAB = "bundled:austen-sentencepiece"
 BUNDLED_DEBERTA_SENTENCEPIECE_VOCAB = "bundled:austen-deberta-sentencepiece"
 
@@ -22,6 +24,11 @@ _BUNDLED = {
     # Byte-level BPE vocabulary (8,000 tokens, RoBERTa's special tokens) trained on it:
     # a directory with vocab.json and merges.txt.
     "austen-bpe": "austen-bpe",
+    # The same with ModernBERT's special tokens ([UNK] [CLS] [SEP] [PAD] [MASK] = 0-4;
+    # data.vocab.layout 'bert') and with EuroBERT's (<|begin_of_text|> <|end_of_text|>
+    # <|mask|> <|pad|> = 0-3; layout 'eurobert').
+    "austen-modernbert-bpe": "austen-modernbert-bpe",
+    "austen-eurobert-bpe": "austen-eurobert-bpe",
     # SentencePiece unigram model (8,000 pieces, ALBERT's layout, lower-cased) trained on
     # the Austen sample; the .vocab next to it lists its pieces.
     "austen-sentencepiece": "austen-sentencepiece.model",

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from encoderx import files as files_lib
 from encoderx.data import bpe_vocabulary, corpus, pipeline, preprocessed, preprocessors
-from encoderx.data import resources
+from encoderx.data import fields, resources
 from encoderx.data import segment_pairs, sentencepiece_vocabulary, stream
 from encoderx.data import vocabulary as vocabulary_lib
 
@@ -45,10 +45,11 @@ BUILDERS = {
 VOCABULARIES = {
     "wordpiece": lambda vocab: vocabulary_lib.WordPieceVocabulary(
         vocab.path, lower_case=vocab.lower_case, strip_accents=vocab.strip_accents),
-    "byte_bpe": lambda vocab: bpe_vocabulary.ByteLevelBpeVocabulary(vocab.path),
+    "byte_bpe": lambda vocab: bpe_vocabulary.ByteLevelBpeVocabulary(
+        vocab.path, layout=fields.vocab_layout(vocab)),
     "sentencepiece": lambda vocab: sentencepiece_vocabulary.SentencePieceVocabulary(
         vocab.path, lower_case=vocab.lower_case, strip_accents=vocab.strip_accents,
-        layout=vocab.layout),
+        layout=fields.vocab_layout(vocab)),
 }
 
 

@@ -72,7 +72,9 @@ class _BasicTokenizer(bert_tokenizer.BasicTokenizer):
 class TokenListVocabulary(seqio.Vocabulary):
   """A vocabulary that is a list of tokens (the index is the id), with the special tokens
   encoderx needs named by role in ROLES: pad, unk, cls (sequence start), sep
-  (separator/end) and mask. Looked up by name, so their ids may be anything."""
+  (separator/end) and mask. Looked up by name, so their ids may be anything; two roles
+  may share a token (EuroBERT pads with its end token), and unk may be absent (a
+  byte-level vocabulary has a token for every byte)."""
   ROLES: dict[str, str] = {}
 
   def __init__(self, tokens: list[str]):
@@ -86,15 +88,15 @@ class TokenListVocabulary(seqio.Vocabulary):
   def id_to_token(self, token_id: int) -> str:
     if 0 <= token_id < len(self.tokens):
       return self.tokens[token_id]
-    return self.ROLES["unk"]
+    return self.ROLES.get("unk", "")
 
   @property
   def pad_id(self) -> int:
     return self._ids[self.ROLES["pad"]]
 
   @property
-  def unk_id(self) -> int:
-    return self._ids[self.ROLES["unk"]]
+  def unk_id(self) -> int | None:
+    return self._ids[self.ROLES["unk"]] if "unk" in self.ROLES else None
 
   @property
   def cls_id(self) -> int:
@@ -115,7 +117,7 @@ class TokenListVocabulary(seqio.Vocabulary):
   @property
   def special_ids(self) -> tuple[int, ...]:
     """Ids that masking never chooses and never samples as a random replacement."""
-    return tuple(sorted(self._ids[token] for token in self.ROLES.values()))
+    return tuple(sorted({self._ids[token] for token in self.ROLES.values()}))
 
   @property
   def _base_vocab_size(self) -> int:

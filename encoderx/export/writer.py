@@ -26,6 +26,7 @@ import numpy as np
 from encoderx import errors
 from encoderx import files as files_lib
 from encoderx import initialize
+from encoderx.data import fields as data_fields
 from encoderx.methods import base as method_lib
 from encoderx.methods import registry as method_registry
 from encoderx.hf import base, engine, families, tokenizer_files
@@ -132,10 +133,10 @@ def export_hf(workdir: str, output: str, step: int | None = None,
   if vocab["kind"] != fam.vocab_kind:
     raise ExportError(f"data.vocab.kind={vocab['kind']!r}: Hugging Face {family} "
                       f"tokenizers ({fam.tokenizer_class}) are {fam.vocab_kind!r}.")
-  if fam.vocab_layout and vocab.get("layout", "albert") != fam.vocab_layout:
-    raise ExportError(f"data.vocab.layout={vocab.get('layout')!r}: Hugging Face {family} "
-                      f"tokenizers ({fam.tokenizer_class}) read SentencePiece models of "
-                      f"the {fam.vocab_layout!r} layout.")
+  if fam.vocab_layout and data_fields.vocab_layout(vocab) != fam.vocab_layout:
+    raise ExportError(f"data.vocab.layout={data_fields.vocab_layout(vocab)!r}: Hugging Face "
+                      f"{family} tokenizers ({fam.tokenizer_class}) have the special "
+                      f"tokens of the {fam.vocab_layout!r} layout.")
   if fam.vocab_layout == "deberta" and vocab.get("strip_accents"):
     raise ExportError("data.vocab.strip_accents=True: DebertaV2Tokenizer keeps accents; "
                       "export a run trained with strip_accents=False.")

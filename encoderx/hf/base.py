@@ -92,8 +92,8 @@ class Family:
   encoderx parameters left out on export and named. `pooler_act`: the
   activation of the family's pooler (`model.pooler_act`; classes with a pooler refuse
   another). `tokenizer_class`: written to tokenizer_config.json, for
-  a run whose vocabulary is of kind `vocab_kind` (config.data.vocab.kind) and, for
-  SentencePiece, of layout `vocab_layout` (config.data.vocab.layout).
+  a run whose vocabulary is of kind `vocab_kind` (config.data.vocab.kind) and of layout
+  `vocab_layout` (config.data.vocab.layout; '' for WordPiece, which has one).
   """
   name: str
   config_class: str

@@ -3,10 +3,11 @@
 A directory as `save_pretrained` writes it (or as released checkpoints ship):
 config.json (`model_type` names the family), the weights as model.safetensors or
 pytorch_model.bin, and the tokenizer's files (vocab.txt for BERT and ELECTRA, vocab.json +
-merges.txt for RoBERTa, spiece.model for ALBERT, spm.model for DeBERTa v2/v3) with
-tokenizer_config.json. The weights may be of
-any class of the family (BertModel, BertForPreTraining, BertForSequenceClassification,
-...): the class is recognized by its weights (encoderx/hf/engine.py import_state_dict).
+merges.txt for RoBERTa, spiece.model for ALBERT, spm.model for DeBERTa v2/v3,
+tokenizer.json for ModernBERT and EuroBERT) with tokenizer_config.json. The weights may
+be of any class of the family (BertModel, BertForPreTraining,
+BertForSequenceClassification, ...): the class is recognized by its weights
+(encoderx/hf/engine.py import_state_dict).
 The conversion itself is the engine's, the same as export's.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 
 from encoderx import errors
 from encoderx import files as files_lib
+from encoderx.data import bpe_vocabulary
 from encoderx.hf import base, engine, families
 from encoderx.models import common
 
@@ -60,8 +62,12 @@ def vocab_fields(directory: str, family: str) -> dict:
     path, fields = "vocab.txt", dict(kind="wordpiece", lower_case=lower_case)
     strip_accents = tokenizer.get("strip_accents")  # None: as lower_case (BertTokenizer)
     fields["strip_accents"] = lower_case if strip_accents is None else bool(strip_accents)
-  elif kind == "byte_bpe":
-    path, fields = "", dict(kind="byte_bpe")
+  elif kind == "byte_bpe":  # vocab.json + merges.txt, or tokenizer.json
+    try:
+      bpe_vocabulary.vocabulary_files(directory)
+    except bpe_vocabulary.VocabularyError as error:
+      raise HfDirectoryError(f"'{directory}' has no {family} tokenizer: {error}") from None
+    path, fields = "", dict(kind="byte_bpe", layout=fam.vocab_layout)
   elif fam.vocab_layout == "deberta":
     if tokenizer.get("split_by_punct"):
       raise HfDirectoryError(f"'{directory}': DebertaV2Tokenizer's split_by_punct is not "

@@ -145,6 +145,7 @@ def model_fields(hf_config: Mapping) -> dict:
 FAMILY = base.Family(
     name="eurobert", config_class="EuroBertConfig", prefix="model", encoder=encoder,
     pooler="", tokenizer_class="PreTrainedTokenizerFast", vocab_kind="byte_bpe",
+    vocab_layout="eurobert",
     field_names=FIELD_NAMES,
     heads={
         "mlm": base.Head("EuroBertForMaskedLM", _mlm, pooler=False, tied=lambda config: (

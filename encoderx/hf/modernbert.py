@@ -193,6 +193,7 @@ def model_fields(hf_config: Mapping) -> dict:
 FAMILY = base.Family(
     name="modernbert", config_class="ModernBertConfig", prefix="model", encoder=encoder,
     pooler="", tokenizer_class="PreTrainedTokenizerFast", vocab_kind="byte_bpe",
+    vocab_layout="bert",
     field_names=FIELD_NAMES,
     heads={
         "mlm": base.Head("ModernBertForMaskedLM", _mlm, pooler=False, tied=lambda config: (

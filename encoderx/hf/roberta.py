@@ -17,7 +17,7 @@ def _check(config: common.ModelConfig) -> None:
 FAMILY = base.Family(
     name="roberta", config_class="RobertaConfig", prefix="roberta",
     encoder=rules.bert_encoder, pooler="pooler.dense", tokenizer_class="RobertaTokenizer",
-    vocab_kind="byte_bpe",
+    vocab_kind="byte_bpe", vocab_layout="roberta",
     heads={
         "mlm": base.Head("RobertaForMaskedLM", lambda config: rules.mlm_head(
             "lm_head.dense", "lm_head.layer_norm", "lm_head.bias"), pooler=False,
