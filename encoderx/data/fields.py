@@ -62,9 +62,10 @@ def config_section() -> ml_collections.ConfigDict:
       preprocessed="",
       builder="sentence_pairs",
       # How builder 'full_sentences' fills its rows (encoderx/data/packing.py): "greedy"
-      # (sentences in document order until the next does not fit) or "best_fit" (each
-      # document cut into sequences, placed longest first into the row they fit most
-      # tightly, within each group of document_pool documents: less padding).
+      # (whole sentences in document order until the next does not fit) or "best_fit"
+      # (documents cut at the row's length, mid-sentence, the pieces placed longest
+      # first into the row they fit most tightly, within each group of document_pool
+      # documents: almost no padding).
       packing="greedy",
       seq_length=128,
       short_seq_prob=0.1,

@@ -1,4 +1,4 @@
-"""Rows packed full of whole sentences: RoBERTa's FULL-SENTENCES and DOC-SENTENCES.
+"""Packed rows: RoBERTa's FULL-SENTENCES and DOC-SENTENCES, and best-fit packing.
 
 A row holds one or more sequences `[CLS] sentences... [SEP]` (RoBERTa: `<s> ... </s>`),
 each made of contiguous whole sentences of one document:
@@ -14,16 +14,20 @@ How full_sentences fills its rows (data.packing):
 
 - greedy: in document order, as above; a row ends where the next sentence does not fit,
   so each row loses what is left of it at that sentence.
-- best_fit: each document is first cut into sequences of whole sentences as
-  doc_sentences cuts it (up to the row's length); then the sequences of the group of
-  documents (data.document_pool) are placed longest first, each into the row whose free
-  space fits it most tightly, a new row where none fits (best-fit decreasing bin packing;
-  ModernBERT packs its batches by best fit too: AnswerDotAI/ModernBERT
-  src/sequence_packer.py GreedyBestFitSequencePacker, which takes the sequences in
-  arrival order over a buffer and a batch of rows). The short sequences (short documents,
-  documents' last pieces) fill what the long ones leave. Rows come out in the order they
-  were opened; the same group gives the same rows (no randomness), so a resumed run reads
-  the same rows.
+- best_fit: each document's tokens are cut, as one text, into sequences of the row's
+  length (at a word start near it; so a sequence may start or end inside a sentence, as
+  in ModernBERT's and EuroBERT's data, which are tokens, not sentences); then the
+  sequences of the group of documents (data.document_pool) are placed longest first,
+  each into the row whose free space fits it most tightly, a new row where none fits
+  (best-fit decreasing bin packing; ModernBERT packs its batches by best fit:
+  AnswerDotAI/ModernBERT src/sequence_packer.py GreedyBestFitSequencePacker, which takes
+  sequences in arrival order over a buffer and one batch of rows at a time). Full pieces
+  fill their rows; documents' last pieces and short documents fill what is left. Rows
+  come out in the order they were opened; the same group gives the same rows (no
+  randomness), so a resumed run reads the same rows. Whole sentences cost padding:
+  cutting documents at sentence boundaries and packing those sequences by best fit
+  leaves about as much as greedy at 512 and 1,024 tokens (each sentence-bounded piece
+  ends short of the row, and a group has too few short pieces to fill those gaps).
 
 RoBERTa lets packed documents attend to each other, separated by an extra `</s>`; here each
 sequence has its own segment id (attention stays inside it) and positions restarting at
@@ -61,30 +65,20 @@ def packed_features(sequences: list[list[tuple[np.ndarray, np.ndarray]]], seq_le
 
 Sentence = tuple[np.ndarray, np.ndarray]  # (token ids, word starts)
 PACKINGS = ("greedy", "best_fit")  # data.packing
-WHOLE_SENTENCES = True
 
 
-def document_sequences(document: segment_pairs.Document, seq_length: int,
-                       whole_sentences: bool = True) -> list[list[Sentence]]:
-  """`document` cut into sequences of at most `seq_length` tokens with their [CLS] and
-  [SEP]: of contiguous whole sentences (doc_sentences' rows), or, without
-  `whole_sentences`, of its tokens as one text, cut at the length (at a word start
-  where one is in the last half: segment_pairs.split_long_sentences)."""
-  if not whole_sentences and document.sentences:
-    document = segment_pairs.Document(document.document_id,
-                                      [np.concatenate(document.sentences)],
-                                      [np.concatenate(document.word_starts)])
-  document = segment_pairs.split_long_sentences(document, seq_length - 2)
-  sequences, sequence, used = [], [], 2
-  for sentence in zip(document.sentences, document.word_starts):
-    if sequence and used + len(sentence[0]) > seq_length:
-      sequences.append(sequence)
-      sequence, used = [], 2
-    sequence.append(sentence)
-    used += len(sentence[0])
-  if sequence:
-    sequences.append(sequence)
-  return sequences
+def document_pieces(document: segment_pairs.Document,
+                    seq_length: int) -> list[list[Sentence]]:
+  """`document`'s tokens as one text, cut into sequences of at most `seq_length` tokens
+  with their [CLS] and [SEP] (at a word start where one is in the length's last half:
+  segment_pairs.split_long_sentences); each a list of one (ids, word starts) piece."""
+  if not document.sentences:
+    return []
+  joined = segment_pairs.Document(document.document_id,
+                                  [np.concatenate(document.sentences)],
+                                  [np.concatenate(document.word_starts)])
+  pieces = segment_pairs.split_long_sentences(joined, seq_length - 2)
+  return [[piece] for piece in zip(pieces.sentences, pieces.word_starts)]
 
 
 def sequence_length(sequence: list[Sentence]) -> int:
@@ -132,8 +126,7 @@ class SentencePacker:
                rng: np.random.Generator) -> Iterator[dict]:
     del rng  # packing is deterministic; the document order is already shuffled
     if self.packing == "best_fit":
-      sequences = [s for d in documents
-                   for s in document_sequences(d, self.seq_length, WHOLE_SENTENCES)]
+      sequences = [s for d in documents for s in document_pieces(d, self.seq_length)]
       for row in best_fit_rows(sequences, self.seq_length):
         yield packed_features(row, self.seq_length, self.special)
       return
