@@ -139,7 +139,8 @@ def header(args) -> str:
   import transformers  # pylint: disable=g-import-not-at-top
   lengths = (" and ".join(map(str, costs.ATTENTION_LENGTHS)) if args.attention_cost else
              " and ".join(map(str, args.lengths)) if args.device != "cpu" else
-             bench_models.SEQ_LENGTH)
+             " and ".join(str(length) for length in sorted(
+                 {bench_models.LENGTHS.get(m, bench_models.SEQ_LENGTH) for m in args.models})))
   warmup = accelerator.ACCELERATOR_WARMUP_STEPS if args.device != "cpu" else WARMUP_STEPS
   return (f"encoderx bench: batch {args.batch_size} x length {lengths}, "
           f"{warmup} warm-up + {args.steps} timed steps\n"
