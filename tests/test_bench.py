@@ -121,6 +121,27 @@ def test_bench_prints_mfu_and_the_training_loop(capsys):
   assert float(loop_line.split()[-1]) > 0
 
 
+def test_the_modern_rows_build_and_run_a_step_beside_pytorch(capsys):
+  """modernbert_tiny and eurobert_tiny (in the default set) and ModernBERT-base's sizes
+  at 1,024 tokens (opt-in) build their configs and run one timed step of each framework;
+  the base rows at 128 and 1,024 only when --models names them."""
+  assert {"modernbert_tiny", "eurobert_tiny"} <= set(bench.parse_args([]).models)
+  assert not set(bench_models.OPT_IN) & set(bench.parse_args([]).models)
+  assert bench.parse_args(["--models=modernbert_base_1024"]).models == [
+      "modernbert_base_1024"]
+  base = bench_models.build_config("modernbert_base_1024", 2)
+  assert (base.data.seq_length, base.model.num_layers, base.model.hidden_size) == (
+      1024, 22, 768)
+  assert base.objective.mlm.max_predictions >= 0.3 * 1024  # 30% masked, as at 128
+  assert bench_models.build_config("modernbert_base", 2).data.seq_length == 128
+  bench.main(["--models=modernbert_tiny,eurobert_tiny", "--steps=1", "--batch_size=2",
+              "--skip_padding"])
+  out = capsys.readouterr().out
+  for name in ("modernbert_tiny", "eurobert_tiny"):
+    assert f"\n{name}:" in out
+  assert out.count("encoderx / pytorch, step by step") == 2  # PyTorch beside each
+
+
 def test_accelerator_lengths_flag():
   assert bench.parse_args(["--device=gpu", "--lengths=512,128"]).lengths == [512, 128]
   assert bench.parse_args(["--device=gpu"]).lengths == list(accelerator.ACCELERATOR_LENGTHS)

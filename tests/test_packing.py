@@ -129,3 +129,70 @@ def test_full_sentences_waste_less_padding_than_doc_sentences_on_the_bundled_cor
   print(f"padding at length 512: {waste}")
   assert waste["full_sentences"] < waste["doc_sentences"]
   assert waste["full_sentences"] < 0.05
+
+
+# --- best-fit packing (data.packing) -----------------------------------------------------
+def test_best_fit_rows_hold_every_token_once_within_the_length_deterministically():
+  rng = np.random.default_rng(2)
+  documents = _documents([rng.integers(3, 30, rng.integers(1, 12)).tolist()
+                          for _ in range(40)])
+  packer = packing.SentencePacker(64, SPECIAL, cross_documents=True, packing="best_fit")
+  rows = list(packer(documents, rng))
+  pieces = {}
+  for row in rows:
+    real = row["segment_ids"] > 0
+    assert real.sum() <= 64 and real[:real.sum()].all(), "padding only at the end"
+    for _, ids in _sequences(row):  # [CLS] ... [SEP], positions restarting at 0
+      document = set(ids // 10000)
+      assert len(document) == 1, "a sequence is one document's"
+      pieces.setdefault(document.pop(), []).append(ids.tolist())
+  for document in documents:  # its pieces, in order, are its tokens: each once
+    tokens = [t for s in document.sentences for t in s.tolist()]
+    in_order = sorted(pieces[document.document_id], key=lambda piece: piece[0])
+    assert [t for piece in in_order for t in piece] == tokens
+  assert all(len(p) <= 62 for ps in pieces.values() for p in ps)
+  same = list(packer(documents, np.random.default_rng(5)))  # no randomness: same rows
+  assert all((a["input_ids"] == b["input_ids"]).all() for a, b in zip(rows, same))
+  assert len(same) == len(rows)
+  greedy = list(packing.SentencePacker(64, SPECIAL, cross_documents=True)(documents, rng))
+  padding = [packing.padding_fraction(r) for r in (rows, greedy)]
+  print(f"padding of 40 documents in rows of 64: best_fit {padding[0]:.1%}, greedy "
+        f"{padding[1]:.1%}")
+  assert padding[0] < padding[1] / 3
+
+
+def test_best_fit_places_each_sequence_where_it_fits_most_tightly():
+  sequence = lambda n: [(np.zeros(n - 2, np.int32), np.ones(n - 2, np.int32))]
+  rows = packing.best_fit_rows([sequence(n) for n in (6, 9, 3, 5, 4)], 10)
+  # Longest first: 9 opens a row (1 free), 6 another (4 free), 5 a third (5 free),
+  # 4 fills the second's 4 exactly, 3 goes to the third (the tightest that holds it).
+  assert [[packing.sequence_length(s) for s in row] for row in rows] == [[9], [6, 4], [5, 3]]
+
+
+def test_best_fit_leaves_less_padding_than_greedy_over_an_epoch_of_the_bundled_corpus(
+    tiny_config):
+  from encoderx.tools import padding as padding_tool  # pylint: disable=g-import-not-at-top
+  padding = {}
+  for method in packing.PACKINGS:
+    config = tiny_config()
+    config.data.builder, config.data.packing = "full_sentences", method
+    config.objective.names = ("mlm",)
+    config.data.seq_length = 128
+    padding[method], _ = padding_tool.epoch_padding(config)
+  print(f"padding over an epoch of the bundled corpus at 128: {padding}")
+  assert padding["best_fit"] < 0.01 < 0.1 < padding["greedy"]
+  batches = [pipeline.take_batches(tasks.register_pretraining_task(config), "train", 128,
+                                   8, 3, seed=4) for _ in range(2)]
+  assert all((a["input_ids"] == b["input_ids"]).all() for a, b in zip(*batches))
+
+
+def test_packing_is_checked(tiny_config):
+  from encoderx import errors  # pylint: disable=g-import-not-at-top
+  from encoderx.data import fields  # pylint: disable=g-import-not-at-top
+  config = tiny_config()
+  config.data.builder, config.data.packing = "full_sentences", "bestfit"
+  with pytest.raises(errors.ConfigError, match="data.packing"):
+    fields.validate(config.data)
+  config.data.builder, config.data.packing = "doc_sentences", "best_fit"
+  with pytest.raises(errors.ConfigError, match="full_sentences"):
+    fields.validate(config.data)

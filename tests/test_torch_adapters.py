@@ -20,7 +20,9 @@ BENCH_ADAPTERS = [("bert_tiny", "Pretraining", "BertForPreTraining"),
                   ("albert_tiny", "Pretraining", "AlbertForPreTraining"),
                   ("deberta_tiny", "Pretraining", "DebertaV2ForMaskedLM"),
                   ("electra_tiny", "Electra", "ElectraPair"),
-                  ("xlnet_tiny", "XLNet", "XLNetLMHeadModel")]
+                  ("xlnet_tiny", "XLNet", "XLNetLMHeadModel"),
+                  ("modernbert_tiny", "Pretraining", "ModernBertForMaskedLM"),
+                  ("eurobert_tiny", "Pretraining", "EuroBertForMaskedLM")]
 
 
 def _method(model_name: str, batch_size: int = 4):
@@ -82,6 +84,11 @@ def test_each_bench_adapter_trains_on_a_bench_batch(model_name, adapter_name, hf
     loss.backward()
   with_gradient = [p for p in adapter.model.parameters() if p.grad is not None]
   assert len(with_gradient) > 0.9 * len(list(adapter.model.parameters()))
+  if model_name in ("modernbert_tiny", "eurobert_tiny"):  # SDPA, no token types
+    assert adapter.model.config._attn_implementation == "sdpa"  # pylint: disable=protected-access
+    assert "token_type_ids" not in adapter.inputs(prepared).kwargs
+  if model_name == "modernbert_tiny":
+    assert adapter.model.config.sparse_prediction
   if model_name == "xlnet_tiny":
     assert adapter.mems is not None and len(adapter.mems) == method.model_config.num_layers
   if model_name == "electra_tiny":  # one embeddings module, counted once

@@ -37,11 +37,21 @@ LOSS_RTOL, GRAD_NORM_RTOL, PARAM_ATOL = 1e-5, 5e-4, 1e-4
 # attention in log buckets, whole-word n-gram masking; without the enhanced mask
 # decoder, which HF's class does not have).
 # RoBERTa and DeBERTa (AdamW, like BERT; their forward parity is tested on its own) are
-# marked slow: each case costs ~30 s of CPU, mostly compiling.
+# ModernBertForMaskedLM (rotary, a global then a local layer (a window of 64), GeGLU, no
+# biases; sparse_prediction, as ModernBERT trains: the decoder runs on the masked
+# positions only, the same mean) and EuroBertForMaskedLM (RMSNorm, grouped-query
+# attention, SwiGLU, an untied decoder), each on rows of one document with padding
+# (HF's attention mask; transformers 5 runs ModernBERT padded, it no longer unpads),
+# AdamW in place of ModernBERT's StableAdamW (parity_config).
+# RoBERTa and DeBERTa (AdamW, like BERT; their forward parity is tested on its own) are
+# marked slow: each case costs ~30 s of CPU, mostly compiling; so do ModernBERT and
+# EuroBERT (~20-30 s each).
 CASES = [("bert:tiny", "pretraining"),
          pytest.param("roberta:tiny", "mlm", marks=pytest.mark.slow),
          ("albert:tiny", "pretraining"),
-         pytest.param("deberta:tiny", "mlm", marks=pytest.mark.slow)]
+         pytest.param("deberta:tiny", "mlm", marks=pytest.mark.slow),
+         pytest.param("modernbert:tiny", "mlm", marks=pytest.mark.slow),
+         pytest.param("eurobert:tiny", "mlm", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -62,8 +72,16 @@ def parity_config(tiny_config, name: str):
   config.optimizer.clip_norm = 1.2  # below the first steps' gradient norms (~1.4-2.7)
   config.optimizer.weight_decay = 0.1  # large enough to show a wrong decay mask
   config.model.enhanced_mask_decoder = False
+  # PyTorch's side (torch_optim.torch_optimizer) has AdamW and LAMB with warmup then
+  # linear decay: ModernBERT's StableAdamW on a warmup-stable-decay schedule becomes
+  # AdamW on that; and one batch size (take_batches), not ModernBERT's warmup of sizes.
+  if config.optimizer.name not in ("adamw", "lamb"):
+    config.optimizer.name = "adamw"
+  config.optimizer.schedule, config.optimizer.decouple_lr = "linear", False
+  config.train.batch_size_schedule = ()
   if config.data.builder == "full_sentences":  # RoBERTa's rows may span two documents,
     config.data.builder = "doc_sentences"      # which HF's attention mask cannot separate
+    config.data.packing = "greedy"  # best_fit packs several documents into a row
   return config
 
 

@@ -10,7 +10,7 @@ import ml_collections
 
 from encoderx import errors
 from encoderx import files as files_lib
-from encoderx.data import resources
+from encoderx.data import packing, resources
 
 # Vocabulary kinds -> the module whose command line trains one (named in errors).
 VOCAB_KINDS = {"wordpiece": "encoderx.data.vocabulary",
@@ -61,6 +61,12 @@ def config_section() -> ml_collections.ConfigDict:
       # reading data.files or data.tfds_name.
       preprocessed="",
       builder="sentence_pairs",
+      # How builder 'full_sentences' fills its rows (encoderx/data/packing.py): "greedy"
+      # (whole sentences in document order until the next does not fit) or "best_fit"
+      # (documents cut at the row's length, mid-sentence, the pieces placed longest
+      # first into the row they fit most tightly, within each group of document_pool
+      # documents: almost no padding).
+      packing="greedy",
       seq_length=128,
       short_seq_prob=0.1,
       # Documents kept to draw random segments from (NSP); for XLNet's streams, the
@@ -96,6 +102,10 @@ def validate(data) -> None:
                 "[SEP].")
   errors.check_choice("data.vocab.kind", data.vocab.kind, VOCAB_KINDS)
   errors.check_choice("data.process_split", data.process_split, ("shards", "rows"))
+  errors.check_choice("data.packing", data.packing, packing.PACKINGS)
+  if data.packing != "greedy" and data.builder != "full_sentences":
+    errors.fail("data.packing", f"{data.packing!r} packs several documents into a row: "
+                f"data.builder 'full_sentences' only, got {data.builder!r}.")
   layouts = VOCAB_LAYOUTS[data.vocab.kind]
   if data.vocab.layout and data.vocab.layout not in layouts:
     errors.fail("data.vocab.layout", f"{data.vocab.layout!r} is not a layout of "

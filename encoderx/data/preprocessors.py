@@ -134,11 +134,13 @@ def build_sentence_pairs(dataset: tf.data.Dataset, sequence_length: Mapping[str,
 
 def build_packed_sentences(dataset: tf.data.Dataset, sequence_length: Mapping[str, int],
                            output_features: Mapping[str, seqio.Feature],
-                           cross_documents: bool, document_pool: int) -> tf.data.Dataset:
-  """Tokenized documents -> rows packed with whole sentences (see encoderx.data.packing)."""
+                           cross_documents: bool, document_pool: int,
+                           packing_method: str = "greedy") -> tf.data.Dataset:
+  """Tokenized documents -> rows packed with whole sentences (see encoderx.data.packing;
+  `packing_method`: data.packing)."""
   seq_length = sequence_length["input_ids"]
   packer = packing.SentencePacker(seq_length, _special_ids(output_features),
-                                  cross_documents=cross_documents)
+                                  cross_documents=cross_documents, packing=packing_method)
   return documents_to_examples(dataset, packer, seq_length, document_pool)
 
 

@@ -36,7 +36,7 @@ BUILDERS = {
         document_pool=data.document_pool, label_mode=objective),
     "full_sentences": lambda data, _: functools.partial(
         preprocessors.build_packed_sentences, cross_documents=True,
-        document_pool=data.document_pool),
+        document_pool=data.document_pool, packing_method=data.packing),
     "doc_sentences": lambda data, _: functools.partial(
         preprocessors.build_packed_sentences, cross_documents=False,
         document_pool=data.document_pool),
@@ -99,8 +99,11 @@ def examples_options(config, process_count: int = 1) -> dict:
             "rows_per_process": stream_rows(config, process_count),
             "reuse_len": plm.reuse_len, "bi_data": bool(plm.bi_data),
             "document_pool": data.document_pool}
-  return {"builder": data.builder, "sentence_objective": sentence_objective(config),
-          "short_seq_prob": data.short_seq_prob, "document_pool": data.document_pool}
+  options = {"builder": data.builder, "sentence_objective": sentence_objective(config),
+             "short_seq_prob": data.short_seq_prob, "document_pool": data.document_pool}
+  if data.packing != "greedy":  # recorded where it changes the rows (older manifests)
+    options["packing"] = data.packing
+  return options
 
 
 def corpus_files(data_config) -> list[str]:

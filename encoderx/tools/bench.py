@@ -2,7 +2,9 @@
 
     python -m encoderx.tools.bench [--batch_size=32] [--steps=10] [--json=FILE] \
         [--models=bert_tiny,bert_small,roberta_tiny,albert_tiny,spanbert_tiny,deberta_tiny,
-                  electra_tiny,electra_small,bert_electra_small,xlnet_tiny] [--skip_torch]
+                  electra_tiny,electra_small,bert_electra_small,xlnet_tiny,modernbert_tiny,
+                  eurobert_tiny] [--skip_torch]
+    python -m encoderx.tools.bench --models=modernbert_base,modernbert_base_1024
     python -m encoderx.tools.bench --attention_cost [--models=bert_small] [--batch_size=8]
     python -m encoderx.tools.bench --kernel_gradient_cost [--models=bert_small]
     python -m encoderx.tools.bench --models=bert_mini --train_loop_steps=60
@@ -14,7 +16,8 @@ train_steps.py (encoderx's step and PyTorch's, a model's row), accelerator.py
 (--device=gpu|tpu), costs.py (--attention_cost, --kernel_gradient_cost), report.py (the
 tables' columns, the JSON record), torch_adapters.py (PyTorch's side of each method).
 
-For each model, at sequence length 128 (its tiny config's data settings):
+For each model, at sequence length 128 (its tiny config's data settings; 1,024 for
+modernbert_base_1024, which, with modernbert_base, runs only when --models names it):
 
 - encoderx: the jitted train step (`Trainer.train_step`: masking, forward, loss,
   backward, the config's optimizer with clipping: AdamW, LAMB for ALBERT) on real
@@ -24,7 +27,9 @@ For each model, at sequence length 128 (its tiny config's data settings):
 - PyTorch: the method's PyTorch counterpart (torch_adapters.py, one set shared with the
   parity tests): for the pretrain method the family's Hugging Face pretraining class
   (`BertForPreTraining`, `RobertaForMaskedLM`, `AlbertForPreTraining`,
-  `DebertaV2ForMaskedLM`) of the same sizes and vocabulary (DeBERTa's without the
+  `DebertaV2ForMaskedLM`, `ModernBertForMaskedLM` with sparse_prediction,
+  `EuroBertForMaskedLM`; SDPA attention, transformers' default, but DeBERTa's and
+  XLNet's, which have only eager attention) of the same sizes and vocabulary (DeBERTa's without the
   enhanced mask decoder, which Hugging Face lacks: encoderx's re-runs the last layer
   twice for the masked positions), freshly initialized, in train mode (dropout on), on
   the same batches as encoderx's `prepare` masks them (drawn on the host before timing):
@@ -70,6 +75,11 @@ For each model, at sequence length 128 (its tiny config's data settings):
   the config's, fed the same rows' `perm_mask`, `target_mapping` and labels (made by
   encoderx's `prepare` on the host before timing) and its own `mems` of the step
   before; the loss is its cross-entropy over the same predictions.
+- modernbert_tiny, eurobert_tiny, modernbert_base (ModernBERT-base's sizes) and
+  modernbert_base_1024 (the same at 1,024 tokens, 30% masked): each config's own step
+  (ModernBERT's StableAdamW, EuroBERT's AdamW) against PyTorch's AdamW; ModernBERT's
+  local-attention layers cost encoderx a window mask over full rows, and Hugging Face's
+  SDPA path does the same.
 - spanbert_tiny (span masking, MLM + SBO heads, single-segment rows) has no PyTorch
   column: Hugging Face has no SpanBERT pretraining class (no SBO head).
 - --attention_cost: instead of the above, the cost of DeBERTa's disentangled attention
@@ -129,7 +139,8 @@ def header(args) -> str:
   import transformers  # pylint: disable=g-import-not-at-top
   lengths = (" and ".join(map(str, costs.ATTENTION_LENGTHS)) if args.attention_cost else
              " and ".join(map(str, args.lengths)) if args.device != "cpu" else
-             bench_models.SEQ_LENGTH)
+             " and ".join(str(length) for length in sorted(
+                 {bench_models.LENGTHS.get(m, bench_models.SEQ_LENGTH) for m in args.models})))
   warmup = accelerator.ACCELERATOR_WARMUP_STEPS if args.device != "cpu" else WARMUP_STEPS
   return (f"encoderx bench: batch {args.batch_size} x length {lengths}, "
           f"{warmup} warm-up + {args.steps} timed steps\n"
@@ -149,7 +160,8 @@ def parse_args(argv=None):
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--steps", type=int, default=10, help="timed steps per model")
   parser.add_argument("--models", default=None,
-                      help=f"comma-separated, among {', '.join(models)} (default: all; "
+                      help=f"comma-separated, among {', '.join(models)} (default: all but "
+                      f"{', '.join(bench_models.OPT_IN)}; "
                       "with --attention_cost or --kernel_gradient_cost, bert_small)")
   parser.add_argument("--skip_torch", action="store_true",
                       help="time encoderx and the pipeline only")
@@ -183,7 +195,7 @@ def parse_args(argv=None):
   is_accelerator = args.device != "cpu"
   if args.models is None:
     args.models = ("bert_small" if args.attention_cost or args.kernel_gradient_cost else
-                   ",".join(sizes) if is_accelerator else ",".join(models))
+                   ",".join(sizes) if is_accelerator else ",".join(bench_models.DEFAULT_MODELS))
   args.models = [m.strip() for m in args.models.split(",") if m.strip()]
   known = {**models, **sizes} if is_accelerator else models
   unknown = [m for m in args.models if m not in known]

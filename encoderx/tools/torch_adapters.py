@@ -12,7 +12,9 @@ family (REGISTRY; "*": any family the Hugging Face conversion knows):
 
   pretrain, any family: the family's HF class `head` (default its first, the pretraining
       class: BertForPreTraining, RobertaForMaskedLM, AlbertForPreTraining,
-      DebertaV2ForMaskedLM) fed the prepared batch, with MLM labels in HF's form (-100
+      DebertaV2ForMaskedLM, ModernBertForMaskedLM with sparse_prediction as ModernBERT
+      trains, EuroBertForMaskedLM) fed the prepared batch (no token types where the
+      family has none), with MLM labels in HF's form (-100
       where nothing is predicted) and the sentence label where the class has a sentence
       head (SENTENCE_LABELS: NSP, SOP); the class's own loss. Not SpanBERT's objectives:
       HF has no span boundary (SBO) head.
@@ -74,9 +76,10 @@ def mlm_labels(batch: dict) -> np.ndarray:
   return labels
 
 
-def hf_inputs(batch: dict, strict: bool = True) -> dict:
+def hf_inputs(batch: dict, strict: bool = True, token_types: bool = True) -> dict:
   """A prepared (masked) encoderx batch -> the PyTorch model's keyword arguments
-  (input_ids, attention_mask, token_type_ids).
+  (input_ids, attention_mask, and token_type_ids where the model has `token_types`:
+  ModernBERT's and EuroBERT's have none).
 
   With `strict`, rows must hold one sequence each (segment_ids 0 or 1): Hugging Face's
   attention mask cannot keep packed sequences apart; and HF derives positions itself
@@ -90,9 +93,11 @@ def hf_inputs(batch: dict, strict: bool = True) -> dict:
     if np.any((positions != np.arange(positions.shape[1])) & (segments > 0)):
       raise ValueError("positions do not count from 0 in every row.")
   as_long = lambda x: torch.from_numpy(np.asarray(x, np.int64))
-  return {"input_ids": as_long(batch["input_ids"]),
-          "attention_mask": as_long(segments > 0),
-          "token_type_ids": as_long(batch["token_type_ids"])}
+  inputs = {"input_ids": as_long(batch["input_ids"]),
+            "attention_mask": as_long(segments > 0)}
+  if token_types:
+    inputs["token_type_ids"] = as_long(batch["token_type_ids"])
+  return inputs
 
 
 @dataclasses.dataclass
@@ -133,6 +138,10 @@ class Adapter:
   def inputs(self, prepared: dict) -> TorchBatch:
     raise NotImplementedError
 
+  def model_inputs(self, prepared: dict) -> dict:
+    """hf_inputs of `prepared` for this method's model (token types where it has them)."""
+    return hf_inputs(prepared, self.strict, self.method.model_config.type_vocab_size > 0)
+
   def loss(self, batch: TorchBatch, key=None) -> torch.Tensor:
     """The loss of `batch`; `key` is the train step's loss key (the key encoderx's loss
     draws from), which only ELECTRA's strict loss reads."""
@@ -165,14 +174,19 @@ class Pretraining(Adapter):
               "for objective 'sbo'")
     return None
 
+  # The family's HF config fields its pretraining sets: ModernBERT's recipe decodes
+  # only the masked positions (sparse_prediction; the same loss, a mean over them).
+  TRAINING_FIELDS = {"modernbert": {"sparse_prediction": True}}
+
   def build(self, head):
     family = self.method.model_config.family
-    model = engine.hf_model(self.method.model_config, family, head)
+    model = engine.hf_model(self.method.model_config, family, head,
+                            **self.TRAINING_FIELDS.get(family, {}))
     self.head = head or engine.head_of_class(family, type(model).__name__)
     return model
 
   def inputs(self, prepared):
-    kwargs = hf_inputs(prepared, self.strict)
+    kwargs = self.model_inputs(prepared)
     kwargs["labels"] = torch.from_numpy(mlm_labels(prepared))
     sentence = SENTENCE_LABELS.get(type(self.model).__name__)
     if sentence:
@@ -381,7 +395,7 @@ class FineTuning(Adapter):
                            **fields)
 
   def inputs(self, prepared):
-    kwargs = hf_inputs(prepared, self.strict)
+    kwargs = self.model_inputs(prepared)
     if self.method.name == "tag":  # first pieces carry their tag, the rest -1: ignored
       tags = np.asarray(prepared["tags"])
       labels = torch.from_numpy(np.where(tags >= 0, tags, IGNORED).astype(np.int64))

@@ -19,16 +19,15 @@ import torch
 
 
 def decay_groups(torch_model) -> tuple[list, list]:
-  """(parameters weight decay applies to, the others): transformers' Trainer rule, no
-  decay for biases and the parameters of LayerNorm modules (trainer.py
-  get_decay_parameter_names); encoderx names its own (optim.decay_mask)."""
-  no_decay = set()
-  for module in torch_model.modules():
-    if isinstance(module, torch.nn.LayerNorm):
-      no_decay.update(id(p) for p in module.parameters(recurse=False))
+  """(parameters weight decay applies to, the others): transformers' Trainer rule
+  (Trainer.get_decay_parameter_names: not biases, not nn.LayerNorm modules' parameters,
+  not parameters named for a norm, e.g. EuroBERT's RMSNorm weights); encoderx names its
+  own (optim.decay_mask)."""
+  import transformers  # pylint: disable=g-import-not-at-top
+  decayed = set(transformers.Trainer.get_decay_parameter_names(None, torch_model))
   decay, other = [], []
   for name, parameter in torch_model.named_parameters():  # tied ones once
-    (other if name.endswith("bias") or id(parameter) in no_decay else decay).append(parameter)
+    (decay if name in decayed else other).append(parameter)
   return decay, other
 
 
