@@ -49,6 +49,7 @@ def eurobert_choices(config):
   config.data.vocab.layout = "eurobert"
   config.data.vocab.path = resources.BUNDLED_EUROBERT_BPE_VOCAB
   config.data.builder = "full_sentences"
+  config.data.packing = "best_fit"  # unpadded rows: documents cut to fill them
   config.objective.names = ("mlm",)
   config.objective.mlm.rate = 0.5
   config.objective.mlm.mask_token_prob = 1.0

@@ -3,8 +3,9 @@ with rotary positions (theta per layer kind), a GeGLU feed-forward, local attent
 window of 128 tokens) in every layer but each third, no biases but the MLM decoder's, an
 embedding norm and a final norm, LayerNorm eps 1e-5, Megatron's init; byte-level BPE with
 BERT's special tokens ([CLS] A [SEP] B [SEP], [MASK], [PAD], [UNK]); MLM only, 30% of
-the tokens, on rows packed with whole sentences of documents (attention kept inside each
-document: packing removes padding only), no dropout.
+the tokens, on rows filled by best-fit packing of documents cut to the row's length
+(attention and rotary positions kept inside each piece: little of a row is padding,
+as ModernBERT's unpadded rows; data.packing), no dropout.
 
     --config=configs/modernbert.py:VARIANT
 
@@ -82,6 +83,7 @@ def modernbert_choices(config):
   config.data.vocab.layout = "bert"
   config.data.vocab.path = resources.BUNDLED_MODERNBERT_BPE_VOCAB
   config.data.builder = "full_sentences"
+  config.data.packing = "best_fit"  # unpadded rows: documents cut to fill them
   config.objective.names = ("mlm",)
   config.objective.mlm.rate = 0.3
   return config
