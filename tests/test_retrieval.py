@@ -185,3 +185,20 @@ def test_the_command_scores_a_tiny_bert_end_to_end(tiny_bert, tmp_path):
       f"encoderx: error: '{root}/qrels/test.tsv' line 2 has 2 fields; a judgement has 3: "
       "query-id, corpus-id, score.")
   assert not (tmp_path / "x.json").exists()
+
+
+def test_the_stsb_set_takes_distinct_sentences_and_pairs_scored_4_or_more(tmp_path):
+  from encoderx.tools import retrieval_compare  # pylint: disable=g-import-not-at-top
+  pairs = tmp_path / "dev.tsv"
+  pairs.write_text("score\ttext_a\ttext_b\n5.0\tA man sings.\tA man is singing.\n"
+                   "4.0\tA cat sleeps.\tThe cat is asleep.\n"
+                   "3.8\tA man sings.\tA woman sings.\n"
+                   "4.4\tA man sings.\tA woman sings.\n"     # a second relevant document
+                   "0.5\tA dog runs.\tA man is singing.\n",  # not a query, its doc kept once
+                   encoding="utf-8")
+  collection = retrieval_compare.write_stsb_set(str(pairs), str(tmp_path / "set"))
+  assert collection.corpus == {"d0": "A man is singing.", "d1": "The cat is asleep.",
+                               "d2": "A woman sings."}
+  assert collection.queries == {"q0": "A man sings.", "q1": "A cat sleeps."}
+  assert collection.qrels == {"q0": {"d0": 1, "d2": 1}, "q1": {"d1": 1}}
+  assert beir.read_directory(str(tmp_path / "set")) == collection

@@ -9,7 +9,8 @@ The layout (Thakur et al. 2021; beir/datasets/data_loader.py, GenericDataLoader)
 
     DIR/corpus.jsonl       {"_id": ..., "title": ..., "text": ...} a line (title optional)
     DIR/queries.jsonl      {"_id": ..., "text": ...} a line
-    DIR/qrels/SPLIT.tsv    a header, then query-id <tab> corpus-id <tab> score (an integer)
+    DIR/qrels/SPLIT.tsv    a header (skipped, as BEIR's loader skips it), then
+                           query-id <tab> corpus-id <tab> score (an integer) a line
 
 A document's text is its title and text joined by a space, stripped, as BEIR's
 sentence-transformers models embed it (beir/retrieval/models/sentence_bert.py,
