@@ -60,6 +60,11 @@ def config_section() -> ml_collections.ConfigDict:
       preprocessed="",
       builder="sentence_pairs",
       seq_length=128,
+      # Fine-tuning: each batch cut to the shortest of these lengths that holds its
+      # longest example (data.seq_length if none does), one compilation each; the loss
+      # is that of the uncut batch (encoderx/data/buckets.py). (): every batch at
+      # seq_length.
+      length_buckets=(),
       short_seq_prob=0.1,
       # Documents kept to draw random segments from (NSP); for XLNet's streams, the
       # documents of one document set (the memory restarts with each).
@@ -89,6 +94,10 @@ def validate(data) -> None:
   if data.seq_length < 8:
     errors.fail("data.seq_length", f"{data.seq_length} is too short for [CLS] A [SEP] B "
                 "[SEP].")
+  for length in data.length_buckets:
+    if not 8 <= length <= data.seq_length:
+      errors.fail("data.length_buckets", f"{length} is not in [8, data.seq_length="
+                  f"{data.seq_length}].")
   errors.check_choice("data.vocab.kind", data.vocab.kind, VOCAB_KINDS)
   errors.check_choice("data.process_split", data.process_split, ("shards", "rows"))
   errors.check_choice("data.vocab.layout", data.vocab.layout, SENTENCEPIECE_LAYOUTS)

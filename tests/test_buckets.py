@@ -1,0 +1,92 @@
+"""Fine-tuning batches cut to length buckets (data.length_buckets, encoderx/data/buckets.py):
+the cut keeps every real token and drops only padding; a classify run with buckets gives
+the losses and dev metrics of the same run at data.seq_length (dropout off), with fewer
+padded tokens; the config refuses buckets outside the sequence length and for methods
+that read every batch whole."""
+import logging
+import re
+
+import jax
+import numpy as np
+import pytest
+
+from encoderx import config as config_lib
+from encoderx import configs, errors, train
+from encoderx.configs import common as config_common
+from encoderx.data import buckets
+from test_finetune import _classify_config, _needs_rotten_tomatoes
+
+ONE_DEVICE = jax.devices()[:1]
+
+
+def _batch(lengths, seq_length=64):
+  """Rows of `lengths` real tokens: input_ids, segment_ids, positions, a per-token label
+  [batch, seq_length] and a label [batch]."""
+  real = (np.arange(seq_length)[None, :] < np.array(lengths)[:, None]).astype(np.int32)
+  return {"input_ids": real * 7, "segment_ids": real, "token_type_ids": 0 * real,
+          "positions": np.broadcast_to(np.arange(seq_length), real.shape),
+          "tags": real * 3, "label": np.arange(len(lengths)),
+          "pair_segment_ids": 0 * real}
+
+
+def test_a_batch_is_cut_to_the_shortest_bucket_holding_its_longest_row():
+  batch = _batch([5, 20, 11])
+  assert buckets.real_length(batch) == 20
+  assert buckets.bucket_length(batch, (32, 16, 48), 64) == 32
+  assert buckets.bucket_length(_batch([50, 3]), (16, 32, 48), 64) == 64  # none holds 50
+  cut = buckets.cut(batch, (16, 32, 48), 64)
+  assert {name: value.shape for name, value in cut.items()} == {
+      **{name: (3, 32) for name in ("input_ids", "segment_ids", "token_type_ids",
+                                     "positions", "tags", "pair_segment_ids")},
+      "label": (3,)}
+  for name, value in cut.items():  # only padding is dropped
+    np.testing.assert_array_equal(value, batch[name][:, :32] if value.ndim == 2
+                                  else batch[name])
+    if value.ndim == 2 and name != "positions":
+      assert not batch[name][:, 32:].any()
+  assert buckets.cut(batch, (), 64) is batch
+  # Another view's tokens count too (SimCSE's pair_segment_ids).
+  other = {**_batch([4, 4]), "pair_segment_ids": _batch([40, 2])["segment_ids"]}
+  assert buckets.bucket_length(other, (16, 32, 48), 64) == 48
+
+
+@pytest.mark.slow  # two tiny classify runs: about a minute
+def test_classify_with_buckets_trains_as_without_on_fewer_padded_tokens(tmp_path, caplog):
+  _needs_rotten_tomatoes()
+  results, lengths = {}, {}
+  for name, chosen in (("whole", ()), ("buckets", (48, 64, 80))):
+    (tmp_path / name).mkdir()
+    config = _classify_config(tmp_path / name, train_rows=96, dev_rows=40)
+    config_common.tiny_sizes(config)
+    config.model.hidden_dropout = config.model.attention_dropout = 0.0
+    config.finetune.classifier_dropout = 0.0
+    config.data.seq_length, config.data.length_buckets = 96, chosen
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="encoderx"):
+      results[name] = train.run(config, str(tmp_path / name / "run"), show_progress=False,
+                                devices=ONE_DEVICE)
+    lengths[name] = sorted({int(m) for m in re.findall(r"train step at length (\d+)",
+                                                       caplog.text)})
+  assert lengths["whole"] == [96]
+  assert len(lengths["buckets"]) >= 2 and lengths["buckets"][0] < 96, lengths
+  whole, cut = results["whole"], results["buckets"]
+  for a, b in zip(whole["history"], cut["history"], strict=True):
+    assert a["loss"] == pytest.approx(b["loss"], rel=1e-5), (a, b)
+  for metric in ("accuracy", "loss"):
+    assert whole["eval"][metric] == pytest.approx(cut["eval"][metric], rel=1e-5, abs=1e-6)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
+                         whole["params"], cut["params"])
+
+
+def test_buckets_are_checked_by_the_config():
+  config = configs.get("finetune:classify")
+  config.finetune.train_file = config.finetune.dev_file = __file__
+  config.finetune.format = "tsv"
+  config.data.seq_length, config.data.length_buckets = 64, (16, 128)
+  with pytest.raises(errors.ConfigError, match=r"data.length_buckets.*128 is not in "
+                     r"\[8, data.seq_length=64\]"):
+    config_lib.validate(config)
+  pretraining = configs.get("bert:tiny")
+  pretraining.data.length_buckets = (16,)
+  with pytest.raises(errors.ConfigError, match="length buckets are for fine-tuning"):
+    config_lib.validate(pretraining)
