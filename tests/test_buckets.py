@@ -13,7 +13,8 @@ import pytest
 from encoderx import config as config_lib
 from encoderx import configs, errors, train
 from encoderx.configs import common as config_common
-from encoderx.data import buckets
+from encoderx.data import buckets, pipeline
+from encoderx.methods import registry
 from test_finetune import _classify_config, _needs_rotten_tomatoes
 
 ONE_DEVICE = jax.devices()[:1]
@@ -50,17 +51,20 @@ def test_a_batch_is_cut_to_the_shortest_bucket_holding_its_longest_row():
   assert buckets.bucket_length(other, (16, 32, 48), 64) == 48
 
 
-@pytest.mark.slow  # two tiny classify runs: about a minute
+@pytest.mark.slow  # three tiny classify runs: about a minute and a half
 def test_classify_with_buckets_trains_as_without_on_fewer_padded_tokens(tmp_path, caplog):
+  """Cut (same batches): the losses, metrics and weights of the uncut run; grouped by
+  length: other batches, through the same loop."""
   _needs_rotten_tomatoes()
   results, lengths = {}, {}
-  for name, chosen in (("whole", ()), ("buckets", (48, 64, 80))):
+  for name, chosen in (("whole", ()), ("buckets", (48, 64, 80)), ("grouped", (48, 64, 80))):
     (tmp_path / name).mkdir()
     config = _classify_config(tmp_path / name, train_rows=96, dev_rows=40)
     config_common.tiny_sizes(config)
     config.model.hidden_dropout = config.model.attention_dropout = 0.0
     config.finetune.classifier_dropout = 0.0
     config.data.seq_length, config.data.length_buckets = 96, chosen
+    config.data.group_by_length = name == "grouped"
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="encoderx"):
       results[name] = train.run(config, str(tmp_path / name / "run"), show_progress=False,
@@ -76,6 +80,41 @@ def test_classify_with_buckets_trains_as_without_on_fewer_padded_tokens(tmp_path
     assert whole["eval"][metric] == pytest.approx(cut["eval"][metric], rel=1e-5, abs=1e-6)
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
                          whole["params"], cut["params"])
+  # Grouped by length: other batches (so other losses), trained through the same loop.
+  grouped = results["grouped"]
+  assert len(grouped["history"]) == len(whole["history"])
+  assert all(np.isfinite(entry["loss"]) for entry in grouped["history"])
+  assert 0.0 <= grouped["eval"]["accuracy"] <= 1.0 and lengths["grouped"][0] < 96
+
+
+def test_grouped_batches_hold_one_buckets_examples_and_resume(tmp_path):
+  _needs_rotten_tomatoes()
+  config = _classify_config(tmp_path, train_rows=400, dev_rows=8)
+  task = registry.build(config).task()
+  lengths, seq_length = (32, 48, 64), 96
+
+  def batches(group, count, position=None):
+    iterator = pipeline.batch_iterator(task, "train", seq_length, 8, seed=3, position=position,
+                                       group_lengths=(32, 48, 64) if group else ())
+    try:
+      return [next(iterator) for _ in range(count)]
+    finally:
+      iterator.close()
+
+  grouped, plain = batches(True, 30), batches(False, 30)
+  def computed(chosen):  # tokens the cut batches hold
+    return sum(b["input_ids"].shape[0] * buckets.cut(b, lengths, seq_length)["input_ids"]
+               .shape[1] for b in chosen)
+  for batch in grouped:  # every example of a batch in the batch's bucket
+    real = (batch["segment_ids"] > 0).sum(1)
+    bucket = buckets.bucket_length(batch, lengths, seq_length)
+    below = max([b for b in lengths if b < bucket], default=0)
+    assert (real > below).all() and (real <= bucket).all(), (real, bucket)
+  assert computed(grouped) < 0.85 * computed(plain), (computed(grouped), computed(plain))
+  # Resumed at batch 12 of the epoch: the batches an unbroken iterator gives next.
+  resumed = batches(True, 5, position={"epoch": 0, "batch": 12})
+  for a, b in zip(resumed, grouped[12:17]):
+    np.testing.assert_array_equal(a["input_ids"], b["input_ids"])
 
 
 def test_buckets_are_checked_by_the_config():
@@ -85,6 +124,9 @@ def test_buckets_are_checked_by_the_config():
   config.data.seq_length, config.data.length_buckets = 64, (16, 128)
   with pytest.raises(errors.ConfigError, match=r"data.length_buckets.*128 is not in "
                      r"\[8, data.seq_length=64\]"):
+    config_lib.validate(config)
+  config.data.length_buckets, config.data.group_by_length = (), True
+  with pytest.raises(errors.ConfigError, match="group_by_length': needs data.length_buckets"):
     config_lib.validate(config)
   pretraining = configs.get("bert:tiny")
   pretraining.data.length_buckets = (16,)

@@ -260,7 +260,8 @@ def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume
               batches = pipeline.batch_iterator(
                   task, "train", phase.seq_length, _local_batch_size(config, unit),
                   seed=config.train.seed + 1000 * stream, shard_info=_shard_info(config),
-                  position=start)
+                  position=start, group_lengths=config.data.length_buckets
+                  if config.data.group_by_length else ())
               feed = itertools.chain([next(batches)], batches)
           train_steps = {}  # by the batch's shapes: one, or one per length bucket
           meter = progress.Meter(phase.batch_size * phase.seq_length)
