@@ -32,6 +32,10 @@ INSTALL_REQUIRES = [
     # setuptools_scm < 9 and no build isolation).
     "seqeval==1.2.2",
     "tqdm",
+    # encoderx.retrieval: exact top-k search over a corpus' embeddings (IndexFlatIP), and
+    # trec_eval's nDCG / recall / reciprocal rank as BEIR scores them (pytrec_eval).
+    "faiss-cpu==1.15.1",
+    "pytrec-eval-terrier==0.5.11",
 ]
 
 EXTRAS_REQUIRE = {

@@ -286,4 +286,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   optim.validate(config.optimizer, config.train.steps)
   sharding.validate(config.mesh)
   registry.method_class(config.method).validate(config)
+  if config.data.length_buckets and not registry.method_class(config.method).cuts_to_buckets:
+    errors.fail("data.length_buckets", f"the {config.method} method reads every batch at "
+                "data.seq_length; length buckets are for fine-tuning.", "Set it to ().")
   return config

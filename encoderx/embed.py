@@ -86,13 +86,14 @@ class Embedder:
                for ids in pieces.to_list()]
     return rows
 
-  def __call__(self, texts: list[str], show_progress: bool = False) -> np.ndarray:
-    """float32 [len(texts), hidden]."""
+  def __call__(self, texts: list[str], show_progress: bool = False,
+               description: str = "embed") -> np.ndarray:
+    """float32 [len(texts), hidden]; `description` names the progress bar."""
     rows = self.token_ids(list(texts))
     order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
     output = np.zeros([len(rows), self.model_config.hidden_size], np.float32)
     starts = range(0, len(order), self.batch_size)
-    for start in tqdm(starts, desc="embed", unit="batch", disable=not show_progress):
+    for start in tqdm(starts, desc=description, unit="batch", disable=not show_progress):
       chosen = order[start:start + self.batch_size]
       vectors = self._embed_batch(self.params, self._batch([rows[i] for i in chosen]))
       output[chosen] = np.asarray(vectors)[:len(chosen)]

@@ -23,7 +23,8 @@ LAYERS = (
     ("conversion", ("hf",)),
     ("core of a run", ("config", "checkpoint", "workdir", "initialize", "trainer")),
     ("loop and command line", ("train", "cli", "gin_config")),
-    ("commands", ("export", "embed", "preprocess", "glue", "average", "__main__")),
+    ("commands", ("export", "embed", "preprocess", "glue", "retrieval", "average",
+                  "__main__")),
     ("measuring tools", ("tools",)),
 )
 LAYER_OF = {name: index for index, (_, names) in enumerate(LAYERS) for name in names}

@@ -25,6 +25,7 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
+from encoderx import errors
 from encoderx.data import stream
 
 
@@ -93,13 +94,19 @@ class BatchIterator:
   """Endless numpy batches of `task`'s `split`: {feature: [batch, ...]}.
 
   `shard_info` picks this process's part of the examples on multi-host runs, where each
-  process loads `batch_size` = global batch / process count.
+  process loads `batch_size` = global batch / process count. `group_lengths` (fine-tuning's
+  data.length_buckets with data.group_by_length): each batch drawn from examples of one
+  bucket (tf.data's bucket_by_sequence_length: a window per bucket, a batch leaving when
+  its bucket has `batch_size` examples; the bucket of an example is the shortest that
+  holds its `segment_ids` > 0, the last one everything longer), so that cutting it
+  (encoderx/data/buckets.py) drops most of its padding. An epoch's examples left in
+  partly filled buckets at its end are not trained on in that epoch.
   """
 
   def __init__(self, task: seqio.Task, split: str, seq_length: int, batch_size: int,
                seed: int, shuffle: bool = True, shard_info: seqio.ShardInfo | None = None,
-               position: DataPosition | None = None):
-    self.task, self.split = task, split
+               position: DataPosition | None = None, group_lengths: tuple[int, ...] = ()):
+    self.task, self.split, self.group_lengths = task, split, tuple(sorted(group_lengths))
     self.seq_length, self.batch_size = seq_length, batch_size
     self.seed, self.shuffle, self.shard_info = seed, shuffle, shard_info
     self.position = position or DataPosition()
@@ -111,6 +118,11 @@ class BatchIterator:
   def _epoch_dataset(self, epoch: int) -> tf.data.Dataset:
     dataset = build_dataset(self.task, self.split, self.seq_length, self.shuffle,
                              epoch_seed(self.seed, epoch), self.shard_info)
+    if self.group_lengths:
+      boundaries = [length + 1 for length in self.group_lengths]  # length <= bucket
+      return _deterministic(dataset.bucket_by_sequence_length(
+          lambda example: tf.reduce_sum(tf.cast(example["segment_ids"] > 0, tf.int32)),
+          boundaries, [self.batch_size] * (len(boundaries) + 1), drop_remainder=True))
     return _deterministic(dataset.batch(self.batch_size, drop_remainder=True))
 
   def _open_epoch(self, epoch: int, skip: int = 0):
@@ -239,10 +251,14 @@ def _process(shard_info: seqio.ShardInfo | None) -> tuple[int, int]:
 def batch_iterator(task: seqio.Task, split: str, seq_length: int, batch_size: int,
                    seed: int, shuffle: bool = True,
                    shard_info: seqio.ShardInfo | None = None,
-                   position: dict | None = None):
+                   position: dict | None = None, group_lengths: tuple[int, ...] = ()):
   """Endless batches of `split` ({feature: [batch, ...]}), continuing from `position` (a
   dict from an iterator's `position.to_dict()`): a StreamBatchIterator for streamed
-  Tasks, a BatchIterator otherwise. Both have `position`, `close()` and are iterators."""
+  Tasks, a BatchIterator otherwise. Both have `position`, `close()` and are iterators.
+  `group_lengths`: batches of examples of one length bucket (BatchIterator)."""
+  if group_lengths and is_streamed(task):
+    raise errors.ConfigError("data.group_by_length: streamed examples are batched in "
+                             "their stream's order; set it to False.")
   if is_streamed(task):
     process_index, process_count = _process(shard_info)
     ordered = isinstance(task, OrderedTask)
@@ -252,7 +268,8 @@ def batch_iterator(task: seqio.Task, split: str, seq_length: int, batch_size: in
         process_index=process_index, process_count=process_count, position=position,
         open_shards=1 if ordered else stream.OPEN_SHARDS)
   return BatchIterator(task, split, seq_length, batch_size, seed, shuffle, shard_info,
-                       DataPosition.from_dict(position) if position else None)
+                       DataPosition.from_dict(position) if position else None,
+                       group_lengths)
 
 
 def take_batches(task: seqio.Task, split: str, seq_length: int, batch_size: int,

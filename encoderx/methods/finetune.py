@@ -90,6 +90,7 @@ class FineTuning(method_lib.Method):
   # True when config.data.tfds_name may replace finetune.train_file / dev_file.
   READS_TFDS: ClassVar[bool] = False
   config_sections = ("data", "finetune")
+  cuts_to_buckets = True
 
   @classmethod
   def config_fields(cls):

@@ -3,7 +3,7 @@ with its defaults, from the same pretrained encoder, the same steps and batch si
 
     python -m encoderx.tools.finetune_compare --init_from=hf:MODEL_DIR \
         --data=../shared/corpora/rotten_tomatoes --seeds=0,1,2 [--steps=700] \
-        [--output=compare.json]
+        [--output=compare.json] [--length_buckets=32,48]
 
 For each seed: encoderx trains configs/finetune.py:classify,data=DIR (AdamW at 5e-5, 10%
 warmup then linear decay, weight decay 0.01 but on biases and LayerNorms, Adam eps 1e-6,
@@ -14,8 +14,11 @@ no warmup, linear decay, no weight decay, Adam eps 1e-8, clipping at 1.0, seed =
 but for the budget: the same steps and batch size, and texts cut at the same length
 (BertTokenizer, dynamic padding). Both are scored once, at the end, on the whole dev
 file: accuracy (scikit-learn). Printed and written: each seed's accuracy, the median and
-the spread. The two see different batch orders and head initializations: the seeds say
-how far apart runs of one side fall.
+the spread, and each side's time end to end (encoderx's includes compiling its steps).
+The two see different batch orders and head initializations: the seeds say how far apart
+runs of one side fall. --length_buckets sets encoderx's data.length_buckets (each batch
+cut to the shortest bucket holding its longest text, as Hugging Face pads each batch to
+its longest).
 """
 from __future__ import annotations
 
@@ -35,10 +38,11 @@ from encoderx.evaluation import scores
 FLAGS = flags.FLAGS
 
 
-def encoderx_accuracy(init_from: str, data: str, seed: int, steps: int) -> float:
+def encoderx_accuracy(init_from: str, data: str, seed: int, steps: int,
+                      length_buckets: tuple[int, ...] = ()) -> float:
   """Dev accuracy of configs/finetune.py:classify (its warmup kept at 10% of `steps`)."""
   config = configs.get(f"finetune:classify,data={data}")
-  config.init_from = init_from
+  config.init_from, config.data.length_buckets = init_from, length_buckets
   config.train.seed, config.train.steps = seed, steps
   config.optimizer.warmup_steps = steps // 10
   config.eval.every_steps, config.eval.best_metric = 0, ""  # the final model, as HF's
@@ -88,10 +92,12 @@ def main(argv) -> None:
   seeds = [int(s) for s in FLAGS.seeds.split(",")]
   recipe = configs.get("finetune:classify")
   steps = FLAGS.steps or recipe.train.steps
+  buckets = tuple(int(b) for b in FLAGS.length_buckets.split(",") if b)
   results = {"encoderx": [], "hugging_face": []}
   for seed in seeds:
     start = time.perf_counter()
-    results["encoderx"].append(encoderx_accuracy(FLAGS.init_from, FLAGS.data, seed, steps))
+    results["encoderx"].append(encoderx_accuracy(FLAGS.init_from, FLAGS.data, seed, steps,
+                                                 buckets))
     middle = time.perf_counter()
     results["hugging_face"].append(hugging_face_accuracy(
         FLAGS.init_from, FLAGS.data, seed, steps, recipe.train.batch_size,
@@ -101,6 +107,7 @@ def main(argv) -> None:
           f"({time.perf_counter() - middle:.0f} s)", flush=True)
   summary = {"steps": steps, "batch_size": recipe.train.batch_size,
              "max_length": recipe.data.seq_length, "seeds": seeds,
+             "length_buckets": buckets,
              **{side: describe(values) for side, values in results.items()}}
   for side in ("encoderx", "hugging_face"):
     print(f"{side}: median accuracy {summary[side]['median']:.4f} "
@@ -116,6 +123,7 @@ if __name__ == "__main__":
   flags.DEFINE_string("seeds", "0,1,2", "Comma-separated seeds.")
   flags.DEFINE_integer("steps", 0, "Steps of both (default: the classify recipe's).")
   flags.DEFINE_string("output", "", "Where to write the figures as JSON.")
+  flags.DEFINE_string("length_buckets", "", "encoderx's data.length_buckets, e.g. 32,48.")
   flags.mark_flags_as_required(["init_from", "data"])
   app.run(main)
   sys.exit(0)

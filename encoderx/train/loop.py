@@ -30,7 +30,7 @@ from encoderx import host_allocator
 from encoderx import initialize
 from encoderx import trainer as trainer_lib
 from encoderx import workdir as workdir_lib
-from encoderx.data import pipeline
+from encoderx.data import buckets, pipeline
 from encoderx.train import progress
 from encoderx.train import skips as skips_lib
 from encoderx.train import stop as stop_lib
@@ -71,6 +71,11 @@ def _device_batch(trainer: trainer_lib.Trainer, batch: dict[str, np.ndarray],
   return trainer.device_batch(batch)
 
 
+def _length(batch: dict, default: int) -> int:
+  """The length axis of a batch's input_ids (`default` without them)."""
+  return batch["input_ids"].shape[1] if "input_ids" in batch else default
+
+
 def _joined(batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
   """Batches read in a stream's unit, as one (a batch-size warmup's larger steps)."""
   if len(batches) == 1:
@@ -91,6 +96,9 @@ def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, state,
   if not config.eval.batches:  # each process's shard has its own number of batches
     batches = _padded_to_every_process(batches, lambda: next(pipeline.whole_split(
         task, "validation", phase.seq_length, batch_size, config.train.seed)))
+  # Cut to data.length_buckets after the padding to every process (one process only).
+  batches = (buckets.cut(batch, config.data.length_buckets, phase.seq_length)
+             for batch in batches)
   evaluate_step = trainer.evaluate_step(phase.index)
   key = jax.random.key(config.train.seed + 1)
   weights = trainer.weights(state)
@@ -144,6 +152,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
     with distributed.agreement(USER_ERRORS):
       config = initialize.resolve_config(config)
       trainer = trainer_lib.Trainer(config, devices=devices)
+      if config.data.length_buckets and jax.process_count() > 1:
+        # Each process would cut its own rows to its own length.
+        errors.fail("data.length_buckets", "cuts the batches of one process only; this run "
+                    f"has {jax.process_count()}.", "Set it to ().")
       checkpoint_dir = os.path.join(str(files_lib.path(workdir)), "checkpoints")
       if (resume and not allow_fresh_start
           and not checkpoint_lib.has_checkpoints(checkpoint_dir)):
@@ -248,18 +260,23 @@ def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume
               batches = pipeline.batch_iterator(
                   task, "train", phase.seq_length, _local_batch_size(config, unit),
                   seed=config.train.seed + 1000 * stream, shard_info=_shard_info(config),
-                  position=start)
+                  position=start, group_lengths=config.data.length_buckets
+                  if config.data.group_by_length else ())
               feed = itertools.chain([next(batches)], batches)
-          train_step = None
+          train_steps = {}  # by the batch's shapes: one, or one per length bucket
           meter = progress.Meter(phase.batch_size * phase.seq_length)
           while step < phase.end and not stop.stopping:
-            batch = _device_batch(trainer, _joined(
-                [next(feed) for _ in range(phase.batch_size // unit)]))
-            if train_step is None:  # compiled ahead of time, its cost logged
-              train_step, cost = trainer.compile_train_step(state, batch, phase.index)
-              logger.info("train step at length %d, batch %d %s", phase.seq_length,
-                          phase.batch_size, cost.describe())
-            state, metrics = train_step(state, batch)
+            batch = _device_batch(trainer, buckets.cut(
+                _joined([next(feed) for _ in range(phase.batch_size // unit)]),
+                config.data.length_buckets, phase.seq_length))
+            shapes = tuple((name, value.shape) for name, value in sorted(batch.items()))
+            if shapes not in train_steps:  # compiled ahead of time, its cost logged
+              train_steps[shapes], cost = trainer.compile_train_step(state, batch,
+                                                                     phase.index)
+              logger.info("train step at length %d, batch %d %s",
+                          _length(batch, phase.seq_length), phase.batch_size,
+                          cost.describe())
+            state, metrics = train_steps[shapes](state, batch)
             step += 1
             bar.update(1)
             position = {"phase": stream, **batches.position.to_dict()}
