@@ -29,7 +29,7 @@ ONE_DEVICE = jax.devices()[:1]
      r"x fsdp=1\)\. Use a multiple of 8\."),
     ({"eval.batch_size": 20}, r"'eval\.batch_size': 20 is not divisible by the 8 "),
     ({"train.grad_accum_steps": 2},
-     r"'train\.grad_accum_steps': splits train\.batch_size=8 into micro-batches of 4, which "
+     r"'train\.grad_accum_steps': splits the batch of 8 into micro-batches of 4, which "
      r"is not divisible by the 8 data-parallel devices"),
     ({"mesh.data": 2, "mesh.fsdp": 2, "mesh.tensor": 2, "train.batch_size": 6},
      r"'train\.batch_size': 6 is not divisible by the 4 data-parallel devices \(mesh data=2 x "
