@@ -181,10 +181,13 @@ def _config(**model):
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(data=dict(seq_length=64)), r"'data.seq_length': 64 tokens is shorter than the "
-     r"local window model.local_attention=128\. Use rows of at least 128"),
-    (dict(train=dict(long_fraction=0.1, long_seq_length=100)), r"'train.long_seq_length': "
-     r"100 tokens is shorter than the local window"),
+    (dict(data=dict(seq_length=64), model=dict(attention_kernel="blockwise")),
+     r"'data.seq_length': 64 tokens is shorter than the local window "
+     r"model.local_attention=128, which model.attention_kernel='blockwise' cannot take\. "
+     r"Use rows of at least 128"),
+    (dict(train=dict(long_fraction=0.1, long_seq_length=100),
+          model=dict(attention_kernel="splash")),
+     r"'train.long_seq_length': 100 tokens is shorter than the local window"),
     (dict(model=dict(attention_kernel="blockwise", attention_dropout=0.1)),
      r"'model.attention_kernel': 'blockwise' has no attention dropout"),
     (dict(model=dict(attention_kernel="splash", attention_dropout=0.1)),
@@ -206,6 +209,15 @@ def test_bad_settings_stop_in_one_line_before_compiling(changes, message):
   with pytest.raises(errors.ConfigError, match=message) as error:
     config_lib.validate(config)
   assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("kernel", ["auto", "xla"])
+def test_rows_shorter_than_the_window_are_taken_where_the_kernel_can(kernel):
+  """Fine-tuning a released ModernBERT (a window of 128) on rows of 64, as Hugging Face
+  runs it: xla, and auto (which then picks xla), take it."""
+  config = _config(attention_kernel=kernel)
+  config.data.seq_length = 64
+  config_lib.validate(config)
 
 
 def test_a_kernel_that_does_not_run_on_this_backend_stops_in_one_line(monkeypatch):
