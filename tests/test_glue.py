@@ -12,15 +12,14 @@ import sys
 import jax
 import numpy as np
 import pytest
-import torch
 import transformers
 from scipy import stats
 from sklearn import metrics as sk_metrics
 
 import glue_files
+import tiny_hf
 from encoderx import configs, glue, train
 from encoderx.data import glue as glue_data
-from encoderx.data import resources
 from encoderx.evaluation import glue as glue_metrics
 from encoderx.evaluation import scores
 
@@ -44,16 +43,8 @@ def glue_dir(tmp_path_factory):
 def tiny_bert(tmp_path_factory):
   """A tiny BERT saved as Hugging Face saves one (random weights, the bundled vocabulary):
   the encoder every sweep here starts from."""
-  directory = tmp_path_factory.mktemp("hf")
-  vocab = resources.resolve("bundled:austen-wordpiece")
-  torch.manual_seed(0)
-  transformers.BertForPreTraining(transformers.BertConfig(
-      vocab_size=sum(1 for _ in open(vocab, encoding="utf-8")), hidden_size=32,
-      num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-      max_position_embeddings=64)).save_pretrained(directory)
-  shutil.copy(vocab, directory / "vocab.txt")
-  (directory / "tokenizer_config.json").write_text('{"do_lower_case": true}')
-  return f"hf:{directory}"
+  return tiny_hf.save_tiny_bert(tmp_path_factory.mktemp("hf"),
+                                transformers.BertForPreTraining)
 
 
 def _recipe(**changes):

@@ -5,15 +5,15 @@ command end to end from a tiny BERT saved as Hugging Face saves one."""
 import json
 import math
 import pathlib
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+import tiny_hf
 from encoderx import embed, errors, retrieval
-from encoderx.data import beir, resources
+from encoderx.data import beir
 from encoderx.evaluation import retrieval as retrieval_scores
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -135,18 +135,9 @@ def test_faiss_finds_numpys_exact_top_k():
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory):
   """A tiny BERT as Hugging Face saves one (random weights, the bundled vocabulary)."""
-  torch = pytest.importorskip("torch")
+  pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
-  directory = tmp_path_factory.mktemp("hf")
-  vocab = resources.resolve("bundled:austen-wordpiece")
-  torch.manual_seed(0)
-  transformers.BertModel(transformers.BertConfig(
-      vocab_size=sum(1 for _ in open(vocab, encoding="utf-8")), hidden_size=32,
-      num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-      max_position_embeddings=64)).save_pretrained(directory)
-  shutil.copy(vocab, directory / "vocab.txt")
-  (directory / "tokenizer_config.json").write_text('{"do_lower_case": true}')
-  return f"hf:{directory}"
+  return tiny_hf.save_tiny_bert(tmp_path_factory.mktemp("hf"), transformers.BertModel)
 
 
 def test_the_command_scores_a_tiny_bert_end_to_end(tiny_bert, tmp_path):
