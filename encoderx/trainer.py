@@ -97,7 +97,7 @@ class Phase:
   end: int
   seq_length: int
   batch_size: int = 0  # global, per optimizer update
-  long: bool = False  # BERT's long-sequence phase (objective.mlm.long_max_predictions)
+  long: bool = False  # rows of train.long_seq_length (the last train.long_fraction of steps)
 
   @property
   def stream(self) -> int:
