@@ -151,6 +151,23 @@ def _hf_pooled(directory, batch):
                  ).pooler_output.numpy()
 
 
+def test_evaluation_over_the_first_batches_is_the_whole_split_when_they_hold_it(
+    pretrained_run, tmp_path):
+  """eval.batches > 0 (the first batches of the dev file) on a fine-tuning method: one
+  batch holding the whole dev file gives the metrics of eval.batches=0."""
+  _needs_rotten_tomatoes()
+  results = {}
+  for count in (0, 1):
+    config = _classify_config(tmp_path, init_from=str(pretrained_run[0]), dev_rows=32)
+    config.train.steps, config.eval.every_steps, config.checkpoint.every_steps = 2, 2, 2
+    config.eval.batches, config.eval.batch_size = count, 32
+    results[count] = train.run(config, str(tmp_path / f"eval{count}"), show_progress=False,
+                               devices=ONE_DEVICE)["eval"]
+  assert results[1].keys() == results[0].keys()
+  for name in results[0]:
+    np.testing.assert_allclose(results[1][name], results[0][name], rtol=1e-6, err_msg=name)
+
+
 def test_classifier_starts_from_a_hugging_face_directory(tmp_path, caplog):
   _needs_rotten_tomatoes()
   directory = _hf_bert_directory(tmp_path / "hf")

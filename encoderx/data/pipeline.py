@@ -317,7 +317,8 @@ def evaluation_batches(task: seqio.Task, split: str, seq_length: int, batch_size
                        count: int, seed: int, shard_info: seqio.ShardInfo | None = None
                        ) -> Iterator[dict[str, np.ndarray]]:
   """What an evaluation reads: the first `count` batches of `split`, unshuffled (the
-  same at every evaluation), or, with count 0, the whole split (see whole_split)."""
+  same at every evaluation), or, with count 0, the whole split (see whole_split). Every
+  batch has `example_weight` (all 1.0 here: the first batches are full)."""
   if not count:
     yield from whole_split(task, split, seq_length, batch_size, seed, shard_info)
     return
@@ -325,6 +326,6 @@ def evaluation_batches(task: seqio.Task, split: str, seq_length: int, batch_size
                             shard_info=shard_info)
   try:
     for _ in range(count):
-      yield next(iterator)
+      yield {**next(iterator), "example_weight": np.ones([batch_size], np.float32)}
   finally:
     iterator.close()
