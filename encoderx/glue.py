@@ -26,6 +26,7 @@ The same from Python: `glue.sweep(init_from, output, recipe, data_dir=...)`.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import logging
 import math
@@ -325,8 +326,7 @@ def sweep(init_from: str, output: str, recipe=None, tasks: list[str] | None = No
 # --- the command -------------------------------------------------------------------------
 def main(argv) -> None:
   del argv
-  recipe = FLAGS.recipe if FLAGS.recipe is not None else config_section()
-  result = sweep(FLAGS.init_from, FLAGS.output, recipe,
+  result = sweep(FLAGS.init_from, FLAGS.output, FLAGS.recipe,
                  tasks=FLAGS.tasks.split(",") if FLAGS.tasks else None,
                  seeds=FLAGS.seeds or None, data_dir=FLAGS.data, use_tfds=FLAGS.tfds,
                  tfds_data_dir=FLAGS.tfds_data_dir, keep_checkpoints=FLAGS.keep_checkpoints)
@@ -348,10 +348,13 @@ def define_flags() -> None:
   flags.DEFINE_string("tasks", "", "Comma-separated tasks (default: the recipe's, all "
                       "eight): " + ",".join(glue_data.TASKS))
   flags.DEFINE_string("seeds", "", "Comma-separated seeds (default: the recipe's).")
+  # configs/glue.py, installed as encoderx.configs.glue: found, not imported (no library
+  # module imports the configs), so that --recipe.<field> works without --recipe.
+  recipes = importlib.util.find_spec("encoderx.configs").submodule_search_locations[0]
   config_flags.DEFINE_config_file(
-      "recipe", None, "The sweep's recipe, e.g. configs/glue.py:bert (default: "
-      "configs/glue.py:default); --recipe.<field>=<value> overrides a field.",
-      lock_config=True)
+      "recipe", f"{os.path.join(recipes, 'glue.py')}:default", "The sweep's recipe, e.g. "
+      "configs/glue.py:bert (default: configs/glue.py:default); --recipe.<field>=<value> "
+      "overrides a field.", lock_config=True)
   flags.DEFINE_bool("keep_checkpoints", False, "Keep each finished run's checkpoints.")
   flags.mark_flags_as_required(["init_from", "output"])
 

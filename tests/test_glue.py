@@ -118,13 +118,16 @@ def test_a_malformed_row_or_a_missing_split_names_the_file_and_row(
 
 
 def test_the_command_stops_on_bad_data_with_one_line(glue_dir, tiny_bert, tmp_path):
+  """(With a recipe field overridden without --recipe: the default recipe's fields are
+  flags too.)"""
   bad = tmp_path / "glue"
   shutil.copytree(glue_dir / "RTE", bad / "RTE")
   with open(bad / "RTE" / "dev.tsv", "a", encoding="utf-8") as f:
     f.write("99\tonly two\n")
   process = subprocess.run(
       [sys.executable, "-m", "encoderx.glue", f"--init_from={tiny_bert}",
-       f"--output={tmp_path / 'out'}", f"--data={bad}", "--tasks=rte"],
+       f"--output={tmp_path / 'out'}", f"--data={bad}", "--tasks=rte",
+       "--recipe.learning_rates=(1e-3,)"],
       capture_output=True, text=True, cwd=REPO, check=False)
   assert process.returncode == 2, process.stderr
   assert process.stderr.strip().splitlines()[-1] == (
