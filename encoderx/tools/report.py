@@ -140,6 +140,29 @@ TABLES: dict[str, Table] = {
          Column("read ex/s/core", "read_examples_per_second", thousands),
          Column("preprocess x1 s", "preprocess_seconds",
                 lambda s: f"{s:.0f}" if s else "(done before)"))),
+    "finetune": Table(
+        "Fine-tuning train steps from a released encoder at length 64, encoderx against "
+        "Hugging Face PyTorch on the same batches (python -m encoderx.tools.bench --finetune)",
+        (Column("case", "case"), Column("params", "params", millions),
+         Column("batch", "batch_size"),
+         Column("real tokens", "real_tokens", thousands),
+         Column("jax tokens", "jax_tokens", thousands),
+         Column("jax ms/step", "jax_ms", fixed(1)),
+         Column("jax ex/s", "jax_examples_per_second", fixed(1)),
+         Column("jax at 64 ms/step", "jax_full_ms", fixed(1)),
+         Column("torch tokens", "torch_tokens", thousands),
+         Column("torch ms/step", "torch_ms", fixed(1)),
+         Column("torch ex/s", "torch_examples_per_second", fixed(1)),
+         Column("jax/torch", "jax_over_torch", times(2)),
+         Column("jax/torch step by step: median (range)", None, paired),
+         Column("jax at 64/torch", "jax_full_over_torch", times(2)))),
+    "finetune_end_to_end": Table(
+        "Whole fine-tuning runs end to end (load, data, compile, steps, dev evaluation, "
+        "checkpoint), encoderx.train against a plain PyTorch loop",
+        (Column("case", "case"), Column("steps", "steps"), Column("batch", "batch_size"),
+         Column("encoderx s", "jax_seconds", fixed(0)),
+         Column("pytorch s", "torch_seconds", fixed(0)),
+         Column("jax/torch", "jax_over_torch", times(2)))),
     "long_context": Table(
         "The tiny ModernBERT's train step at batch 1 over long rows (python -m "
         "encoderx.tools.long_context)",

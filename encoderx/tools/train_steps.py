@@ -9,6 +9,7 @@ import statistics
 import jax
 
 from encoderx import trainer as trainer_lib
+from encoderx.data import buckets
 from encoderx.tools import bench_models
 from encoderx.tools.timing import (StepTiming, Stepper, WARMUP_STEPS, describe_timing,
                                    paired_ratios, time_interleaved, time_steps)
@@ -16,17 +17,26 @@ from encoderx.tools.timing import (StepTiming, Stepper, WARMUP_STEPS, describe_t
 
 def encoderx_stepper(config, batches: list[dict]):
   """(its Stepper, the trainer's method: its model configs are the sizes PyTorch must
-  match, the compiled step's StepCost)."""
+  match, the first batch's compiled step's StepCost). Batches of several shapes (length
+  buckets) get a step compiled for each, before any runs: the cost's compile_seconds
+  is their sum."""
   trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
   state = trainer.init_state()
-  train_step, cost = trainer.compile_train_step(state, trainer.device_batch(batches[0]))
+  train_steps, costs = {}, []
+  for batch in batches:
+    if buckets.shapes(batch) not in train_steps:
+      train_steps[buckets.shapes(batch)], cost = trainer.compile_train_step(
+          state, trainer.device_batch(batch))
+      costs.append(cost)
 
   def run_step(index):
     nonlocal state
-    state, metrics = train_step(state, trainer.device_batch(batches[index % len(batches)]))
+    batch = batches[index % len(batches)]
+    state, metrics = train_steps[buckets.shapes(batch)](state, trainer.device_batch(batch))
     jax.block_until_ready(metrics)
 
   num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
+  cost = dataclasses.replace(costs[0], compile_seconds=sum(c.compile_seconds for c in costs))
   return Stepper(run_step, num_params), trainer.method, cost
 
 

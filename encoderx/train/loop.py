@@ -269,7 +269,7 @@ def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume
             batch = _device_batch(trainer, buckets.cut(
                 _joined([next(feed) for _ in range(phase.batch_size // unit)]),
                 config.data.length_buckets, phase.seq_length))
-            shapes = tuple((name, value.shape) for name, value in sorted(batch.items()))
+            shapes = buckets.shapes(batch)
             if shapes not in train_steps:  # compiled ahead of time, its cost logged
               train_steps[shapes], cost = trainer.compile_train_step(state, batch,
                                                                      phase.index)
