@@ -1,8 +1,9 @@
 """Fine-tuning batches cut to length buckets (data.length_buckets, encoderx/data/buckets.py):
 the cut keeps every real token and drops only padding; a classify run with buckets gives
 the losses and dev metrics of the same run at data.seq_length (dropout off), with fewer
-padded tokens; the config refuses buckets outside the sequence length and for methods
-that read every batch whole."""
+padded tokens, and a tagger's evaluation joins per-token outputs of several lengths; the
+config refuses buckets outside the sequence length and for methods that read every batch
+whole."""
 import logging
 import re
 
@@ -14,7 +15,7 @@ from encoderx import config as config_lib
 from encoderx import configs, errors, train
 from encoderx.configs import common as config_common
 from encoderx.data import buckets, pipeline
-from encoderx.methods import registry
+from encoderx.methods import finetune, registry
 from test_finetune import _classify_config, _needs_rotten_tomatoes
 
 ONE_DEVICE = jax.devices()[:1]
@@ -85,6 +86,40 @@ def test_classify_with_buckets_trains_as_without_on_fewer_padded_tokens(tmp_path
   assert len(grouped["history"]) == len(whole["history"])
   assert all(np.isfinite(entry["loss"]) for entry in grouped["history"])
   assert 0.0 <= grouped["eval"]["accuracy"] <= 1.0 and lengths["grouped"][0] < 96
+
+
+@pytest.mark.slow  # two tiny tag runs
+def test_tag_with_buckets_evaluates_per_token_outputs_of_several_lengths(tmp_path):
+  """A tagger's evaluation joins per-token predictions of batches cut to different
+  buckets: the dev metrics of the uncut run (dropout off)."""
+  from test_tagging import CONLL, _conll_subset, _tag_config  # pylint: disable=g-import-not-at-top
+  if not (CONLL / "train.txt").exists():
+    pytest.skip(f"the CoNLL-2003 corpus is not at {CONLL}")
+  results = {}
+  for name, chosen in (("whole", ()), ("buckets", (16, 24))):
+    (tmp_path / name).mkdir()
+    config = _tag_config(tmp_path, _conll_subset(tmp_path / name, "train.txt", 64),
+                         _conll_subset(tmp_path / name, "dev.txt", 40))
+    config.model.hidden_dropout = config.model.attention_dropout = 0.0
+    config.finetune.classifier_dropout = 0.0
+    config.data.length_buckets = chosen
+    results[name] = train.run(config, str(tmp_path / name / "run"), show_progress=False,
+                              devices=ONE_DEVICE)["eval"]
+  assert results["whole"].keys() == results["buckets"].keys()
+  for metric, value in results["whole"].items():
+    assert results["buckets"][metric] == pytest.approx(value, rel=1e-5, abs=1e-6), metric
+
+
+def test_outputs_of_cut_batches_join_padded_with_values_no_token_has():
+  outputs = [{"word_ids": np.array([[0, 1, -1]]), "start_logits": np.ones([1, 3]),
+              "label": np.array([4]), "weights": np.array([1.0])},
+             {"word_ids": np.array([[0, -1], [0, 1]]), "start_logits": np.ones([2, 2]),
+              "label": np.array([5, 0]), "weights": np.array([1.0, 0.0])}]
+  rows = finetune.real_rows(outputs)
+  np.testing.assert_array_equal(rows["word_ids"], [[0, 1, -1], [0, -1, -1]])
+  np.testing.assert_array_equal(rows["start_logits"], [[1, 1, 1], [1, 1, -np.inf]])
+  np.testing.assert_array_equal(rows["label"], [4, 5])
+  assert "weights" not in rows
 
 
 def test_grouped_batches_hold_one_buckets_examples_and_resume(tmp_path):

@@ -30,10 +30,24 @@ from encoderx.models import pretraining
 SPLIT_FILES = {"train": "train_file", "validation": "dev_file"}
 
 
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+  """Batches' outputs joined along the batch. Per-token outputs of batches cut to
+  different length buckets (data.length_buckets) are padded back to the longest with a
+  value nothing reads as a token's: -1 for integers (no word), -inf for scores (never an
+  answer); the cut columns were padding."""
+  if arrays[0].ndim < 2 or len({a.shape[1] for a in arrays}) == 1:
+    return np.concatenate(arrays)
+  length = max(a.shape[1] for a in arrays)
+  fill = -np.inf if np.issubdtype(arrays[0].dtype, np.floating) else -1
+  return np.concatenate([
+      np.pad(a, [(0, 0), (0, length - a.shape[1])] + [(0, 0)] * (a.ndim - 2),
+             constant_values=fill) for a in arrays])
+
+
 def real_rows(outputs: list[dict]) -> dict[str, np.ndarray]:
-  """The evaluated batches' outputs joined along the batch, without the padding rows
-  (`weights` 0) that complete the last batch of a whole split."""
-  joined = {k: np.concatenate([np.asarray(o[k]) for o in outputs]) for k in outputs[0]}
+  """The evaluated batches' outputs joined along the batch (see _joined), without the
+  padding rows (`weights` 0) that complete the last batch of a whole split."""
+  joined = {k: _joined([np.asarray(o[k]) for o in outputs]) for k in outputs[0]}
   real = joined.pop("weights") > 0
   return {k: v[real] for k, v in joined.items()}
 
