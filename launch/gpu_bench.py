@@ -3,12 +3,23 @@ transformers but not the text stack (tensorflow, tensorflow-text, seqio): NVIDIA
 containers, for one, and the GPU machines this project is lent, which have no network.
 
     # where the text stack is installed: record the bench's batches and vocabulary facts
-    python launch/gpu_bench.py record DIR [--lengths=128,512] [--batch_size=32]
+    python launch/gpu_bench.py record DIR [PLAN] [--batch_size=32]
     # on the GPU host, with DIR copied there (encoderx importable, e.g. PYTHONPATH=.)
+    python launch/gpu_bench.py all DIR --out=OUT [--budget_s=480]
     python launch/gpu_bench.py rows DIR bert_large@512,bert_base@128 [--dropouts=0,config]
         [--kernels=xla,auto]
     python launch/gpu_bench.py profile DIR bert_large@512 [--dropouts=0] [--trace_out=D]
     python launch/gpu_bench.py tune [--shape=32,512,16,64]
+
+PLAN is `size@length[:batch]`, comma-separated: a size of BERT_ACCELERATOR_SIZES or a
+bench model (`modernbert_base`), its length, its batch (default --batch_size); the
+default plan is ALL_PLAN. `all` is the issue's one device run: the rows of the plan
+(ALL_PLAN: BERT-large at 512 with the config's attention dropout and without, then
+ModernBERT-base at 8,192 tokens, 4 rows of packed documents), each with Hugging Face
+PyTorch beside it; the first item's train step with contraction.py's kernel gradients
+against jax's order; a profile of the first item's step with dropout, in that order,
+each part skipped once --budget_s has passed. It writes OUT/gpu_bench.json (report.py's
+record: the rows, the contraction table, the kernels' times) and OUT/traces/.
 
 `rows` prints the table of `python -m encoderx.tools.bench --device=gpu` (the same functions:
 encoderx's jitted train step, Hugging Face PyTorch with SDPA and bf16 autocast beside it)
@@ -48,8 +59,9 @@ import types
 import numpy as np
 
 TEXT_STACK = ("tensorflow", "tensorflow_text", "seqio", "tensorflow_datasets")
-VOCABULARY_FILE = "vocabulary.json"
+VOCABULARY_FILE = "vocabulary.json"  # {the config's data.vocab.path: its facts}
 STEPS = 10
+ALL_PLAN = "bert_large@512:32,modernbert_base@8192:4"
 
 
 # --- the text stack's stand-ins (rows and profile only) ---------------------------------
@@ -131,17 +143,23 @@ def bench_on_recordings(directory: str):
   from encoderx.methods import pretrain  # pylint: disable=g-import-not-at-top
   with open(os.path.join(directory, VOCABULARY_FILE)) as f:
     facts = json.load(f)
-  vocabulary = types.SimpleNamespace(vocab_size=facts["vocab_size"],
-                                     mask_id=facts["mask_id"],
-                                     special_ids=tuple(facts["special_ids"]))
-  tasks.build_vocabulary = lambda vocab_config: vocabulary
+
+  def recorded_vocabulary(vocab_config):
+    if vocab_config.path not in facts:
+      raise SystemExit(f"no recorded vocabulary {vocab_config.path} in {directory}")
+    known = facts[vocab_config.path]
+    return types.SimpleNamespace(vocab_size=known["vocab_size"], mask_id=known["mask_id"],
+                                 special_ids=tuple(known["special_ids"]))
+
+  tasks.build_vocabulary = recorded_vocabulary
   pretrain.validate_data = lambda config, *args, **kwargs: None
 
-  def recorded_batches(task, split, length, batch_size, count, seed=0):
-    del task, split, seed
-    path = os.path.join(directory, f"batches_{length}.npz")
+  def recorded_batches(family, split, length, batch_size, count, seed=0):
+    del split, seed
+    path = os.path.join(directory, _batches_file(family, length))
     if not os.path.exists(path):
-      raise SystemExit(f"no recorded batches of length {length} in {directory}")
+      raise SystemExit(f"no recorded batches of {family} at length {length} in "
+                       f"{directory}")
     arrays = np.load(path)
     batches = collections.defaultdict(dict)
     for key in arrays.files:
@@ -155,30 +173,43 @@ def bench_on_recordings(directory: str):
     return [{k: v[:batch_size] for k, v in b.items()} for b in recorded[:count]]
 
   pipeline.take_batches = recorded_batches
-  tools.bench_models.pretraining_task = lambda config: None
+  # What take_batches is given in place of a Task: the family, whose batches it reads.
+  tools.bench_models.pretraining_task = lambda config: config.model.family
   return tools
 
 
+def _batches_file(family: str, length: int) -> str:
+  return f"batches_{family}_{length}.npz"
+
+
 # --- record -----------------------------------------------------------------------------
-def record(directory: str, lengths: list[int], batch_size: int) -> None:
+def record(directory: str, plan, batch_size: int) -> None:
+  """Each plan item's batches (its family's data config at its length, its batch size)
+  and each vocabulary's facts, written to `directory`."""
   tools = _import_encoderx()
   from encoderx.data import pipeline, tasks  # pylint: disable=g-import-not-at-top
   warmup = tools.accelerator.ACCELERATOR_WARMUP_STEPS
   os.makedirs(directory, exist_ok=True)
-  for length in lengths:
-    config = tools.accelerator.accelerator_config("bert_base", length, batch_size)
+  path = os.path.join(directory, VOCABULARY_FILE)
+  facts = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      facts = json.load(f)
+  for size, length, batch in plan:
+    config = tools.accelerator.accelerator_config(size, length, batch or batch_size)
     batches = pipeline.take_batches(tools.bench_models.pretraining_task(config), "train",
-                                    length, batch_size, 1 + warmup
-                                          + STEPS)
-    np.savez(os.path.join(directory, f"batches_{length}.npz"),
+                                    length, batch or batch_size, 1 + warmup + STEPS)
+    np.savez(os.path.join(directory, _batches_file(config.model.family, length)),
              **{f"{i}/{k}": v for i, b in enumerate(batches) for k, v in b.items()})
-  vocabulary = tasks.build_vocabulary(config.data.vocab)
-  facts = dict(vocab_size=int(vocabulary.vocab_size), mask_id=int(vocabulary.mask_id),
-               special_ids=[int(i) for i in vocabulary.special_ids])
-  with open(os.path.join(directory, VOCABULARY_FILE), "w") as f:
+    vocabulary = tasks.build_vocabulary(config.data.vocab)
+    facts[config.data.vocab.path] = dict(
+        vocab_size=int(vocabulary.vocab_size), mask_id=int(vocabulary.mask_id),
+        special_ids=[int(i) for i in vocabulary.special_ids])
+    print(f"recorded {config.model.family} at {length}: {1 + warmup + STEPS} batches of "
+          f"{batch or batch_size}", flush=True)
+  with open(path, "w") as f:
     json.dump(facts, f)
-  print(f"recorded {len(lengths)} length(s) x {1 + warmup + STEPS} "
-        f"batches of {batch_size} in {directory}; vocabulary {facts}")
+  print(f"recorded in {directory}; vocabularies {facts}")
 
 
 # --- rows -------------------------------------------------------------------------------
@@ -387,7 +418,7 @@ def tune(shape, forward_tilings=FORWARD_TILINGS, backward_tilings=BACKWARD_TILIN
   return best
 
 
-def rows(tools, plan, dropouts, kernels, batch_size: int, with_torch: bool) -> None:
+def rows(tools, plan, dropouts, kernels, batch_size: int, with_torch: bool) -> list[dict]:
   import jax  # pylint: disable=g-import-not-at-top
   if jax.default_backend() == "gpu":
     check_fused_attention()
@@ -397,20 +428,22 @@ def rows(tools, plan, dropouts, kernels, batch_size: int, with_torch: bool) -> N
       except Exception:  # pylint: disable=broad-except
         traceback.print_exc()
   table = []
-  for (size, length), dropout, kernel in itertools.product(plan, dropouts, kernels):
+  for (size, length, batch), dropout, kernel in itertools.product(plan, dropouts, kernels):
     start = time.perf_counter()
     try:  # one failing row (memory, say, or the kernel's compile) must not lose others
-      table += tools.accelerator.accelerator_rows([size], [length], batch_size, STEPS,
-                                                  with_torch, [dropout], [kernel])
+      table += tools.accelerator.accelerator_rows([size], [length], batch or batch_size,
+                                                  STEPS, with_torch, [dropout], [kernel])
     except Exception:  # pylint: disable=broad-except
       traceback.print_exc()
     print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
   print("\n" + tools.report.table("accelerator", table), flush=True)
+  return table
 
 
 # --- profile ----------------------------------------------------------------------------
-def kernel_times(trace_path: str, steps: int, top: int = 40) -> None:
-  """The GPU's busy time per step, by kernel, from a perfetto trace of `steps` steps."""
+def kernel_times(trace_path: str, steps: int, top: int = 40) -> list[dict]:
+  """The GPU's busy time per step, by kernel, from a perfetto trace of `steps` steps
+  (printed; returned as rows of the `top` kernels)."""
   with gzip.open(trace_path) as f:
     events = json.load(f)
   events = events["traceEvents"] if isinstance(events, dict) else events
@@ -419,7 +452,7 @@ def kernel_times(trace_path: str, steps: int, top: int = 40) -> None:
   kernels = [e for e in events if e.get("ph") == "X" and "GPU" in process.get(e["pid"], "")]
   if not kernels:
     print("no GPU kernels in the trace")
-    return
+    return []
   totals = collections.Counter()
   for e in kernels:
     totals[e["name"][:100]] += e["dur"]
@@ -427,17 +460,23 @@ def kernel_times(trace_path: str, steps: int, top: int = 40) -> None:
   print(f"\nGPU busy {busy / 1e3 / steps:.1f} ms per step, {len(totals)} kernels:")
   for name, duration in totals.most_common(top):
     print(f"  {duration / 1e3 / steps:8.2f} ms  {100 * duration / busy:5.1f}%  {name}")
+  return [{"kernel": name, "ms_per_step": duration / 1e3 / steps,
+           "share": duration / busy} for name, duration in totals.most_common(top)]
 
 
 def profile(tools, plan, dropouts, kernels, batch_size: int, trace_out: str | None
-            ) -> None:
+            ) -> list[dict]:
+  """Traces and sums by kernel the steps of each plan item (rows of every kernel's time,
+  named by the item)."""
   import jax  # pylint: disable=g-import-not-at-top
   from encoderx.data import pipeline  # pylint: disable=g-import-not-at-top
-  for size, length in plan:
+  found = []
+  for size, length, batch in plan:
     for dropout, kernel in itertools.product(dropouts, kernels):
-      config = tools.accelerator.accelerator_config(size, length, batch_size, dropout,
-                                                    kernel)
-      batches = pipeline.take_batches(None, "train", length, batch_size, 8)
+      config = tools.accelerator.accelerator_config(size, length, batch or batch_size,
+                                                    dropout, kernel)
+      batches = pipeline.take_batches(config.model.family, "train", length,
+                                      batch or batch_size, 8)
       stepper, _, cost = tools.train_steps.encoderx_stepper(config, batches)
       times = tools.timing.time_steps(stepper.run_step,
                                       tools.accelerator.ACCELERATOR_WARMUP_STEPS, STEPS)
@@ -455,18 +494,84 @@ def profile(tools, plan, dropouts, kernels, batch_size: int, trace_out: str | No
         os.makedirs(trace_out, exist_ok=True)
         shutil.copy(path, os.path.join(trace_out,
                                        f"{size}_{length}_{dropout}_{kernel}.json.gz"))
-      kernel_times(path, traced)
+      item = f"{size} @{length}, attention dropout {config.model.attention_dropout:g}"
+      found += [{"item": item, **row} for row in kernel_times(path, traced)]
+  return found
+
+
+# --- all --------------------------------------------------------------------------------
+def run_all(tools, plan, out: str, batch_size: int, budget_s: float,
+            with_torch: bool = True) -> None:
+  """The rows, the contraction comparison and the profile (see the module doc) of `plan`
+  (ALL_PLAN: its first item has both dropouts, the contraction and the profile), each
+  part started only while the budget lasts; OUT/gpu_bench.json after each part."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from encoderx.data import pipeline  # pylint: disable=g-import-not-at-top
+  start, tables, rows_found = time.perf_counter(), {}, []
+  os.makedirs(out, exist_ok=True)
+
+  def save():
+    kind = jax.devices()[0].device_kind
+    record_ = tools.report.record("accelerator", rows_found, "", [], kind,
+                                  tools.accelerator.published_peak(kind), tables)
+    record_["command"] = " ".join(["python launch/gpu_bench.py", *sys.argv[1:]])
+    tools.report.write_json(os.path.join(out, "gpu_bench.json"), record_)
+
+  def contraction():
+    size, length, batch = plan[0]
+    batch = batch or batch_size
+    config = tools.accelerator.accelerator_config(size, length, batch)
+    batches = pipeline.take_batches(config.model.family, "train", length, batch,
+                                    1 + tools.accelerator.ACCELERATOR_WARMUP_STEPS + STEPS)
+    tables["kernel_gradient_cost"] = [tools.costs.kernel_gradient_row(
+        f"{size} @{length}", config, batches, STEPS,
+        tools.accelerator.ACCELERATOR_WARMUP_STEPS)]
+
+  parts = [("first item's rows", lambda: rows_found.extend(
+               rows(tools, plan[:1], [None, 0.0], ["auto"], batch_size, with_torch))),
+           ("the other items' rows", lambda: rows_found.extend(
+               rows(tools, plan[1:], [None], ["auto"], batch_size, with_torch))),
+           ("contraction", contraction),
+           ("profile", lambda: tables.__setitem__("gpu_kernels", profile(
+               tools, plan[:1], [None], ["auto"], batch_size,
+               os.path.join(out, "traces"))))]
+  for name, part in parts:
+    elapsed = time.perf_counter() - start
+    if elapsed > budget_s:
+      print(f"\n{name}: skipped, {elapsed:.0f} s of the {budget_s:.0f} s budget spent",
+            flush=True)
+      continue
+    print(f"\n== {name} ({elapsed:.0f} s in)", flush=True)
+    try:
+      part()
+    except Exception:  # pylint: disable=broad-except
+      traceback.print_exc()
+    save()
+  print(f"\nall: {time.perf_counter() - start:.0f} s; wrote {out}/gpu_bench.json", flush=True)
+
+
+def parse_plan(plan: str) -> list[tuple[str, int, int | None]]:
+  """'size@length[:batch],...' -> [(size, length, batch or None)]."""
+  items = []
+  for item in plan.split(","):
+    size, length = item.split("@")
+    length, _, batch = length.partition(":")
+    items.append((size, int(length), int(batch) if batch else None))
+  return items
 
 
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-  parser.add_argument("mode", choices=("record", "rows", "profile", "tune"))
+  parser.add_argument("mode", choices=("record", "all", "rows", "profile", "tune"))
   parser.add_argument("directory", nargs="?",
-                      help="the recordings (record, rows, profile; not tune)")
-  parser.add_argument("plan", nargs="?", default="bert_large@512,bert_base@128",
-                      help="size@length, comma-separated (rows, profile)")
-  parser.add_argument("--lengths", default="128,512", help="record: lengths")
-  parser.add_argument("--batch_size", type=int, default=32)
+                      help="the recordings (record, all, rows, profile; not tune)")
+  parser.add_argument("plan", nargs="?", default=ALL_PLAN,
+                      help="size@length[:batch], comma-separated (record, rows, profile)")
+  parser.add_argument("--batch_size", type=int, default=32,
+                      help="the batch of plan items that name none")
+  parser.add_argument("--out", default=None, help="all: where the JSON and traces go")
+  parser.add_argument("--budget_s", type=float, default=480,
+                      help="all: no part starts after this many seconds")
   parser.add_argument("--dropouts", default="0,config",
                       help="attention dropouts: numbers, or 'config' for the config's")
   parser.add_argument("--kernels", default="auto",
@@ -479,9 +584,12 @@ def parse_args(argv=None):
   args = parser.parse_args(argv)
   if args.mode != "tune" and args.directory is None:
     parser.error(f"{args.mode} needs the recordings' directory")
-  args.lengths = [int(length) for length in args.lengths.split(",")]
-  args.plan = [(size, int(length)) for size, length in
-               (item.split("@") for item in args.plan.split(","))]
+  if args.mode == "all" and not args.out:
+    parser.error("all needs --out, where its JSON and traces go")
+  try:
+    args.plan = parse_plan(args.plan)
+  except ValueError:
+    parser.error(f"plan: size@length[:batch], comma-separated; got {args.plan!r}")
   args.dropouts = [None if d == "config" else float(d) for d in args.dropouts.split(",")]
   args.kernels = args.kernels.split(",")
   args.shape = tuple(int(n) for n in args.shape.split(","))
@@ -493,7 +601,7 @@ def parse_args(argv=None):
 def main(argv=None) -> None:
   args = parse_args(argv)
   if args.mode == "record":
-    record(args.directory, args.lengths, args.batch_size)
+    record(args.directory, args.plan, args.batch_size)
     return
   if args.mode == "tune":
     _import_encoderx_without_text_stack()
@@ -502,7 +610,10 @@ def main(argv=None) -> None:
   tools = bench_on_recordings(args.directory)
   import jax  # pylint: disable=g-import-not-at-top
   print(f"jax {jax.__version__}, {jax.devices()}", flush=True)
-  if args.mode == "rows":
+  if args.mode == "all":
+    run_all(tools, args.plan, args.out, args.batch_size, args.budget_s,
+            not args.skip_torch)
+  elif args.mode == "rows":
     rows(tools, args.plan, args.dropouts, args.kernels, args.batch_size,
          not args.skip_torch)
   else:

@@ -2,6 +2,7 @@
 command it starts on every worker (run here by bash as a worker's shell would); and
 launch/gpu_bench.py on CPU."""
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -116,16 +117,20 @@ def test_a_queued_resource_that_fails_stops_the_wait_and_is_deleted(tmp_path):
 
 @pytest.mark.slow
 def test_gpu_bench_runs_the_bench_rows_without_the_text_stack(tmp_path):
-  """launch/gpu_bench.py: batches recorded with the real pipeline, then the bench's
-  accelerator rows run in a process where tensorflow, tensorflow_text and seqio are
-  stand-ins (as on a GPU image without them): here on CPU, a tiny model."""
+  """launch/gpu_bench.py: batches recorded with the real pipeline (two families, each its
+  vocabulary), then the bench's accelerator rows and `all` run in a process where
+  tensorflow, tensorflow_text and seqio are stand-ins (as on a GPU image without them):
+  here on CPU, tiny models."""
   script = str(REPO / "launch" / "gpu_bench.py")
   env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-  recorded = subprocess.run(
-      [sys.executable, script, "record", str(tmp_path), "--lengths=64", "--batch_size=2"],
-      capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+  plan = "bert_tiny@64:2,modernbert_tiny@128:2"
+  recorded = subprocess.run([sys.executable, script, "record", str(tmp_path), plan],
+                            capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
   assert recorded.returncode == 0, recorded.stderr
-  assert (tmp_path / "batches_64.npz").exists() and (tmp_path / "vocabulary.json").exists()
+  assert (tmp_path / "batches_bert_64.npz").exists()
+  assert (tmp_path / "batches_modernbert_128.npz").exists()
+  assert set(json.loads((tmp_path / "vocabulary.json").read_text())) == {
+      "bundled:austen-wordpiece", "bundled:austen-modernbert-bpe"}
   probe = ("import sys, runpy; sys.argv = sys.argv[1:]; "
            "runpy.run_path(sys.argv[0], run_name='__main__'); "
            "import tensorflow; print('tensorflow is', type(tensorflow).__name__)")
@@ -137,11 +142,25 @@ def test_gpu_bench_runs_the_bench_rows_without_the_text_stack(tmp_path):
   assert "tensorflow is _StandInModule" in ran.stdout
   assert "bert_tiny @64, attention dropout 0.1 " in ran.stdout
   assert "bert_tiny @64, attention dropout 0.1, pallas kernel" in ran.stdout
+  out = tmp_path / "out"
+  every = subprocess.run(
+      [sys.executable, "-c", probe, script, "all", str(tmp_path), plan, f"--out={out}"],
+      capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+  assert every.returncode == 0, every.stderr
+  record = json.loads((out / "gpu_bench.json").read_text())
+  assert [row["model"] for row in record["rows"]] == [
+      "bert_tiny @64, attention dropout 0.1", "bert_tiny @64, attention dropout 0",
+      "modernbert_tiny @128, attention dropout 0"]
+  assert all(row["jax_over_torch"] > 0 for row in record["rows"])  # PyTorch beside each
+  (contraction,) = record["tables"]["kernel_gradient_cost"]
+  assert contraction["contract_ms"] > 0 and contraction["jax_order_ms"] > 0
+  assert record["command"].startswith("python launch/gpu_bench.py all ")
+  assert list((out / "traces").glob("*.json.gz"))  # the profile's trace
   missing = subprocess.run(
       [sys.executable, script, "rows", str(tmp_path), "bert_tiny@128", "--batch_size=2",
        "--skip_torch", "--dropouts=0"], capture_output=True, text=True, env=env,
       timeout=300, cwd=REPO)
-  assert "no recorded batches of length 128" in missing.stdout + missing.stderr
+  assert "no recorded batches of bert at length 128" in missing.stdout + missing.stderr
 
 
 def _gpu_bench():

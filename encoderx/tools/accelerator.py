@@ -64,7 +64,8 @@ def accelerator_config(size: str, length: int, batch_size: int,
   config.model.attention_kernel = attention_kernel
   if attention_dropout is not None:
     config.model.attention_dropout = attention_dropout
-  config.objective.mlm.max_predictions = round(length * MLM_RATE)
+  mlm = config.objective.mlm  # room for the config's own rate (ModernBERT's 30%)
+  mlm.max_predictions = round(length * max(MLM_RATE, mlm.rate))
   return config
 
 

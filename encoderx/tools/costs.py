@@ -92,27 +92,32 @@ def attention_cost(args) -> list[dict]:
 
 
 # --- kernel gradients -------------------------------------------------------------------
+def kernel_gradient_row(name: str, config, batches: list[dict], steps: int,
+                        warmup: int = WARMUP_STEPS) -> dict:
+  """`config`'s train step with contraction's kernel gradients against jax's order on
+  `batches`: the median step times (ms) and the ratio of each pair of interleaved steps."""
+  contracted, _, _ = train_steps.encoderx_stepper(config, batches)
+  with contraction.jax_order():
+    jax_ordered, _, _ = train_steps.encoderx_stepper(config, batches)
+  ours, theirs = time_interleaved([contracted.run_step, jax_ordered.run_step], warmup,
+                                  steps)
+  tokens = config.train.batch_size * config.data.seq_length
+  for kind, times in (("contract", ours), ("jax order", theirs)):
+    print(describe_timing(f"{name} {kind}",
+                          StepTiming(times, num_params=contracted.num_params), tokens),
+          flush=True)
+  pairs = paired_ratios(ours, theirs)
+  return {"model": name, "steps": steps, "contract_ms": statistics.median(ours) * 1e3,
+          "jax_order_ms": statistics.median(theirs) * 1e3,
+          "paired_median": statistics.median(pairs), "paired_min": min(pairs),
+          "paired_max": max(pairs)}
+
+
 def kernel_gradient_cost(args) -> list[dict]:
-  """Each model's train step with contraction's kernel gradients against jax's order:
-  the median step times (ms) and the ratio of each pair of interleaved steps."""
+  """kernel_gradient_row of each model of --models at the bench's length."""
   rows = []
   for model_name in args.models:
     config = bench_models.build_config(model_name, args.batch_size)
     _, _, batches = bench_models.measure_pipeline(config, 1 + WARMUP_STEPS + args.steps)
-    contracted, _, _ = train_steps.encoderx_stepper(config, batches)
-    with contraction.jax_order():
-      jax_ordered, _, _ = train_steps.encoderx_stepper(config, batches)
-    ours, theirs = time_interleaved([contracted.run_step, jax_ordered.run_step],
-                                    WARMUP_STEPS, args.steps)
-    tokens = args.batch_size * config.data.seq_length
-    for name, times in (("contract", ours), ("jax order", theirs)):
-      print(describe_timing(f"{model_name} {name}",
-                            StepTiming(times, num_params=contracted.num_params), tokens),
-            flush=True)
-    pairs = paired_ratios(ours, theirs)
-    rows.append({"model": model_name, "steps": args.steps,
-                 "contract_ms": statistics.median(ours) * 1e3,
-                 "jax_order_ms": statistics.median(theirs) * 1e3,
-                 "paired_median": statistics.median(pairs), "paired_min": min(pairs),
-                 "paired_max": max(pairs)})
+    rows.append(kernel_gradient_row(model_name, config, batches, args.steps))
   return rows

@@ -163,6 +163,10 @@ TABLES: dict[str, Table] = {
          Column("encoderx s", "jax_seconds", fixed(0)),
          Column("pytorch s", "torch_seconds", fixed(0)),
          Column("jax/torch", "jax_over_torch", times(2)))),
+    "gpu_kernels": Table(
+        "GPU time per step by kernel, from a profile (python launch/gpu_bench.py all)",
+        (Column("step", "item"), Column("kernel", "kernel"),
+         Column("ms/step", "ms_per_step", fixed(2)), Column("share", "share", percent(1)))),
     "long_context": Table(
         "The tiny ModernBERT's train step at batch 1 over long rows (python -m "
         "encoderx.tools.long_context)",
