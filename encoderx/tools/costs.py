@@ -14,7 +14,8 @@ from encoderx.data import tasks
 from encoderx.models import common, contraction, pretraining
 from encoderx.tools import bench_models, train_steps
 from encoderx.tools.timing import (StepTiming, WARMUP_STEPS, describe_timing,
-                                   paired_ratios, time_interleaved, time_steps)
+                                   paired_ratios, paired_summary, time_interleaved,
+                                   time_steps)
 
 ATTENTION_LENGTHS = (128, 512)
 
@@ -106,11 +107,9 @@ def kernel_gradient_row(name: str, config, batches: list[dict], steps: int,
     print(describe_timing(f"{name} {kind}",
                           StepTiming(times, num_params=contracted.num_params), tokens),
           flush=True)
-  pairs = paired_ratios(ours, theirs)
   return {"model": name, "steps": steps, "contract_ms": statistics.median(ours) * 1e3,
           "jax_order_ms": statistics.median(theirs) * 1e3,
-          "paired_median": statistics.median(pairs), "paired_min": min(pairs),
-          "paired_max": max(pairs)}
+          **paired_summary(paired_ratios(ours, theirs))}
 
 
 def kernel_gradient_cost(args) -> list[dict]:

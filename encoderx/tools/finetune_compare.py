@@ -32,8 +32,8 @@ import numpy as np
 from absl import app, flags
 
 from encoderx import configs, train
-from encoderx.data import labelled
 from encoderx.evaluation import scores
+from encoderx.tools import finetune_steps
 
 FLAGS = flags.FLAGS
 
@@ -59,11 +59,7 @@ def hugging_face_accuracy(init_from: str, data: str, seed: int, steps: int,
   tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
 
   def examples(name: str) -> list[dict]:
-    rows = labelled.read_rows(f"{data}/{name}", ["text", "label"])
-    encoded = tokenizer([row["text"] for _, row in rows], truncation=True,
-                        max_length=max_length)
-    return [{**{k: v[i] for k, v in encoded.items()}, "labels": int(row["label"])}
-            for i, (_, row) in enumerate(rows)]
+    return finetune_steps.classified_features(tokenizer, f"{data}/{name}", max_length)
 
   transformers.set_seed(seed)  # the new head's initialization
   model = transformers.AutoModelForSequenceClassification.from_pretrained(directory,

@@ -44,7 +44,8 @@ import numpy as np
 from encoderx import configs, initialize, train
 from encoderx.data import buckets, labelled, pipeline, tagging
 from encoderx.tools import train_steps
-from encoderx.tools.timing import WARMUP_STEPS, paired_ratios, time_interleaved
+from encoderx.tools.timing import (WARMUP_STEPS, paired_ratios, paired_summary,
+                                   time_interleaved)
 
 # case -> (configs/finetune.py variant, its corpus under --finetune_data).
 CASES = {"tag_conll2003": ("tag", "conll2003"),
@@ -107,7 +108,6 @@ def measure_steps(case: str, config, steps: int, warmup: int = WARMUP_STEPS) -> 
       [bucketed.run_step, full.run_step, torch_step.run_step], warmup, steps)
   timed = slice(warmup, warmup + steps)
   examples = config.train.batch_size
-  ratios = paired_ratios(cut_times, torch_times)
   row = {"case": case, "batch_size": examples, "seq_length": SEQ_LENGTH, "steps": steps,
          "params": bucketed.num_params, "compile_seconds": cost.compile_seconds,
          "real_tokens": statistics.fmean(
@@ -117,8 +117,7 @@ def measure_steps(case: str, config, steps: int, warmup: int = WARMUP_STEPS) -> 
          "jax_ms": statistics.fmean(cut_times) * 1e3,
          "jax_full_ms": statistics.fmean(full_times) * 1e3,
          "torch_ms": statistics.fmean(torch_times) * 1e3,
-         "paired_median": statistics.median(ratios), "paired_min": min(ratios),
-         "paired_max": max(ratios)}
+         **paired_summary(paired_ratios(cut_times, torch_times))}
   row.update(jax_examples_per_second=examples * 1e3 / row["jax_ms"],
              jax_full_examples_per_second=examples * 1e3 / row["jax_full_ms"],
              torch_examples_per_second=examples * 1e3 / row["torch_ms"],
@@ -163,10 +162,12 @@ def _tagged_features(tokenizer, path: str, labels: list[str]) -> list[dict]:
   return features
 
 
-def _classified_features(tokenizer, path: str) -> list[dict]:
+def classified_features(tokenizer, path: str, max_length: int = SEQ_LENGTH) -> list[dict]:
+  """A (label, text) file's rows tokenized by a Hugging Face tokenizer, cut at
+  `max_length`, with their `labels`: what its collators and `Trainer` take."""
   rows = labelled.read_rows(path, ["text", "label"])
   encoded = tokenizer([row["text"] for _, row in rows], truncation=True,
-                      max_length=SEQ_LENGTH)
+                      max_length=max_length)
   return [{**{k: v[i] for k, v in encoded.items()}, "labels": int(row["label"])}
           for i, (_, row) in enumerate(rows)]
 
@@ -190,7 +191,7 @@ def torch_end_to_end(case: str, config, steps: int) -> float:
     model_class = transformers.AutoModelForTokenClassification
   else:
     labels = ["0", "1"]
-    train_set, dev_set = (_classified_features(tokenizer, path) for path in
+    train_set, dev_set = (classified_features(tokenizer, path) for path in
                           (config.finetune.train_file, config.finetune.dev_file))
     collator = transformers.DataCollatorWithPadding(tokenizer)
     model_class = transformers.AutoModelForSequenceClassification

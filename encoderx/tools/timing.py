@@ -61,6 +61,13 @@ def paired_ratios(times: list[float], other_times: list[float]) -> list[float]:
   return [other / time_ for time_, other in zip(times, other_times)]
 
 
+def paired_summary(ratios: list[float]) -> dict[str, float]:
+  """The ratios of pairs of steps as a table row holds them (report.paired shows them):
+  paired_median, paired_min, paired_max."""
+  return {"paired_median": statistics.median(ratios), "paired_min": min(ratios),
+          "paired_max": max(ratios)}
+
+
 def time_steps(step: Callable[[int], None], warmup: int, steps: int) -> list[float]:
   """Runs `step(i)` warmup + steps times; returns the wall time of the timed ones."""
   return time_interleaved([step], warmup, steps)[0]

@@ -12,7 +12,8 @@ from encoderx import trainer as trainer_lib
 from encoderx.data import buckets
 from encoderx.tools import bench_models
 from encoderx.tools.timing import (StepTiming, Stepper, WARMUP_STEPS, describe_timing,
-                                   paired_ratios, time_interleaved, time_steps)
+                                   paired_ratios, paired_summary, time_interleaved,
+                                   time_steps)
 
 
 def encoderx_stepper(config, batches: list[dict]):
@@ -177,9 +178,7 @@ def model_row(figures: ModelFigures, peak: float, pipeline_rate: float | None) -
                 "torch_mfu": figures.torch_flops_per_token * torch_tokens / peak,
                 "jax_over_torch": jax_tokens / torch_tokens})
     if figures.interleaved:
-      ratios = figures.paired_ratios()
-      row.update(paired_median=statistics.median(ratios), paired_min=min(ratios),
-                 paired_max=max(ratios))
+      row.update(paired_summary(figures.paired_ratios()))
   if pipeline_rate is not None:
     step_examples = figures.jax_timing.per_second(figures.batch_size)
     row.update({"pipeline_examples_per_second": pipeline_rate,
