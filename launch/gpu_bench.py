@@ -183,7 +183,7 @@ def _batches_file(family: str, length: int) -> str:
 
 
 # --- record -----------------------------------------------------------------------------
-def record(directory: str, plan, batch_size: int) -> None:
+def record(directory: str, plan) -> None:
   """Each plan item's batches (its family's data config at its length, its batch size)
   and each vocabulary's facts, written to `directory`."""
   tools = _import_encoderx()
@@ -196,9 +196,9 @@ def record(directory: str, plan, batch_size: int) -> None:
     with open(path) as f:
       facts = json.load(f)
   for size, length, batch in plan:
-    config = tools.accelerator.accelerator_config(size, length, batch or batch_size)
+    config = tools.accelerator.accelerator_config(size, length, batch)
     batches = pipeline.take_batches(tools.bench_models.pretraining_task(config), "train",
-                                    length, batch or batch_size, 1 + warmup + STEPS)
+                                    length, batch, 1 + warmup + STEPS)
     np.savez(os.path.join(directory, _batches_file(config.model.family, length)),
              **{f"{i}/{k}": v for i, b in enumerate(batches) for k, v in b.items()})
     vocabulary = tasks.build_vocabulary(config.data.vocab)
@@ -206,7 +206,7 @@ def record(directory: str, plan, batch_size: int) -> None:
         vocab_size=int(vocabulary.vocab_size), mask_id=int(vocabulary.mask_id),
         special_ids=[int(i) for i in vocabulary.special_ids])
     print(f"recorded {config.model.family} at {length}: {1 + warmup + STEPS} batches of "
-          f"{batch or batch_size}", flush=True)
+          f"{batch}", flush=True)
   with open(path, "w") as f:
     json.dump(facts, f)
   print(f"recorded in {directory}; vocabularies {facts}")
@@ -418,7 +418,7 @@ def tune(shape, forward_tilings=FORWARD_TILINGS, backward_tilings=BACKWARD_TILIN
   return best
 
 
-def rows(tools, plan, dropouts, kernels, batch_size: int, with_torch: bool) -> list[dict]:
+def rows(tools, plan, dropouts, kernels, with_torch: bool) -> list[dict]:
   import jax  # pylint: disable=g-import-not-at-top
   if jax.default_backend() == "gpu":
     check_fused_attention()
@@ -431,8 +431,8 @@ def rows(tools, plan, dropouts, kernels, batch_size: int, with_torch: bool) -> l
   for (size, length, batch), dropout, kernel in itertools.product(plan, dropouts, kernels):
     start = time.perf_counter()
     try:  # one failing row (memory, say, or the kernel's compile) must not lose others
-      table += tools.accelerator.accelerator_rows([size], [length], batch or batch_size,
-                                                  STEPS, with_torch, [dropout], [kernel])
+      table += tools.accelerator.accelerator_rows([size], [length], batch, STEPS,
+                                                  with_torch, [dropout], [kernel])
     except Exception:  # pylint: disable=broad-except
       traceback.print_exc()
     print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
@@ -464,8 +464,7 @@ def kernel_times(trace_path: str, steps: int, top: int = 40) -> list[dict]:
            "share": duration / busy} for name, duration in totals.most_common(top)]
 
 
-def profile(tools, plan, dropouts, kernels, batch_size: int, trace_out: str | None
-            ) -> list[dict]:
+def profile(tools, plan, dropouts, kernels, trace_out: str | None) -> list[dict]:
   """Traces and sums by kernel the steps of each plan item (rows of every kernel's time,
   named by the item)."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -473,10 +472,8 @@ def profile(tools, plan, dropouts, kernels, batch_size: int, trace_out: str | No
   found = []
   for size, length, batch in plan:
     for dropout, kernel in itertools.product(dropouts, kernels):
-      config = tools.accelerator.accelerator_config(size, length, batch or batch_size,
-                                                    dropout, kernel)
-      batches = pipeline.take_batches(config.model.family, "train", length,
-                                      batch or batch_size, 8)
+      config = tools.accelerator.accelerator_config(size, length, batch, dropout, kernel)
+      batches = pipeline.take_batches(config.model.family, "train", length, batch, 8)
       stepper, _, cost = tools.train_steps.encoderx_stepper(config, batches)
       times = tools.timing.time_steps(stepper.run_step,
                                       tools.accelerator.ACCELERATOR_WARMUP_STEPS, STEPS)
@@ -500,8 +497,7 @@ def profile(tools, plan, dropouts, kernels, batch_size: int, trace_out: str | No
 
 
 # --- all --------------------------------------------------------------------------------
-def run_all(tools, plan, out: str, batch_size: int, budget_s: float,
-            with_torch: bool = True) -> None:
+def run_all(tools, plan, out: str, budget_s: float, with_torch: bool = True) -> None:
   """The rows, the contraction comparison and the profile (see the module doc) of `plan`
   (ALL_PLAN: its first item has both dropouts, the contraction and the profile), each
   part started only while the budget lasts; OUT/gpu_bench.json after each part."""
@@ -519,7 +515,6 @@ def run_all(tools, plan, out: str, batch_size: int, budget_s: float,
 
   def contraction():
     size, length, batch = plan[0]
-    batch = batch or batch_size
     config = tools.accelerator.accelerator_config(size, length, batch)
     batches = pipeline.take_batches(config.model.family, "train", length, batch,
                                     1 + tools.accelerator.ACCELERATOR_WARMUP_STEPS + STEPS)
@@ -528,13 +523,12 @@ def run_all(tools, plan, out: str, batch_size: int, budget_s: float,
         tools.accelerator.ACCELERATOR_WARMUP_STEPS)]
 
   parts = [("first item's rows", lambda: rows_found.extend(
-               rows(tools, plan[:1], [None, 0.0], ["auto"], batch_size, with_torch))),
+               rows(tools, plan[:1], [None, 0.0], ["auto"], with_torch))),
            ("the other items' rows", lambda: rows_found.extend(
-               rows(tools, plan[1:], [None], ["auto"], batch_size, with_torch))),
+               rows(tools, plan[1:], [None], ["auto"], with_torch))),
            ("contraction", contraction),
            ("profile", lambda: tables.__setitem__("gpu_kernels", profile(
-               tools, plan[:1], [None], ["auto"], batch_size,
-               os.path.join(out, "traces"))))]
+               tools, plan[:1], [None], ["auto"], os.path.join(out, "traces"))))]
   for name, part in parts:
     elapsed = time.perf_counter() - start
     if elapsed > budget_s:
@@ -550,13 +544,14 @@ def run_all(tools, plan, out: str, batch_size: int, budget_s: float,
   print(f"\nall: {time.perf_counter() - start:.0f} s; wrote {out}/gpu_bench.json", flush=True)
 
 
-def parse_plan(plan: str) -> list[tuple[str, int, int | None]]:
-  """'size@length[:batch],...' -> [(size, length, batch or None)]."""
+def parse_plan(plan: str, batch_size: int) -> list[tuple[str, int, int]]:
+  """'size@length[:batch],...' -> [(size, length, batch)], `batch_size` where an item
+  names none."""
   items = []
   for item in plan.split(","):
     size, length = item.split("@")
     length, _, batch = length.partition(":")
-    items.append((size, int(length), int(batch) if batch else None))
+    items.append((size, int(length), int(batch) if batch else batch_size))
   return items
 
 
@@ -587,7 +582,7 @@ def parse_args(argv=None):
   if args.mode == "all" and not args.out:
     parser.error("all needs --out, where its JSON and traces go")
   try:
-    args.plan = parse_plan(args.plan)
+    args.plan = parse_plan(args.plan, args.batch_size)
   except ValueError:
     parser.error(f"plan: size@length[:batch], comma-separated; got {args.plan!r}")
   args.dropouts = [None if d == "config" else float(d) for d in args.dropouts.split(",")]
@@ -601,7 +596,7 @@ def parse_args(argv=None):
 def main(argv=None) -> None:
   args = parse_args(argv)
   if args.mode == "record":
-    record(args.directory, args.plan, args.batch_size)
+    record(args.directory, args.plan)
     return
   if args.mode == "tune":
     _import_encoderx_without_text_stack()
@@ -611,14 +606,11 @@ def main(argv=None) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   print(f"jax {jax.__version__}, {jax.devices()}", flush=True)
   if args.mode == "all":
-    run_all(tools, args.plan, args.out, args.batch_size, args.budget_s,
-            not args.skip_torch)
+    run_all(tools, args.plan, args.out, args.budget_s, not args.skip_torch)
   elif args.mode == "rows":
-    rows(tools, args.plan, args.dropouts, args.kernels, args.batch_size,
-         not args.skip_torch)
+    rows(tools, args.plan, args.dropouts, args.kernels, not args.skip_torch)
   else:
-    profile(tools, args.plan, args.dropouts, args.kernels, args.batch_size,
-            args.trace_out)
+    profile(tools, args.plan, args.dropouts, args.kernels, args.trace_out)
 
 
 if __name__ == "__main__":
