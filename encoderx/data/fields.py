@@ -1,8 +1,9 @@
 """config.data: where a run's examples come from, how they are built, and its vocabulary.
 
 The fields every method reads are checked here (`validate`); a method checks the ones
-only it reads (the pretraining corpus: methods/pretrain.py; labelled files: the
-fine-tuning methods).
+only it reads (the pretraining corpus: methods/pretrain.py). What only fine-tuning reads,
+its labelled files and its batching (length buckets), is config.finetune
+(methods/finetune.py).
 """
 from __future__ import annotations
 
