@@ -22,23 +22,9 @@ import ml_collections
 from encoderx import config as config_lib
 from encoderx import distributed
 from encoderx import errors
+from encoderx import moved
 
 logger = logging.getLogger("encoderx")
-
-# Config files before one file per family (configs/<family>.py:<variant>): the old path
-# stops with a line naming the new one.
-MOVED_CONFIGS = {
-    **{f"configs/{family}_{size}.py": f"configs/{family}.py:{size}"
-       for family, sizes in (("bert", ("tiny", "base", "large")), ("roberta", ("tiny", "base")),
-                             ("albert", ("tiny", "base")), ("spanbert", ("tiny", "base")),
-                             ("electra", ("tiny", "small", "base")),
-                             ("deberta", ("tiny", "base")), ("xlnet", ("tiny", "base", "large")))
-       for size in sizes},
-    "configs/deberta_v3_tiny.py": "configs/deberta.py:v3_tiny",
-    "configs/deberta_v3_base.py": "configs/deberta.py:v3_base",
-    **{f"configs/finetune_{task}.py": f"configs/finetune.py:{task}"
-       for task in ("classify", "similarity", "tag", "qa", "simcse")},
-}
 
 
 def fail(message: str, status: int = 2):
@@ -47,9 +33,10 @@ def fail(message: str, status: int = 2):
 
 
 def _moved(path: str) -> str | None:
-  """The config that replaced an old config file's path (any directory prefix), or None."""
+  """The config that replaced an old config file's path (any directory prefix; see
+  encoderx/moved.py), or None."""
   normalized = os.path.normpath(path).replace(os.sep, "/")
-  for old, new in MOVED_CONFIGS.items():
+  for old, new in moved.MOVED["config"].items():
     if normalized == old or normalized.endswith("/" + old):
       return normalized[:len(normalized) - len(old)] + new
   return None
@@ -60,9 +47,9 @@ def _check_config_file(argument: str) -> None:
   path = argument.removeprefix("--config=").split(":")[0]
   if os.path.isfile(path):
     return
-  moved = _moved(path)
-  if moved:
-    fail(f"{path} is now {moved} (one file per family, the size as its argument; "
+  new_path = _moved(path)
+  if new_path:
+    fail(f"{path} is now {new_path} (one file per family, the size as its argument; "
          "docs/migration.md).")
   if path.startswith("configs/gin/") or "/configs/gin/" in path:
     fail(f"{path}: the gin copies of the configs are gone; gin reaches the same configs: "
@@ -83,10 +70,9 @@ def parse_flags(argv: list[str]) -> list[str]:
       path = argument.removeprefix("--gin_file=")
       if not os.path.isfile(path) and "configs/gin/" in path.replace(os.sep, "/"):
         name = os.path.basename(path).removesuffix(".gin")
-        moved = _moved(f"configs/{name}.py")
-        fail(f"{path}: the gin copies of the configs are gone; use --config="
-             f"{moved or 'configs/FAMILY.py:SIZE'}, or a gin file with `base.config = "
-             f"'{moved or 'configs/FAMILY.py:SIZE'}'` (docs/migration.md).")
+        config = _moved(f"configs/{name}.py") or "configs/FAMILY.py:SIZE"
+        fail(f"{path}: the gin copies of the configs are gone; use --config={config}, or "
+             f"a gin file with `base.config = '{config}'` (docs/migration.md).")
   try:
     return flags.FLAGS(argv)
   except (flags.Error, KeyError, AttributeError, TypeError, ValueError) as error:

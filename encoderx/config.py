@@ -15,9 +15,9 @@ Config files (configs/<family>.py:<variant>) start from `default_config()` and c
 fields. The returned ConfigDict is locked, so a misspelt field in a config file or on the
 command line fails at once with the field's name; `validate()` then checks values and sizes
 (each section's own checks live with its declaration) before anything is built or
-compiled. Fields that moved keep working where old configs are read (`migrate_fields`:
-config.json of older runs, their checkpoints' descriptions) and are refused, naming the
-new field, where a user writes them.
+compiled. Fields that moved (encoderx/moved.py) keep working where old configs are read
+(`migrate_fields`: config.json of older runs, their checkpoints' descriptions) and are
+refused, naming the new field, where a user writes them.
 """
 from __future__ import annotations
 
@@ -27,23 +27,12 @@ import functools
 
 import ml_collections
 
-from encoderx import errors
+from encoderx import errors, moved
 from encoderx import optim, sharding
 from encoderx.data import fields as data_fields
 from encoderx.hf import families
 from encoderx.methods import registry
 from encoderx.models import attention, attention_kernels, common
-
-# Fields that moved: old path -> new path.
-MOVED_FIELDS = {
-    **{f"finetune.{name}": f"qa.{name}"
-       for name in ("version_2", "null_score_threshold", "doc_stride", "max_query_length",
-                    "max_answer_length", "n_best_size")},
-    "finetune.tag_column": "tag.column",
-    "finetune.simcse": "simcse.kind",
-    "finetune.hard_negative_column": "simcse.hard_negative_column",
-    "finetune.temperature": "simcse.temperature",
-}
 
 
 def _core_sections() -> dict[str, ml_collections.ConfigDict]:
@@ -132,7 +121,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 def _moved(path: str) -> str | None:
   """The field `path` (or a field under it) became, or None."""
-  for old, new in MOVED_FIELDS.items():
+  for old, new in moved.MOVED["field"].items():
     if path == old or path.startswith(old + "."):
       return new + path[len(old):]
   return None
@@ -143,9 +132,9 @@ def _unknown_fields(config, schema, prefix=""):
   for key in config.keys():
     name = f"{prefix}{key}"
     if key not in schema:
-      moved = _moved(name)
+      new_path = _moved(name)
       close = difflib.get_close_matches(key, list(schema.keys()), n=1)
-      hint = (f" (it is now '{moved}')" if moved else
+      hint = (f" (it is now '{new_path}')" if new_path else
               f" (did you mean '{prefix}{close[0]}'?)" if close else "")
       yield f"unknown field '{name}'{hint}"
     elif isinstance(schema[key], ml_collections.ConfigDict):
@@ -157,9 +146,9 @@ def _unknown_fields(config, schema, prefix=""):
 
 def unknown_field(path: str) -> str | None:
   """'model.hiden_size' -> a message naming the unknown part (None if the field exists)."""
-  moved = _moved(path)
-  if moved:
-    return f"config field '{path}' is now '{moved}' (docs/migration.md)"
+  new_path = _moved(path)
+  if new_path:
+    return f"config field '{path}' is now '{new_path}' (docs/migration.md)"
   node, parts = _schema(), path.split(".")
   for depth, part in enumerate(parts):
     if not isinstance(node, ml_collections.ConfigDict) or part not in node:
@@ -173,9 +162,9 @@ def unknown_field(path: str) -> str | None:
 
 def migrate_fields(values: dict) -> dict:
   """A nested dict of config values (an older run's config.json, a checkpoint's training
-  description) with the fields of MOVED_FIELDS at their new paths."""
+  description) with the fields that moved (moved.MOVED) at their new paths."""
   values = copy.deepcopy(values)
-  for old, new in MOVED_FIELDS.items():
+  for old, new in moved.MOVED["field"].items():
     *old_parents, old_name = old.split(".")
     parent = values
     for part in old_parents:
@@ -286,7 +275,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   optim.validate(config.optimizer, config.train.steps)
   sharding.validate(config.mesh)
   registry.method_class(config.method).validate(config)
-  if config.data.length_buckets and not registry.method_class(config.method).cuts_to_buckets:
-    errors.fail("data.length_buckets", f"the {config.method} method reads every batch at "
-                "data.seq_length; length buckets are for fine-tuning.", "Set it to ().")
+  if (config.finetune.length_buckets
+      and not registry.method_class(config.method).cuts_to_buckets):
+    errors.fail("finetune.length_buckets", f"the {config.method} method reads every batch "
+                "at data.seq_length; length buckets are for fine-tuning.", "Set it to ().")
   return config

@@ -74,7 +74,7 @@ def config_section() -> ml_collections.ConfigDict:
       clip_norm=1.0,
       seq_length=128,
       # Each batch cut to the shortest of these lengths holding its longest example
-      # (data.length_buckets; those under seq_length apply): the same figures on fewer
+      # (finetune.length_buckets; those under seq_length apply): the same figures on fewer
       # padded tokens. One process only: a sweep over several runs without them.
       length_buckets=(32, 64, 96),
       pooling="pooler",  # finetune.pooling: BERT's pooler, or "first_token"
@@ -166,7 +166,7 @@ def run_config(recipe, task: glue_data.Task, files: dict[str, str], point: dict,
   config.finetune.classifier_dropout = recipe.classifier_dropout
   config.data.seq_length = recipe.seq_length
   config.data.shuffle_buffer = recipe.shuffle_buffer
-  config.data.length_buckets = tuple(
+  config.finetune.length_buckets = tuple(
       length for length in recipe.length_buckets
       if length < recipe.seq_length) if jax.process_count() == 1 else ()
   steps = run_steps(recipe, point, train_examples)

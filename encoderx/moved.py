@@ -1,36 +1,75 @@
-"""Modules that moved in the house's rebuild (docs/migration.md): importing or running an
-old name (`python -m encoderx.bench`, `from encoderx import method`) stops with one line
-naming the new one, instead of a bare "No module named". A leaf: imports nothing of
-encoderx; encoderx/__init__.py installs `MovedModules`.
+"""What moved in the house's rebuilds (docs/migration.md), in one table: config fields,
+modules and config files, each old name -> its new one.
+
+Its readers: config.py (`migrate_fields` reads an older run's config.json and its
+checkpoints' descriptions with the fields at their new place; a user writing an old field
+is refused with one line naming the new one), cli.py (an old config file's path) and
+`MovedModules` below (importing or running an old module: `python -m encoderx.bench`,
+`from encoderx import method`), which encoderx/__init__.py installs. A leaf: imports
+nothing of encoderx.
 """
 from __future__ import annotations
 
 import importlib.abc
 
-# Old module -> where its contents live now.
-MOVED_MODULES = {
-    "encoderx.bench": "encoderx.tools.bench",
-    "encoderx.bench_data": "encoderx.tools.bench_data",
-    "encoderx.compare": "encoderx.tools.compare",
-    "encoderx.plot": "encoderx.tools.plot",
-    "encoderx.parity": "encoderx.tools.parity",
-    "encoderx.flops": "encoderx.tools.flops",
-    "encoderx.batch_inspector": "encoderx.tools.batch_inspector",
-    "encoderx.method": "encoderx.methods.base and encoderx.methods.registry",
-    "encoderx.export.hf": "encoderx.hf (engine, rules, families, one module per family)",
-    "encoderx.export.hf_directory": "encoderx.hf.directory",
-    "encoderx.export.tokenizer_files": "encoderx.hf.tokenizer_files",
+# Kind of name -> {old: new}. A block of entries that moved together sits under a comment.
+MOVED = {
+    # Config fields: dotted paths; a group's path moves every field under it.
+    "field": {
+        # The fields only one fine-tuning method reads, out of `finetune` (issue 34).
+        **{f"finetune.{name}": f"qa.{name}"
+           for name in ("version_2", "null_score_threshold", "doc_stride", "max_query_length",
+                        "max_answer_length", "n_best_size")},
+        "finetune.tag_column": "tag.column",
+        "finetune.simcse": "simcse.kind",
+        "finetune.hard_negative_column": "simcse.hard_negative_column",
+        "finetune.temperature": "simcse.temperature",
+        # Fine-tuning's batching, out of `data` (the corpus and what every method reads).
+        "data.length_buckets": "finetune.length_buckets",
+        "data.group_by_length": "finetune.group_by_length",
+    },
+    # Modules: importing or running the old one stops naming where its contents live.
+    "module": {
+        "encoderx.bench": "encoderx.tools.bench",
+        "encoderx.bench_data": "encoderx.tools.bench_data",
+        "encoderx.compare": "encoderx.tools.compare",
+        "encoderx.plot": "encoderx.tools.plot",
+        "encoderx.parity": "encoderx.tools.parity",
+        "encoderx.flops": "encoderx.tools.flops",
+        "encoderx.batch_inspector": "encoderx.tools.batch_inspector",
+        "encoderx.method": "encoderx.methods.base and encoderx.methods.registry",
+        "encoderx.export.hf": "encoderx.hf (engine, rules, families, one module per family)",
+        "encoderx.export.hf_directory": "encoderx.hf.directory",
+        "encoderx.export.tokenizer_files": "encoderx.hf.tokenizer_files",
+    },
+    # Config files (before one file per family, configs/<family>.py:<variant>): paths
+    # relative to the repository, matched at the end of the path given.
+    "config": {
+        **{f"configs/{family}_{size}.py": f"configs/{family}.py:{size}"
+           for family, sizes in (("bert", ("tiny", "base", "large")),
+                                 ("roberta", ("tiny", "base")), ("albert", ("tiny", "base")),
+                                 ("spanbert", ("tiny", "base")),
+                                 ("electra", ("tiny", "small", "base")),
+                                 ("deberta", ("tiny", "base")),
+                                 ("xlnet", ("tiny", "base", "large")))
+           for size in sizes},
+        "configs/deberta_v3_tiny.py": "configs/deberta.py:v3_tiny",
+        "configs/deberta_v3_base.py": "configs/deberta.py:v3_base",
+        **{f"configs/finetune_{task}.py": f"configs/finetune.py:{task}"
+           for task in ("classify", "similarity", "tag", "qa", "simcse")},
+    },
 }
 
 
 class MovedModules(importlib.abc.MetaPathFinder):
-  """Answers the old names with a ModuleNotFoundError that names the new module."""
+  """Answers the old module names with a ModuleNotFoundError that names the new one."""
 
   def find_spec(self, fullname, path, target=None):
     del path, target
-    if fullname in MOVED_MODULES:
+    modules = MOVED["module"]
+    if fullname in modules:
       # No `name=`: `from encoderx import method` would turn an error naming the missing
       # module itself into a bare "cannot import name".
-      raise ModuleNotFoundError(f"{fullname} is now {MOVED_MODULES[fullname]} (see "
+      raise ModuleNotFoundError(f"{fullname} is now {modules[fullname]} (see "
                                 "docs/migration.md)")
     return None

@@ -1,4 +1,4 @@
-"""Fine-tuning batches cut to length buckets (data.length_buckets, encoderx/data/buckets.py):
+"""Fine-tuning batches cut to length buckets (finetune.length_buckets, encoderx/data/buckets.py):
 the cut keeps every real token and drops only padding; a classify run with buckets gives
 the losses and dev metrics of the same run at data.seq_length (dropout off), with fewer
 padded tokens, and a tagger's evaluation joins per-token outputs of several lengths; the
@@ -64,8 +64,8 @@ def test_classify_with_buckets_trains_as_without_on_fewer_padded_tokens(tmp_path
     config_common.tiny_sizes(config)
     config.model.hidden_dropout = config.model.attention_dropout = 0.0
     config.finetune.classifier_dropout = 0.0
-    config.data.seq_length, config.data.length_buckets = 96, chosen
-    config.data.group_by_length = name == "grouped"
+    config.data.seq_length, config.finetune.length_buckets = 96, chosen
+    config.finetune.group_by_length = name == "grouped"
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="encoderx"):
       results[name] = train.run(config, str(tmp_path / name / "run"), show_progress=False,
@@ -102,7 +102,7 @@ def test_tag_with_buckets_evaluates_per_token_outputs_of_several_lengths(tmp_pat
                          _conll_subset(tmp_path / name, "dev.txt", 40))
     config.model.hidden_dropout = config.model.attention_dropout = 0.0
     config.finetune.classifier_dropout = 0.0
-    config.data.length_buckets = chosen
+    config.finetune.length_buckets = chosen
     results[name] = train.run(config, str(tmp_path / name / "run"), show_progress=False,
                               devices=ONE_DEVICE)["eval"]
   assert results["whole"].keys() == results["buckets"].keys()
@@ -156,14 +156,14 @@ def test_buckets_are_checked_by_the_config():
   config = configs.get("finetune:classify")
   config.finetune.train_file = config.finetune.dev_file = __file__
   config.finetune.format = "tsv"
-  config.data.seq_length, config.data.length_buckets = 64, (16, 128)
-  with pytest.raises(errors.ConfigError, match=r"data.length_buckets.*128 is not in "
+  config.data.seq_length, config.finetune.length_buckets = 64, (16, 128)
+  with pytest.raises(errors.ConfigError, match=r"finetune.length_buckets.*128 is not in "
                      r"\[8, data.seq_length=64\]"):
     config_lib.validate(config)
-  config.data.length_buckets, config.data.group_by_length = (), True
-  with pytest.raises(errors.ConfigError, match="group_by_length': needs data.length_buckets"):
+  config.finetune.length_buckets, config.finetune.group_by_length = (), True
+  with pytest.raises(errors.ConfigError, match="group_by_length': needs finetune.length_buckets"):
     config_lib.validate(config)
   pretraining = configs.get("bert:tiny")
-  pretraining.data.length_buckets = (16,)
+  pretraining.finetune.length_buckets = (16,)
   with pytest.raises(errors.ConfigError, match="length buckets are for fine-tuning"):
     config_lib.validate(pretraining)

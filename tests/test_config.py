@@ -1,5 +1,6 @@
 """Configs: the shipped ones are valid and have the paper's sizes; bad ones fail early,
 naming the field."""
+import importlib
 import json
 import pathlib
 import subprocess
@@ -8,7 +9,7 @@ import sys
 import pytest
 
 from encoderx import checkpoint as checkpoint_lib
-from encoderx import errors
+from encoderx import cli, errors, moved
 from encoderx import config as config_lib
 from encoderx import initialize
 from encoderx import configs
@@ -122,11 +123,11 @@ def test_command_line_errors_are_one_paragraph_not_tracebacks(tmp_path):
              cwd=tmp_path)
   assert gin.returncode == 2 and "configs/bert.py:tiny" in gin.stderr.splitlines()[-1]
   renamed = _cli(f"--config={config}", f"--workdir={tmp_path / 'f'}",
-                 "--config.finetune.doc_stride=64", cwd=tmp_path)
+                 "--config.data.length_buckets=(32,)", cwd=tmp_path)
   assert renamed.returncode == 2
   assert renamed.stderr.strip().splitlines()[-1] == (
-      "encoderx: error: config field 'finetune.doc_stride' is now 'qa.doc_stride' "
-      "(docs/migration.md)")
+      "encoderx: error: config field 'data.length_buckets' is now "
+      "'finetune.length_buckets' (docs/migration.md)")
   unknown_variant = _cli(f"--config={config.replace(':tiny', ':huge')}",
                          f"--workdir={tmp_path / 'g'}", cwd=tmp_path)
   assert unknown_variant.returncode == 2
@@ -134,31 +135,76 @@ def test_command_line_errors_are_one_paragraph_not_tracebacks(tmp_path):
       unknown_variant.stderr)
 
 
-# --- fields that moved (config.MOVED_FIELDS): older runs still read -------------------------
+# --- what moved (moved.MOVED): older runs still read, old names refused ---------------------
 def test_moved_fields_are_read_at_their_new_place_from_older_runs(tmp_path):
   old = {"method": "qa", "finetune": {"train_file": "t.json", "doc_stride": 64,
                                       "version_2": True},
-         "simcse": {"temperature": 0.1}}
+         "simcse": {"temperature": 0.1},
+         "data": {"seq_length": 96, "length_buckets": [32, 48], "group_by_length": True}}
   migrated = config_lib.migrate_fields(old)
-  assert migrated["finetune"] == {"train_file": "t.json"}
+  assert migrated["finetune"] == {"train_file": "t.json", "length_buckets": [32, 48],
+                                  "group_by_length": True}
   assert migrated["qa"] == {"doc_stride": 64, "version_2": True}
+  assert migrated["data"] == {"seq_length": 96}
   assert old["finetune"]["doc_stride"] == 64  # the argument is left as it was
   # An older run's config.json, as --init_from and export read it.
   (tmp_path / "config.json").write_text(json.dumps(old))
   config = initialize.run_config(str(tmp_path / "config.json"))
   assert (config.qa.doc_stride, config.qa.version_2, config.finetune.train_file) == (
       64, True, "t.json")
+  assert (config.finetune.length_buckets, config.finetune.group_by_length) == ((32, 48), True)
+
+
+def test_moved_fields_written_by_a_user_are_refused_naming_the_new_one():
+  for old, new in (("finetune.doc_stride", "qa.doc_stride"),
+                   ("data.length_buckets", "finetune.length_buckets"),
+                   ("data.group_by_length", "finetune.group_by_length")):
+    assert config_lib.unknown_field(old) == (
+        f"config field '{old}' is now '{new}' (docs/migration.md)")
+  assert "length_buckets" not in config_lib.default_config().data
 
 
 def test_a_checkpoint_recording_moved_fields_resumes_with_the_same_values(tmp_path):
   checkpoints = checkpoint_lib.Checkpoints(str(tmp_path / "checkpoints"), async_save=False)
-  stored = {checkpoint_lib.TRAINING: {"data": {}, "finetune": {"doc_stride": 64}}}
-  same = {checkpoint_lib.TRAINING: {"data": {}, "finetune": {}, "qa": {"doc_stride": 64}}}
+  stored = {checkpoint_lib.TRAINING: {"data": {"length_buckets": [32]},
+                                      "finetune": {"doc_stride": 64}}}
+  same = {checkpoint_lib.TRAINING: {"data": {}, "finetune": {"length_buckets": [32]},
+                                    "qa": {"doc_stride": 64}}}
   checkpoints._check_training(3, stored, same, allow_change=False)  # pylint: disable=protected-access
-  other = {checkpoint_lib.TRAINING: {"data": {}, "finetune": {}, "qa": {"doc_stride": 32}}}
+  other = {checkpoint_lib.TRAINING: {"data": {}, "finetune": {"length_buckets": [32]},
+                                     "qa": {"doc_stride": 32}}}
   with pytest.raises(checkpoint_lib.CheckpointError, match=r"qa\.doc_stride: checkpoint 64"):
     checkpoints._check_training(3, stored, other, allow_change=False)  # pylint: disable=protected-access
+  unbucketed = {checkpoint_lib.TRAINING: {"data": {}, "finetune": {}, "qa": {"doc_stride": 64}}}
+  with pytest.raises(checkpoint_lib.CheckpointError, match=r"finetune\.length_buckets"):
+    checkpoints._check_training(3, stored, unbucketed, allow_change=False)  # pylint: disable=protected-access
   checkpoints.close()
+
+
+def test_one_table_of_what_moved_answers_old_fields_config_files_and_modules(monkeypatch,
+                                                                            capsys):
+  """A row added to moved.MOVED is all it takes: the config refuses the old field and
+  reads it from older runs at its new place, the command line names an old config file's
+  successor, and importing an old module names the new one."""
+  field, config_file, module = "data.old_knob", "configs/old_tiny.py", "encoderx.old_module"
+  assert config_lib.unknown_field(field).startswith("unknown config field")
+  assert config_lib.migrate_fields({"data": {"old_knob": 3}}) == {"data": {"old_knob": 3}}
+  monkeypatch.setitem(moved.MOVED["field"], field, "finetune.new_knob")
+  monkeypatch.setitem(moved.MOVED["config"], config_file, "configs/old.py:tiny")
+  monkeypatch.setitem(moved.MOVED["module"], module, "encoderx.new_module")
+
+  assert config_lib.unknown_field(field) == (
+      "config field 'data.old_knob' is now 'finetune.new_knob' (docs/migration.md)")
+  assert config_lib.migrate_fields({"data": {"old_knob": 3}}) == {
+      "data": {}, "finetune": {"new_knob": 3}}
+  with pytest.raises(SystemExit) as stopped:
+    cli.parse_flags(["train", f"--config=elsewhere/{config_file}:x"])
+  assert stopped.value.code == 2
+  assert capsys.readouterr().err.startswith(
+      f"encoderx: error: elsewhere/{config_file} is now elsewhere/configs/old.py:tiny (")
+  with pytest.raises(ModuleNotFoundError, match=r"^encoderx\.old_module is now "
+                     r"encoderx\.new_module \(see docs/migration\.md\)$"):
+    importlib.import_module(module)
 
 
 def test_moved_modules_stop_with_one_line_naming_the_new_one(tmp_path):

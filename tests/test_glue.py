@@ -228,7 +228,7 @@ def _by_hand(variant, data, seed, recipe, steps, workdir, tiny_bert):
   config.optimizer.eps = recipe.adam_eps
   config.train.steps, config.train.batch_size, config.train.seed = (
       steps, recipe.batch_sizes[0], seed)
-  config.data.length_buckets = recipe.length_buckets
+  config.finetune.length_buckets = recipe.length_buckets
   config.eval.every_steps, config.eval.batch_size = 0, recipe.eval_batch_size
   return train.run(config, str(workdir), show_progress=False, devices=ONE_DEVICE)["eval"]
 

@@ -1,4 +1,4 @@
-"""Fine-tuning batches cut to a few bucket lengths (data.length_buckets).
+"""Fine-tuning batches cut to a few bucket lengths (finetune.length_buckets).
 
     length = buckets.bucket_length(batch, (16, 32, 64), seq_length=128)
     batch = buckets.trim(batch, length, seq_length=128)

@@ -1,8 +1,9 @@
 """config.data: where a run's examples come from, how they are built, and its vocabulary.
 
 The fields every method reads are checked here (`validate`); a method checks the ones
-only it reads (the pretraining corpus: methods/pretrain.py; labelled files: the
-fine-tuning methods).
+only it reads (the pretraining corpus: methods/pretrain.py). What only fine-tuning reads,
+its labelled files and its batching (length buckets), is config.finetune
+(methods/finetune.py).
 """
 from __future__ import annotations
 
@@ -68,15 +69,6 @@ def config_section() -> ml_collections.ConfigDict:
       # documents: almost no padding).
       packing="greedy",
       seq_length=128,
-      # Fine-tuning: each batch cut to the shortest of these lengths that holds its
-      # longest example (data.seq_length if none does), one compilation each; the loss
-      # is that of the uncut batch (encoderx/data/buckets.py). (): every batch at
-      # seq_length.
-      length_buckets=(),
-      # With length_buckets: each training batch drawn from examples of one bucket
-      # (encoderx/data/pipeline.py, BatchIterator), so that most padding is cut; the
-      # batches then differ from those without it.
-      group_by_length=False,
       short_seq_prob=0.1,
       # Documents kept to draw random segments from (NSP); for XLNet's streams, the
       # documents of one document set (the memory restarts with each).
@@ -109,13 +101,6 @@ def validate(data) -> None:
   if data.seq_length < 8:
     errors.fail("data.seq_length", f"{data.seq_length} is too short for [CLS] A [SEP] B "
                 "[SEP].")
-  for length in data.length_buckets:
-    if not 8 <= length <= data.seq_length:
-      errors.fail("data.length_buckets", f"{length} is not in [8, data.seq_length="
-                  f"{data.seq_length}].")
-  if data.group_by_length and not data.length_buckets:
-    errors.fail("data.group_by_length", "needs data.length_buckets (the buckets to group "
-                "by).")
   errors.check_choice("data.vocab.kind", data.vocab.kind, VOCAB_KINDS)
   errors.check_choice("data.process_split", data.process_split, ("shards", "rows"))
   errors.check_choice("data.packing", data.packing, packing.PACKINGS)

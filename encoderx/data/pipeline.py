@@ -95,7 +95,7 @@ class BatchIterator:
 
   `shard_info` picks this process's part of the examples on multi-host runs, where each
   process loads `batch_size` = global batch / process count. `group_lengths` (fine-tuning's
-  data.length_buckets with data.group_by_length): each batch drawn from examples of one
+  finetune.length_buckets with finetune.group_by_length): each batch drawn from examples of one
   bucket (tf.data's bucket_by_sequence_length: a window per bucket, a batch leaving when
   its bucket has `batch_size` examples; the bucket of an example is the shortest that
   holds its `segment_ids` > 0, the last one everything longer), so that cutting it
@@ -257,7 +257,7 @@ def batch_iterator(task: seqio.Task, split: str, seq_length: int, batch_size: in
   Tasks, a BatchIterator otherwise. Both have `position`, `close()` and are iterators.
   `group_lengths`: batches of examples of one length bucket (BatchIterator)."""
   if group_lengths and is_streamed(task):
-    raise errors.ConfigError("data.group_by_length: streamed examples are batched in "
+    raise errors.ConfigError("finetune.group_by_length: streamed examples are batched in "
                              "their stream's order; set it to False.")
   if is_streamed(task):
     process_index, process_count = _process(shard_info)

@@ -107,7 +107,7 @@ class Method(abc.ABC):
   # objective): a run resumed with any of their fields changed is refused unless
   # --allow_config_change (the checkpoint records them, see Trainer.describe).
   config_sections: ClassVar[tuple[str, ...]] = ("data",)
-  # True when the method's batches may be cut to data.length_buckets (their padding is
+  # True when the method's batches may be cut to finetune.length_buckets (their padding is
   # masked everywhere: encoderx/data/buckets.py).
   cuts_to_buckets: ClassVar[bool] = False
 

@@ -32,7 +32,7 @@ SPLIT_FILES = {"train": "train_file", "validation": "dev_file"}
 
 def _joined(arrays: list[np.ndarray]) -> np.ndarray:
   """Batches' outputs joined along the batch. Per-token outputs of batches cut to
-  different length buckets (data.length_buckets) are padded back to the longest with a
+  different length buckets (finetune.length_buckets) are padded back to the longest with a
   value nothing reads as a token's: -1 for integers (no word), -inf for scores (never an
   answer); the cut columns were padding."""
   if arrays[0].ndim < 2 or len({a.shape[1] for a in arrays}) == 1:
@@ -82,6 +82,15 @@ def config_section() -> ml_collections.ConfigDict:
       # head; simcse embeds by "first_token" or "mean" (of the tokens' outputs).
       pooling="pooler",
       classifier_dropout=0.1,
+      # Each batch (training and evaluation) cut to the shortest of these lengths that
+      # holds its longest example (data.seq_length if none does), one compilation each;
+      # the loss is that of the uncut batch (encoderx/data/buckets.py). (): every batch
+      # at data.seq_length.
+      length_buckets=(),
+      # With length_buckets: each training batch drawn from examples of one bucket
+      # (encoderx/data/pipeline.py, BatchIterator), so that most padding is cut; the
+      # batches then differ from those without it.
+      group_by_length=False,
   ))
 
 
@@ -145,6 +154,13 @@ class FineTuning(method_lib.Method):
     if config.train.long_fraction:
       fail("train.long_fraction", "fine-tuning runs at one length (data.seq_length); "
            "set it to 0.")
+    for length in finetune.length_buckets:
+      if not 8 <= length <= config.data.seq_length:
+        fail("finetune.length_buckets", f"{length} is not in [8, data.seq_length="
+             f"{config.data.seq_length}].")
+    if finetune.group_by_length and not finetune.length_buckets:
+      fail("finetune.group_by_length", "needs finetune.length_buckets (the buckets to "
+           "group by).")
     if config.eval.best_metric:
       errors.check_choice("eval.best_metric", config.eval.best_metric, cls.METRICS)
 

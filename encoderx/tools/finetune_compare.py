@@ -16,7 +16,7 @@ but for the budget: the same steps and batch size, and texts cut at the same len
 file: accuracy (scikit-learn). Printed and written: each seed's accuracy, the median and
 the spread, and each side's time end to end (encoderx's includes compiling its steps).
 The two see different batch orders and head initializations: the seeds say how far apart
-runs of one side fall. --length_buckets sets encoderx's data.length_buckets (each batch
+runs of one side fall. --length_buckets sets encoderx's finetune.length_buckets (each batch
 cut to the shortest bucket holding its longest text, as Hugging Face pads each batch to
 its longest).
 """
@@ -42,7 +42,7 @@ def encoderx_accuracy(init_from: str, data: str, seed: int, steps: int,
                       length_buckets: tuple[int, ...] = ()) -> float:
   """Dev accuracy of configs/finetune.py:classify (its warmup kept at 10% of `steps`)."""
   config = configs.get(f"finetune:classify,data={data}")
-  config.init_from, config.data.length_buckets = init_from, length_buckets
+  config.init_from, config.finetune.length_buckets = init_from, length_buckets
   config.train.seed, config.train.steps = seed, steps
   config.optimizer.warmup_steps = steps // 10
   config.eval.every_steps, config.eval.best_metric = 0, ""  # the final model, as HF's
@@ -119,7 +119,7 @@ if __name__ == "__main__":
   flags.DEFINE_string("seeds", "0,1,2", "Comma-separated seeds.")
   flags.DEFINE_integer("steps", 0, "Steps of both (default: the classify recipe's).")
   flags.DEFINE_string("output", "", "Where to write the figures as JSON.")
-  flags.DEFINE_string("length_buckets", "", "encoderx's data.length_buckets, e.g. 32,48.")
+  flags.DEFINE_string("length_buckets", "", "encoderx's finetune.length_buckets, e.g. 32,48.")
   flags.mark_flags_as_required(["init_from", "data"])
   app.run(main)
   sys.exit(0)

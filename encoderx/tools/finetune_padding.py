@@ -7,9 +7,9 @@ pipeline's training batches, nothing timed.
 
 The first --batches training batches of configs/finetune.py:VARIANT,data=DIR (its length
 and batch size, --init_from's vocabulary) are counted four ways: every row at
-data.seq_length; cut to --buckets (data.length_buckets); padded to each batch's longest
+data.seq_length; cut to --buckets (finetune.length_buckets); padded to each batch's longest
 (Hugging Face's DataCollatorWithPadding); and drawn grouped by length
-(data.group_by_length) and cut. Printed: the tokens computed and the share of padding.
+(finetune.group_by_length) and cut. Printed: the tokens computed and the share of padding.
 """
 from __future__ import annotations
 
@@ -62,6 +62,6 @@ if __name__ == "__main__":
   flags.DEFINE_string("data", None, "The variant's data directory (train.tsv, dev.tsv).")
   flags.DEFINE_string("variant", "classify", "A variant of configs/finetune.py.")
   flags.DEFINE_integer("batches", 100, "Training batches counted.")
-  flags.DEFINE_string("buckets", "16,24,32,40,48,56", "data.length_buckets.")
+  flags.DEFINE_string("buckets", "16,24,32,40,48,56", "finetune.length_buckets.")
   flags.mark_flags_as_required(["init_from", "data"])
   app.run(main)

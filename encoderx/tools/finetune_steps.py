@@ -13,7 +13,7 @@ batch 32 at length 64 (the first word piece of each word labelled; texts cut at 
 - Steps: the first WARMUP_STEPS + --steps training batches of the case's pipeline (the
   method's own, shuffled as training draws them), each timed three ways, interleaved
   step by step: encoderx's train step on the batch cut to LENGTH_BUCKETS
-  (data.length_buckets: the shortest of 16, 32, 48 that holds its longest text, 64 when
+  (finetune.length_buckets: the shortest of 16, 32, 48 that holds its longest text, 64 when
   none does; one compiled step each, all compiled before timing); encoderx's step on the
   batch as it was before length buckets (every row at 64); and PyTorch's, the method's
   adapter (torch_adapters.py: BertForTokenClassification, BertForSequenceClassification;
@@ -82,7 +82,7 @@ def case_config(case: str, init_from: str, corpora: str, batch_size: int = BATCH
   config = configs.get(f"finetune:{variant},data={directory}")
   config.init_from = init_from
   config.data.seq_length, config.train.batch_size = SEQ_LENGTH, batch_size
-  config.data.length_buckets = LENGTH_BUCKETS
+  config.finetune.length_buckets = LENGTH_BUCKETS
   return initialize.resolve_config(config)
 
 
@@ -95,7 +95,7 @@ def measure_steps(case: str, config, steps: int, warmup: int = WARMUP_STEPS) -> 
   """The case's step row (see the module doc)."""
   from encoderx.methods import registry  # pylint: disable=g-import-not-at-top
   unbucketed = config.copy_and_resolve_references()
-  unbucketed.data.length_buckets = ()
+  unbucketed.finetune.length_buckets = ()
   task = registry.build(unbucketed).task()
   batches = pipeline.take_batches(task, "train", SEQ_LENGTH, config.train.batch_size,
                                   warmup + steps, seed=config.train.seed)

@@ -96,8 +96,8 @@ def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, state,
   if not config.eval.batches:  # each process's shard has its own number of batches
     batches = _padded_to_every_process(batches, lambda: next(pipeline.whole_split(
         task, "validation", phase.seq_length, batch_size, config.train.seed)))
-  # Cut to data.length_buckets after the padding to every process (one process only).
-  batches = (buckets.cut(batch, config.data.length_buckets, phase.seq_length)
+  # Cut to finetune.length_buckets after the padding to every process (one process only).
+  batches = (buckets.cut(batch, config.finetune.length_buckets, phase.seq_length)
              for batch in batches)
   evaluate_step = trainer.evaluate_step(phase.index)
   key = jax.random.key(config.train.seed + 1)
@@ -152,9 +152,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
     with distributed.agreement(USER_ERRORS):
       config = initialize.resolve_config(config)
       trainer = trainer_lib.Trainer(config, devices=devices)
-      if config.data.length_buckets and jax.process_count() > 1:
+      if config.finetune.length_buckets and jax.process_count() > 1:
         # Each process would cut its own rows to its own length.
-        errors.fail("data.length_buckets", "cuts the batches of one process only; this run "
+        errors.fail("finetune.length_buckets", "cuts the batches of one process only; this run "
                     f"has {jax.process_count()}.", "Set it to ().")
       checkpoint_dir = os.path.join(str(files_lib.path(workdir)), "checkpoints")
       if (resume and not allow_fresh_start
@@ -260,15 +260,15 @@ def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume
               batches = pipeline.batch_iterator(
                   task, "train", phase.seq_length, _local_batch_size(config, unit),
                   seed=config.train.seed + 1000 * stream, shard_info=_shard_info(config),
-                  position=start, group_lengths=config.data.length_buckets
-                  if config.data.group_by_length else ())
+                  position=start, group_lengths=config.finetune.length_buckets
+                  if config.finetune.group_by_length else ())
               feed = itertools.chain([next(batches)], batches)
           train_steps = {}  # by the batch's shapes: one, or one per length bucket
           meter = progress.Meter(phase.batch_size * phase.seq_length)
           while step < phase.end and not stop.stopping:
             batch = _device_batch(trainer, buckets.cut(
                 _joined([next(feed) for _ in range(phase.batch_size // unit)]),
-                config.data.length_buckets, phase.seq_length))
+                config.finetune.length_buckets, phase.seq_length))
             shapes = buckets.shapes(batch)
             if shapes not in train_steps:  # compiled ahead of time, its cost logged
               train_steps[shapes], cost = trainer.compile_train_step(state, batch,
