@@ -108,7 +108,7 @@ def test_preprocessing_never_overwrites_and_continues_where_it_stopped(written, 
   for unit in units[:-1]:
     os.link(os.path.join(directory, unit.file), output / unit.file)
   (output / preprocess.PLAN).write_text(json.dumps(
-      {**preprocess._description(config, 2), "lengths": [64]}))  # pylint: disable=protected-access
+      {**preprocess.writer._description(config, 2), "lengths": [64]}))  # pylint: disable=protected-access
   with pytest.raises(Exception, match="unfinished preprocessing of another config"):
     preprocess.run(config, str(output), copies=1, workers=1, show_progress=False)
   manifest = preprocess.run(config, str(output), copies=2, workers=1, show_progress=False)
