@@ -1,14 +1,18 @@
 """Where a run's first parameters come from.
 
-Weights enter a run three ways: fresh initialization; `--resume` (the whole state of the
-same run, encoderx/checkpoint.py); and `--init_from` (`config.init_from`), parameters
-only, from
+Weights enter a run three ways: fresh initialization; resuming (the whole state of the
+same run, encoderx/checkpoint.py); and `config.init_from` (the train command's
+--init_from), parameters only, from
 
     RUN_DIR or RUN_DIR/checkpoints/STEP   another encoderx run (its latest checkpoint, or
                                           that step)
     hf:HF_DIR                             a Hugging Face model directory (config.json,
                                           model.safetensors or pytorch_model.bin, and the
                                           tokenizer's files)
+
+`resolve(config)` reads the source once and returns what the run takes from it
+(`InitSource`): the config with the source's encoder fields and vocabulary, and the
+source, whose weights `initial_state` loads into the run's first state.
 
 The source decides the architecture: the run takes its encoder's fields (config.model,
 but for dropout, dtypes, scan and remat, which stay the run's, and for a rotary source
@@ -60,12 +64,13 @@ ENCODER_SCOPES = (("encoder_model", "embeddings"), ("encoder_model", "encoder"))
 
 
 class InitError(errors.UserError, ValueError):
-  """An --init_from source that cannot be read, or whose weights do not fit the run."""
+  """An init_from source that cannot be read, or whose weights do not fit the run."""
+  argument = "init_from"
 
 
 @dataclasses.dataclass
 class Source:
-  """Where --init_from points: its architecture, vocabulary and parameters."""
+  """Where init_from points: its architecture, vocabulary and parameters."""
   name: str
   model: dict  # config.model fields
   vocab: dict  # config.data.vocab fields
@@ -74,6 +79,104 @@ class Source:
   notes: tuple[str, ...] = ()
   # (the run's abstract optimizer state, with shardings) -> the source's (a run only)
   load_optimizer_state: callable = None
+
+
+@dataclasses.dataclass(frozen=True)
+class InitSource:
+  """What a run takes from config.init_from (`resolve`): the run's config with the
+  source's encoder fields and vocabulary, and the source whose weights the first state
+  loads (None: a fresh start)."""
+  config: ml_collections.ConfigDict
+  source: Source | None
+
+
+def resolve(config: ml_collections.ConfigDict) -> InitSource:
+  """What the run of `config` takes from config.init_from, in one pass: the source opened
+  (its config, vocabulary and where its weights are; nothing loaded yet) and checked
+  against the config, and the config with the source's encoder fields and vocabulary.
+  A fresh start (no init_from) takes nothing."""
+  if not config.init_from:
+    return InitSource(config, None)
+  source = open_source(config.init_from)
+  _check_vocabulary(config, source)
+  return InitSource(_with_source_fields(config, source), source)
+
+
+def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The config with config.init_from's encoder fields and vocabulary (unchanged when
+  it starts fresh): `resolve(config).config`."""
+  return resolve(config).config
+
+
+def open_source(spec: str) -> Source:
+  if spec.startswith(HF_PREFIX):
+    return _hf_source(spec.removeprefix(HF_PREFIX))
+  return _run_source(spec)
+
+
+def _run_source(path: str) -> Source:
+  given = files_lib.path(path)
+  path = str(given)
+  if not given.exists():
+    raise InitError(f"'{path}' does not exist.")
+  step = None
+  if given.joinpath("config.json").is_file():
+    workdir = path
+  elif given.name.isdigit() and given.parent.name == "checkpoints":
+    workdir, step = str(given.parent.parent), int(given.name)
+  else:
+    raise InitError(
+        f"'{path}' is neither a run's work directory (with config.json) nor "
+        "one of its checkpoints (WORKDIR/checkpoints/STEP); a Hugging Face model "
+        f"directory is given as {HF_PREFIX}DIR.")
+  config = run_config(os.path.join(workdir, "config.json"))
+
+  def load_params():
+    source_method = method_registry.build(config)
+    _, params = run_weights(workdir, step, config, source_method)
+    params = _unscanned(source_method.transferable_params(params), dict(config.model))
+    return embeddings.resize_vocabulary(params, source_method.model_config.vocab_size)
+
+  def load_optimizer_state(abstract_opt_state):
+    try:
+      return restore_state(workdir, step, {"opt_state": abstract_opt_state})[1]["opt_state"]
+    except (ValueError, KeyError, TypeError) as error:
+      raise InitError(
+          f"the optimizer state of {workdir} does not fit this run's "
+          f"(init_from_optimizer needs the same method, model, heads, scan layout, "
+          f"optimizer and train.ema_decay): {' '.join(str(error).split())[:300]}") from None
+
+  return Source(name=workdir, model=dict(config.model), vocab=dict(config.data.vocab),
+                load_params=load_params, load_optimizer_state=load_optimizer_state)
+
+
+def _hf_source(path: str) -> Source:
+  name = str(files_lib.path(path))
+  if not files_lib.path(name).is_dir():
+    raise InitError(f"'{name}' is not a directory.")
+  directory = files_lib.local_copy(name)  # safetensors and torch read local files only
+  try:
+    family, fields = hf_directory.read_config(directory)
+    vocab = hf_directory.vocab_fields(directory, family)
+    vocab["path"] = vocab["path"].replace(directory, name, 1)  # the run reads `name`
+  except hf_directory.HfDirectoryError as error:
+    raise InitError(str(error)) from None
+
+  def load_params():
+    model_config = common.ModelConfig.from_config(
+        {**dataclasses.asdict(common.ModelConfig()), **fields})
+    try:
+      params, unused = hf_directory.convert(hf_directory.read_state_dict(directory),
+                                            model_config, family,
+                                            hf_directory.architecture(directory))
+    except hf_directory.HfDirectoryError as error:
+      raise InitError(str(error)) from None
+    if unused:
+      logger.info("init_from: Hugging Face weights with no use here: %s", ", ".join(unused))
+    return params
+
+  return Source(name=f"{HF_PREFIX}{name} ({family})", model=fields, vocab=vocab,
+                load_params=load_params)
 
 
 def run_config(path: str) -> ml_collections.ConfigDict:
@@ -97,48 +200,6 @@ def run_config(path: str) -> ml_collections.ConfigDict:
   return config
 
 
-def _unscanned(params, model_fields: dict):
-  if model_fields.get("scan_layers"):
-    return encoder.unstack_layers(params, model_fields["num_layers"])
-  return params
-
-
-def _run_source(path: str) -> Source:
-  given = files_lib.path(path)
-  path = str(given)
-  if not given.exists():
-    raise InitError(f"--init_from: '{path}' does not exist.")
-  step = None
-  if given.joinpath("config.json").is_file():
-    workdir = path
-  elif given.name.isdigit() and given.parent.name == "checkpoints":
-    workdir, step = str(given.parent.parent), int(given.name)
-  else:
-    raise InitError(
-        f"--init_from: '{path}' is neither a run's work directory (with config.json) nor "
-        "one of its checkpoints (WORKDIR/checkpoints/STEP); a Hugging Face model "
-        f"directory is given as {HF_PREFIX}DIR.")
-  config = run_config(os.path.join(workdir, "config.json"))
-
-  def load_params():
-    source_method = method_registry.build(config)
-    _, params = run_weights(workdir, step, config, source_method)
-    params = _unscanned(source_method.transferable_params(params), dict(config.model))
-    return embeddings.resize_vocabulary(params, source_method.model_config.vocab_size)
-
-  def load_optimizer_state(abstract_opt_state):
-    try:
-      return restore_state(workdir, step, {"opt_state": abstract_opt_state})[1]["opt_state"]
-    except (ValueError, KeyError, TypeError) as error:
-      raise InitError(
-          f"--init_from: the optimizer state of {workdir} does not fit this run's "
-          f"(init_from_optimizer needs the same method, model, heads, scan layout, "
-          f"optimizer and train.ema_decay): {' '.join(str(error).split())[:300]}") from None
-
-  return Source(name=workdir, model=dict(config.model), vocab=dict(config.data.vocab),
-                load_params=load_params, load_optimizer_state=load_optimizer_state)
-
-
 def restore_state(workdir: str, step: int | None, item: dict) -> tuple[int, dict]:
   """(the step, the parts of that checkpoint's train state that `item` names: a tree of
   ShapeDtypeStructs with shardings) of the run in `workdir`; step None: its latest.
@@ -149,7 +210,7 @@ def restore_state(workdir: str, step: int | None, item: dict) -> tuple[int, dict
   try:
     chosen = step if step is not None else manager.latest_step()
     if chosen is None or chosen not in manager.all_steps():
-      raise InitError(f"--init_from: {checkpoints} holds no checkpoint"
+      raise InitError(f"{checkpoints} holds no checkpoint"
                       + (f" of step {step}." if step is not None else "."))
     restored = manager.restore(chosen, args=ocp.args.Composite(
         state=ocp.args.PyTreeRestore(
@@ -189,48 +250,31 @@ def _groups(params: dict, groups: tuple[str, ...] | None) -> dict:
   return params if groups is None else {k: v for k, v in params.items() if k in groups}
 
 
-def _hf_source(path: str) -> Source:
-  name = str(files_lib.path(path))
-  if not files_lib.path(name).is_dir():
-    raise InitError(f"--init_from: '{name}' is not a directory.")
-  directory = files_lib.local_copy(name)  # safetensors and torch read local files only
-  try:
-    family, fields = hf_directory.read_config(directory)
-    vocab = hf_directory.vocab_fields(directory, family)
-    vocab["path"] = vocab["path"].replace(directory, name, 1)  # the run reads `name`
-  except hf_directory.HfDirectoryError as error:
-    raise InitError(f"--init_from: {error}") from None
-
-  def load_params():
-    model_config = common.ModelConfig.from_config(
-        {**dataclasses.asdict(common.ModelConfig()), **fields})
-    try:
-      params, unused = hf_directory.convert(hf_directory.read_state_dict(directory),
-                                            model_config, family,
-                                            hf_directory.architecture(directory))
-    except hf_directory.HfDirectoryError as error:
-      raise InitError(f"--init_from: {error}") from None
-    if unused:
-      logger.info("init_from: Hugging Face weights with no use here: %s", ", ".join(unused))
-    return params
-
-  return Source(name=f"{HF_PREFIX}{name} ({family})", model=fields, vocab=vocab,
-                load_params=load_params)
+def _unscanned(params, model_fields: dict):
+  if model_fields.get("scan_layers"):
+    return encoder.unstack_layers(params, model_fields["num_layers"])
+  return params
 
 
-def open_source(spec: str) -> Source:
-  if spec.startswith(HF_PREFIX):
-    return _hf_source(spec.removeprefix(HF_PREFIX))
-  return _run_source(spec)
+def _check_vocabulary(config, source: Source) -> None:
+  """A config that names its vocabulary's layout (data.vocab.layout: ModernBERT's,
+  EuroBERT's, DeBERTa's) pretrains its family: a source with another vocabulary is a
+  model of another family, refused in one line rather than trained under this config's
+  choices (fine-tuning configs name none and take any family)."""
+  layout = config.data.vocab.get("layout", "")
+  theirs = (source.vocab["kind"], data_fields.vocab_layout(source.vocab))
+  if layout and theirs != (config.data.vocab.kind, layout):
+    raise InitError(
+        f"{source.name} is a {source.model.get('family', '?')} model (a "
+        f"{theirs[0]} vocabulary, layout {theirs[1] or '-'!r}); this config "
+        f"(model.family={config.model.family!r}) trains {config.data.vocab.kind} "
+        f"vocabularies of the {layout!r} layout: start from a {config.model.family} model "
+        f"or use configs/{source.model.get('family', 'bert').split('-')[0]}.py.")
 
 
-def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """The config with config.init_from's encoder fields and vocabulary (unchanged when
-  it starts fresh)."""
-  if not config.init_from:
-    return config
-  source = open_source(config.init_from)
-  _check_vocabulary(config, source)
+def _with_source_fields(config, source: Source) -> ml_collections.ConfigDict:
+  """A copy of `config` with the source's encoder fields (but RUN_MODEL_FIELDS, and a
+  rotary run's ROTARY_RUN_FIELDS) and its vocabulary."""
   resolved = config.copy_and_resolve_references()
   changed = []
   # A rotary run from a rotary source keeps its own thetas and length (a context
@@ -250,24 +294,29 @@ def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
   return resolved
 
 
-def _check_vocabulary(config, source: Source) -> None:
-  """A config that names its vocabulary's layout (data.vocab.layout: ModernBERT's,
-  EuroBERT's, DeBERTa's) pretrains its family: a source with another vocabulary is a
-  model of another family, refused in one line rather than trained under this config's
-  choices (fine-tuning configs name none and take any family)."""
-  layout = config.data.vocab.get("layout", "")
-  theirs = (source.vocab["kind"], data_fields.vocab_layout(source.vocab))
-  if layout and theirs != (config.data.vocab.kind, layout):
-    raise InitError(
-        f"--init_from: {source.name} is a {source.model.get('family', '?')} model (a "
-        f"{theirs[0]} vocabulary, layout {theirs[1] or '-'!r}); this config "
-        f"(model.family={config.model.family!r}) trains {config.data.vocab.kind} "
-        f"vocabularies of the {layout!r} layout: start from a {config.model.family} model "
-        f"or use configs/{source.model.get('family', 'bert').split('-')[0]}.py.")
-
-
-def _is_encoder(path: tuple[str, ...]) -> bool:
-  return any(path[:len(scope)] == scope for scope in ENCODER_SCOPES)
+def initial_state(trainer, init: InitSource | None = None):
+  """A fresh train state of `trainer` (built from `init.config`): initialized, or with the
+  parameters of `init.source` (default: `resolve(trainer.config)`)."""
+  config = trainer.config
+  source = (init or resolve(config)).source
+  if source is None:
+    return trainer.init_state()
+  fresh = jax.device_get(trainer.init_params())
+  method = trainer.method
+  run_params = _unscanned(method.transferable_params(fresh), dict(config.model))
+  source_params = embeddings.resize_vocabulary(source.load_params(),
+                                               method.model_config.padded_vocab_size)
+  merged, report = merge(run_params, source_params)
+  if config.model.scan_layers:
+    merged = encoder.stack_layers(merged)
+  logger.info("init_from %s: %s", source.name, report.summary())
+  state = trainer.init_state(method.with_transferable_params(fresh, merged))
+  if config.init_from_optimizer:
+    opt_state = source.load_optimizer_state(trainer.abstract_state_with_shardings().opt_state)
+    # The moments (and their update counts) carry on; the schedule starts over.
+    state = state.replace(opt_state=optim.reset_schedules(opt_state))
+    logger.info("init_from %s: its optimizer state too (the schedule restarts)", source.name)
+  return state
 
 
 @dataclasses.dataclass
@@ -309,30 +358,10 @@ def merge(run_params, source_params) -> tuple[dict, MergeReport]:
     if _is_encoder(path):
       problems.append(f"unexpected {name}")
   if problems:
-    raise InitError("--init_from: the source's encoder does not fit this run's: "
+    raise InitError("the source's encoder does not fit this run's: "
                     + "; ".join(sorted(problems)))
   return flax.traverse_util.unflatten_dict(merged), report
 
 
-def initial_state(trainer):
-  """A fresh train state: initialized, or with config.init_from's parameters."""
-  config = trainer.config
-  if not config.init_from:
-    return trainer.init_state()
-  source = open_source(config.init_from)
-  fresh = jax.device_get(trainer.init_params())
-  method = trainer.method
-  run_params = _unscanned(method.transferable_params(fresh), dict(config.model))
-  source_params = embeddings.resize_vocabulary(source.load_params(),
-                                               method.model_config.padded_vocab_size)
-  merged, report = merge(run_params, source_params)
-  if config.model.scan_layers:
-    merged = encoder.stack_layers(merged)
-  logger.info("init_from %s: %s", source.name, report.summary())
-  state = trainer.init_state(method.with_transferable_params(fresh, merged))
-  if config.init_from_optimizer:
-    opt_state = source.load_optimizer_state(trainer.abstract_state_with_shardings().opt_state)
-    # The moments (and their update counts) carry on; the schedule starts over.
-    state = state.replace(opt_state=optim.reset_schedules(opt_state))
-    logger.info("init_from %s: its optimizer state too (the schedule restarts)", source.name)
-  return state
+def _is_encoder(path: tuple[str, ...]) -> bool:
+  return any(path[:len(scope)] == scope for scope in ENCODER_SCOPES)

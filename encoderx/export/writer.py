@@ -70,7 +70,7 @@ def _load_run(workdir: str, step: int | None) -> _Run:
   try:
     params = initialize.open_source(source).load_params()
   except initialize.InitError as error:
-    raise ExportError(str(error).replace("--init_from", "export")) from None
+    raise ExportError(str(error)) from None
   config = initialize.run_config(os.path.join(workdir, "config.json"))
   method = method_registry.build(config)
   model_config = dataclasses.replace(method.model_config, scan_layers=False)
