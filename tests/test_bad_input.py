@@ -88,11 +88,12 @@ def test_unusable_work_directories_fail_before_compiling(tiny_config, tmp_path,
   a_file = tmp_path / "a_file"
   a_file.write_text("not a directory")
   with pytest.raises(workdir_lib.WorkdirError,
-                     match=rf"--workdir '{a_file}' is a file, not a directory"):
+                     match=rf"^'{a_file}' is a file, not a directory") as refused:
     _run(tiny_config(), a_file)
+  assert refused.value.argument == "workdir"  # the command line's --workdir
   assert a_file.read_text() == "not a directory"
   with pytest.raises(workdir_lib.WorkdirError,
-                     match=rf"--workdir '{read_only_directory / 'run'}' is not writable "
+                     match=rf"^'{read_only_directory / 'run'}' is not writable "
                            r"\((Read-only file system|Permission denied)\)"):
     _run(tiny_config(), read_only_directory / "run")
 

@@ -40,8 +40,8 @@ class AverageError(errors.UserError, ValueError):
 def _steps(workdir: str) -> list[int]:
   directory = os.path.join(workdir, "checkpoints")
   if not checkpoint_lib.has_checkpoints(directory):
-    raise AverageError(f"--runs: '{workdir}' holds no checkpoint (is it a run's work "
-                       "directory?).")
+    raise AverageError(f"'{workdir}' holds no checkpoint (is it a run's work "
+                       "directory?).", argument="runs")
   manager = ocp.CheckpointManager(directory, item_names=("state",),
                                   options=ocp.CheckpointManagerOptions(read_only=True))
   try:
@@ -55,22 +55,24 @@ def chosen_checkpoints(runs: list[str], last: int = 0, steps: tuple[int, ...] = 
   """(run, step) of every checkpoint to average: `steps` of each run, or each run's
   `last` newest (default: 1, the latest)."""
   if last and steps:
-    raise AverageError("give --last or --steps, not both.")
+    raise AverageError(f"steps {', '.join(map(str, steps))} and the last {last} checkpoints "
+                       "exclude each other: give one of the two.", argument="steps")
   chosen = []
   for run in runs:
     available = _steps(run)
     if steps:
       missing = sorted(set(steps) - set(available))
       if missing:
-        raise AverageError(f"--steps: {run} has no checkpoint of step "
+        raise AverageError(f"{run} has no checkpoint of step "
                            f"{', '.join(map(str, missing))} (it has "
-                           f"{', '.join(map(str, available))}).")
+                           f"{', '.join(map(str, available))}).", argument="steps")
       chosen += [(run, step) for step in steps]
     else:
       count = last or 1
       if count > len(available):
-        raise AverageError(f"--last={count}: {run} holds {len(available)} checkpoints "
-                           f"({', '.join(map(str, available))}).")
+        raise AverageError(f"{run} holds {len(available)} checkpoints "
+                           f"({', '.join(map(str, available))}), fewer than the last "
+                           f"{count} to average.", argument="last")
       chosen += [(run, step) for step in available[-count:]]
   return chosen
 
@@ -115,8 +117,8 @@ def mean_weights(checkpoints: list[tuple[str, int]]):
 def _output_directory(output: str) -> str:
   directory = files_lib.path(output)
   if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-    raise AverageError(f"--output: '{directory}' exists and is not an empty directory; "
-                       "name a new one (nothing is overwritten).")
+    raise AverageError(f"'{directory}' exists and is not an empty directory; "
+                       "name a new one (nothing is overwritten).", argument="output")
   return str(directory)
 
 

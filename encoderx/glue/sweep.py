@@ -98,8 +98,8 @@ def parse_tasks(spec: str) -> list[str]:
   tasks = [t.strip().lower() for t in spec.split(",") if t.strip()]
   unknown = [t for t in tasks if t not in glue_data.TASKS]
   if unknown or not tasks:
-    raise GlueError(f"--tasks: {', '.join(map(repr, unknown)) or 'none given'}; GLUE's "
-                    f"tasks here: {','.join(glue_data.TASKS)}.")
+    raise GlueError(f"{', '.join(map(repr, unknown)) or 'no task given'}; GLUE's tasks "
+                    f"here: {','.join(glue_data.TASKS)}.", argument="tasks")
   return list(dict.fromkeys(tasks))
 
 
@@ -108,9 +108,10 @@ def parse_seeds(spec) -> list[int]:
   try:
     seeds = [int(str(s).strip()) for s in values if str(s).strip()]
   except ValueError:
-    raise GlueError(f"--seeds: {spec!r} is not a comma-separated list of integers.") from None
+    raise GlueError(f"{spec!r} is not a comma-separated list of integers.",
+                    argument="seeds") from None
   if not seeds:
-    raise GlueError("--seeds: give at least one seed.")
+    raise GlueError("give at least one seed.", argument="seeds")
   return list(dict.fromkeys(seeds))
 
 
@@ -184,8 +185,9 @@ def prepare_data(tasks: list[str], output: str, data_dir: str = "", use_tfds: bo
   """Reads every task's splits (all checked before anything trains) and writes them in
   the methods' form under OUTPUT/data/<task>/: {task: ({split: file}, training examples)}."""
   if bool(data_dir) == use_tfds:
-    raise GlueError("give the data: --data=DIR (GLUE's own layout: DIR/CoLA/train.tsv "
-                    "...) or --tfds (TFDS glue/<task>), one of the two.")
+    raise GlueError("give the data: a directory in GLUE's own layout (DIR/CoLA/train.tsv "
+                    "...) or TFDS's glue/<task>, one of the two.", argument="data",
+                    remedy="tfds")
   prepared = {}
   for name in tasks:
     task = glue_data.TASKS[name]
@@ -210,9 +212,9 @@ def _check_sweep(output: str, init_from: str, recipe) -> None:
     if before != described:
       changed = [k for k in ("init_from",) if before.get(k) != described[k]] + [
           f"recipe.{k}" for k in fields if before["recipe"].get(k) != described["recipe"][k]]
-      raise GlueError(f"--output {output} holds a sweep with other settings "
-                      f"({', '.join(changed)}); choose another --output, or repeat its "
-                      "settings to resume it.")
+      raise GlueError(f"{output} holds a sweep with other settings "
+                      f"({', '.join(changed)}); choose another output directory, or repeat "
+                      "its settings to resume it.", argument="output")
   else:
     files_lib.write_atomically(path, json.dumps(described, indent=2))
 
@@ -240,7 +242,7 @@ def _finished(run: Run, settings: dict) -> dict | None:
   result = json.loads(files_lib.read_text(path))
   if result["settings"] != settings:
     raise GlueError(f"{path} is of a run with other settings; delete it or choose another "
-                    "--output.")
+                    "output directory.", argument="output")
   return result
 
 
@@ -278,7 +280,8 @@ def sweep(init_from: str, output: str, recipe=None, tasks: list[str] | None = No
   tasks = parse_tasks(recipe.tasks) if tasks is None else parse_tasks(",".join(tasks))
   seeds = parse_seeds(recipe.seeds if seeds is None else seeds)
   if not init_from:
-    raise GlueError("--init_from: name the encoder (a run's work directory or hf:DIR).")
+    raise GlueError("name the encoder (a run's work directory or hf:DIR).",
+                    argument="init_from")
   initialize.open_source(init_from)  # a bad source fails before any data is read
   output = str(files_lib.path(output))
   prepared = prepare_data(tasks, output, data_dir, use_tfds, tfds_data_dir)

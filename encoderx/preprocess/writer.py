@@ -136,17 +136,17 @@ def _start(output: str, description: dict) -> None:
   unfinished run of the same."""
   if os.path.exists(os.path.join(output, preprocessed.MANIFEST)):
     raise errors.ConfigError(
-        f"flag --output: '{output}' already holds preprocessed examples (its "
-        f"{preprocessed.MANIFEST}); nothing was changed. Choose another directory.")
+        f"'{output}' already holds preprocessed examples (its {preprocessed.MANIFEST}); "
+        "nothing was changed. Choose another directory.", argument="output")
   os.makedirs(output, exist_ok=True)
   plan_path = os.path.join(output, PLAN)
   if os.path.exists(plan_path):
     with open(plan_path, encoding="utf-8") as handle:
       if json.load(handle) != json.loads(json.dumps(description)):
         raise errors.ConfigError(
-            f"flag --output: '{output}' holds an unfinished preprocessing of another "
-            "config or --copies; nothing was changed. Continue it with its own config, "
-            "or choose another directory.")
+            f"'{output}' holds an unfinished preprocessing of another config or number "
+            "of copies; nothing was changed. Continue it with its own config, or choose "
+            "another directory.", argument="output")
   else:
     files_lib.write_atomically(plan_path, json.dumps(description, indent=2))
 
@@ -184,19 +184,22 @@ def _write_unit(arguments) -> int:
 
 
 def _check_processes(config, processes: int) -> None:
-  """--processes: the process count of the training run (XLNet's rows per process)."""
+  """`processes`: the process count of the training run (XLNet's rows per process)."""
   if processes == 1:
     return
   if not tasks.builds_streams(config):
-    errors.fail("--processes", f"is {processes}, but only XLNet's row streams depend "
-                    "on the processes that read them; these examples serve any number.",
-                    "Leave it out.")
+    raise errors.ConfigError(
+        f"{processes} processes, but only XLNet's row streams depend on the processes "
+        "that read them; these examples serve any number. Leave it at 1.",
+        argument="processes")
   batch, bi_data = config.train.batch_size, config.objective.plm.bi_data
   if processes < 1 or batch % processes or (bi_data and batch // processes % 2):
-    errors.fail("--processes", f"{processes} does not split train.batch_size={batch} "
-                    f"into {'an even' if bi_data else 'a whole'} number of rows per process"
-                    + (" (bi_data reads half of them backwards)." if bi_data else "."),
-                    "Give the process count of the run that will train on the examples.")
+    raise errors.ConfigError(
+        f"{processes} processes do not split train.batch_size={batch} into "
+        f"{'an even' if bi_data else 'a whole'} number of rows per process"
+        + (" (bi_data reads half of them backwards)." if bi_data else ".")
+        + " Give the process count of the run that will train on the examples.",
+        argument="processes")
 
 
 def run(config: ml_collections.ConfigDict, output: str, copies: int = 1,
@@ -207,7 +210,7 @@ def run(config: ml_collections.ConfigDict, output: str, copies: int = 1,
   from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
   config = config_lib.validate(config)
   if copies < 1:
-    errors.fail("--copies", f"must be at least 1, got {copies}.")
+    raise errors.ConfigError(f"copies must be at least 1, got {copies}.", argument="copies")
   _check_processes(config, processes)
   if config.data.preprocessed:
     errors.fail("data.preprocessed", "is set: preprocessing reads data.files or "
