@@ -90,28 +90,31 @@ class InitSource:
   source: Source | None
 
 
-def resolve(config: ml_collections.ConfigDict) -> InitSource:
-  """What the run of `config` takes from config.init_from, in one pass: the source opened
-  (its config, vocabulary and where its weights are; nothing loaded yet) and checked
-  against the config, and the config with the source's encoder fields and vocabulary.
-  A fresh start (no init_from) takes nothing."""
-  if not config.init_from:
-    return InitSource(config, None)
-  source = open_source(config.init_from)
-  _check_vocabulary(config, source)
-  return InitSource(_with_source_fields(config, source), source)
+def run_config(path: str) -> ml_collections.ConfigDict:
+  """A run's config.json on the current schema (moved fields at their new place, fields it
+  lacks at their defaults; fields the schema no longer has, from older versions,
+  skipped)."""
+  stored = config_lib.migrate_fields(json.loads(files_lib.read_text(path)))
+  config = config_lib.default_config()
+
+  def fill(node, values):
+    for key, value in values.items():
+      if key not in node:
+        continue
+      if isinstance(node[key], ml_collections.ConfigDict):
+        fill(node[key], value)
+      else:
+        node[key] = tuple(value) if isinstance(value, list) else value
+
+  fill(config, stored)
+  data_fields.migrate_vocab(config.data.vocab)
+  return config
 
 
-def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """The config with config.init_from's encoder fields and vocabulary (unchanged when
-  it starts fresh): `resolve(config).config`."""
-  return resolve(config).config
-
-
-def open_source(spec: str) -> Source:
-  if spec.startswith(HF_PREFIX):
-    return _hf_source(spec.removeprefix(HF_PREFIX))
-  return _run_source(spec)
+def _unscanned(params, model_fields: dict):
+  if model_fields.get("scan_layers"):
+    return encoder.unstack_layers(params, model_fields["num_layers"])
+  return params
 
 
 def _run_source(path: str) -> Source:
@@ -148,56 +151,6 @@ def _run_source(path: str) -> Source:
 
   return Source(name=workdir, model=dict(config.model), vocab=dict(config.data.vocab),
                 load_params=load_params, load_optimizer_state=load_optimizer_state)
-
-
-def _hf_source(path: str) -> Source:
-  name = str(files_lib.path(path))
-  if not files_lib.path(name).is_dir():
-    raise InitError(f"'{name}' is not a directory.")
-  directory = files_lib.local_copy(name)  # safetensors and torch read local files only
-  try:
-    family, fields = hf_directory.read_config(directory)
-    vocab = hf_directory.vocab_fields(directory, family)
-    vocab["path"] = vocab["path"].replace(directory, name, 1)  # the run reads `name`
-  except hf_directory.HfDirectoryError as error:
-    raise InitError(str(error)) from None
-
-  def load_params():
-    model_config = common.ModelConfig.from_config(
-        {**dataclasses.asdict(common.ModelConfig()), **fields})
-    try:
-      params, unused = hf_directory.convert(hf_directory.read_state_dict(directory),
-                                            model_config, family,
-                                            hf_directory.architecture(directory))
-    except hf_directory.HfDirectoryError as error:
-      raise InitError(str(error)) from None
-    if unused:
-      logger.info("init_from: Hugging Face weights with no use here: %s", ", ".join(unused))
-    return params
-
-  return Source(name=f"{HF_PREFIX}{name} ({family})", model=fields, vocab=vocab,
-                load_params=load_params)
-
-
-def run_config(path: str) -> ml_collections.ConfigDict:
-  """A run's config.json on the current schema (moved fields at their new place, fields it
-  lacks at their defaults; fields the schema no longer has, from older versions,
-  skipped)."""
-  stored = config_lib.migrate_fields(json.loads(files_lib.read_text(path)))
-  config = config_lib.default_config()
-
-  def fill(node, values):
-    for key, value in values.items():
-      if key not in node:
-        continue
-      if isinstance(node[key], ml_collections.ConfigDict):
-        fill(node[key], value)
-      else:
-        node[key] = tuple(value) if isinstance(value, list) else value
-
-  fill(config, stored)
-  data_fields.migrate_vocab(config.data.vocab)
-  return config
 
 
 def restore_state(workdir: str, step: int | None, item: dict) -> tuple[int, dict]:
@@ -250,26 +203,57 @@ def _groups(params: dict, groups: tuple[str, ...] | None) -> dict:
   return params if groups is None else {k: v for k, v in params.items() if k in groups}
 
 
-def _unscanned(params, model_fields: dict):
-  if model_fields.get("scan_layers"):
-    return encoder.unstack_layers(params, model_fields["num_layers"])
-  return params
+def _hf_source(path: str) -> Source:
+  name = str(files_lib.path(path))
+  if not files_lib.path(name).is_dir():
+    raise InitError(f"'{name}' is not a directory.")
+  directory = files_lib.local_copy(name)  # safetensors and torch read local files only
+  try:
+    family, fields = hf_directory.read_config(directory)
+    vocab = hf_directory.vocab_fields(directory, family)
+    vocab["path"] = vocab["path"].replace(directory, name, 1)  # the run reads `name`
+  except hf_directory.HfDirectoryError as error:
+    raise InitError(str(error)) from None
+
+  def load_params():
+    model_config = common.ModelConfig.from_config(
+        {**dataclasses.asdict(common.ModelConfig()), **fields})
+    try:
+      params, unused = hf_directory.convert(hf_directory.read_state_dict(directory),
+                                            model_config, family,
+                                            hf_directory.architecture(directory))
+    except hf_directory.HfDirectoryError as error:
+      raise InitError(str(error)) from None
+    if unused:
+      logger.info("init_from: Hugging Face weights with no use here: %s", ", ".join(unused))
+    return params
+
+  return Source(name=f"{HF_PREFIX}{name} ({family})", model=fields, vocab=vocab,
+                load_params=load_params)
 
 
-def _check_vocabulary(config, source: Source) -> None:
-  """A config that names its vocabulary's layout (data.vocab.layout: ModernBERT's,
-  EuroBERT's, DeBERTa's) pretrains its family: a source with another vocabulary is a
-  model of another family, refused in one line rather than trained under this config's
-  choices (fine-tuning configs name none and take any family)."""
-  layout = config.data.vocab.get("layout", "")
-  theirs = (source.vocab["kind"], data_fields.vocab_layout(source.vocab))
-  if layout and theirs != (config.data.vocab.kind, layout):
-    raise InitError(
-        f"{source.name} is a {source.model.get('family', '?')} model (a "
-        f"{theirs[0]} vocabulary, layout {theirs[1] or '-'!r}); this config "
-        f"(model.family={config.model.family!r}) trains {config.data.vocab.kind} "
-        f"vocabularies of the {layout!r} layout: start from a {config.model.family} model "
-        f"or use configs/{source.model.get('family', 'bert').split('-')[0]}.py.")
+def open_source(spec: str) -> Source:
+  if spec.startswith(HF_PREFIX):
+    return _hf_source(spec.removeprefix(HF_PREFIX))
+  return _run_source(spec)
+
+
+def resolve(config: ml_collections.ConfigDict) -> InitSource:
+  """What the run of `config` takes from config.init_from, in one pass: the source opened
+  (its config, vocabulary and where its weights are; nothing loaded yet) and checked
+  against the config, and the config with the source's encoder fields and vocabulary.
+  A fresh start (no init_from) takes nothing."""
+  if not config.init_from:
+    return InitSource(config, None)
+  source = open_source(config.init_from)
+  _check_vocabulary(config, source)
+  return InitSource(_with_source_fields(config, source), source)
+
+
+def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The config with config.init_from's encoder fields and vocabulary (unchanged when
+  it starts fresh): `resolve(config).config`."""
+  return resolve(config).config
 
 
 def _with_source_fields(config, source: Source) -> ml_collections.ConfigDict:
@@ -294,29 +278,24 @@ def _with_source_fields(config, source: Source) -> ml_collections.ConfigDict:
   return resolved
 
 
-def initial_state(trainer, init: InitSource | None = None):
-  """A fresh train state of `trainer` (built from `init.config`): initialized, or with the
-  parameters of `init.source` (default: `resolve(trainer.config)`)."""
-  config = trainer.config
-  source = (init or resolve(config)).source
-  if source is None:
-    return trainer.init_state()
-  fresh = jax.device_get(trainer.init_params())
-  method = trainer.method
-  run_params = _unscanned(method.transferable_params(fresh), dict(config.model))
-  source_params = embeddings.resize_vocabulary(source.load_params(),
-                                               method.model_config.padded_vocab_size)
-  merged, report = merge(run_params, source_params)
-  if config.model.scan_layers:
-    merged = encoder.stack_layers(merged)
-  logger.info("init_from %s: %s", source.name, report.summary())
-  state = trainer.init_state(method.with_transferable_params(fresh, merged))
-  if config.init_from_optimizer:
-    opt_state = source.load_optimizer_state(trainer.abstract_state_with_shardings().opt_state)
-    # The moments (and their update counts) carry on; the schedule starts over.
-    state = state.replace(opt_state=optim.reset_schedules(opt_state))
-    logger.info("init_from %s: its optimizer state too (the schedule restarts)", source.name)
-  return state
+def _check_vocabulary(config, source: Source) -> None:
+  """A config that names its vocabulary's layout (data.vocab.layout: ModernBERT's,
+  EuroBERT's, DeBERTa's) pretrains its family: a source with another vocabulary is a
+  model of another family, refused in one line rather than trained under this config's
+  choices (fine-tuning configs name none and take any family)."""
+  layout = config.data.vocab.get("layout", "")
+  theirs = (source.vocab["kind"], data_fields.vocab_layout(source.vocab))
+  if layout and theirs != (config.data.vocab.kind, layout):
+    raise InitError(
+        f"{source.name} is a {source.model.get('family', '?')} model (a "
+        f"{theirs[0]} vocabulary, layout {theirs[1] or '-'!r}); this config "
+        f"(model.family={config.model.family!r}) trains {config.data.vocab.kind} "
+        f"vocabularies of the {layout!r} layout: start from a {config.model.family} model "
+        f"or use configs/{source.model.get('family', 'bert').split('-')[0]}.py.")
+
+
+def _is_encoder(path: tuple[str, ...]) -> bool:
+  return any(path[:len(scope)] == scope for scope in ENCODER_SCOPES)
 
 
 @dataclasses.dataclass
@@ -363,5 +342,26 @@ def merge(run_params, source_params) -> tuple[dict, MergeReport]:
   return flax.traverse_util.unflatten_dict(merged), report
 
 
-def _is_encoder(path: tuple[str, ...]) -> bool:
-  return any(path[:len(scope)] == scope for scope in ENCODER_SCOPES)
+def initial_state(trainer, init: InitSource | None = None):
+  """A fresh train state of `trainer` (built from `init.config`): initialized, or with the
+  parameters of `init.source` (default: `resolve(trainer.config)`)."""
+  config = trainer.config
+  source = (init or resolve(config)).source
+  if source is None:
+    return trainer.init_state()
+  fresh = jax.device_get(trainer.init_params())
+  method = trainer.method
+  run_params = _unscanned(method.transferable_params(fresh), dict(config.model))
+  source_params = embeddings.resize_vocabulary(source.load_params(),
+                                               method.model_config.padded_vocab_size)
+  merged, report = merge(run_params, source_params)
+  if config.model.scan_layers:
+    merged = encoder.stack_layers(merged)
+  logger.info("init_from %s: %s", source.name, report.summary())
+  state = trainer.init_state(method.with_transferable_params(fresh, merged))
+  if config.init_from_optimizer:
+    opt_state = source.load_optimizer_state(trainer.abstract_state_with_shardings().opt_state)
+    # The moments (and their update counts) carry on; the schedule starts over.
+    state = state.replace(opt_state=optim.reset_schedules(opt_state))
+    logger.info("init_from %s: its optimizer state too (the schedule restarts)", source.name)
+  return state
