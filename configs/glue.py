@@ -1,6 +1,6 @@
 """GLUE sweep recipes for `python -m encoderx.glue` (its --recipe): the grid, the seeds
-and the fine-tuning fields of every run (encoderx/glue.py `config_section` declares and
-documents each field).
+and the fine-tuning fields of every run (encoderx/glue/sweep.py `config_section`
+declares and documents each field).
 
     python -m encoderx.glue --init_from=hf:MODEL_DIR --output=runs/glue --data=GLUE_DIR \
         --recipe=configs/glue.py:bert

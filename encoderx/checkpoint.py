@@ -65,6 +65,11 @@ class CheckpointError(errors.UserError, RuntimeError):
   """A checkpoint directory that this run must not use as asked, or cannot use."""
 
 
+class NothingToResume(CheckpointError):
+  """A run to resume whose work directory holds no checkpoint."""
+  argument, remedy = "resume", "allow_fresh_start"
+
+
 class _Damaged(Exception):
   """A checkpoint that cannot be read, or that reads back other than it was written."""
 

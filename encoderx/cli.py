@@ -135,6 +135,20 @@ def setup_logging() -> None:
     logging.getLogger(name).addFilter(_OrbaxFailureLogs())
 
 
+def command_line_message(error: errors.UserError, defined=None) -> str:
+  """The error's message with the flags of the arguments it names (its `argument` in
+  front, its `remedy` at the end) where the command defines them (`defined`: absl's
+  FlagValues, default the command's)."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  defined = flags.FLAGS if defined is None else defined
+  message = str(error)
+  if error.argument and error.argument in defined:
+    message = f"--{error.argument}: {message}"
+  if error.remedy and error.remedy in defined:
+    message = f"{message.removesuffix('.')} (--{error.remedy})."
+  return message
+
+
 @contextlib.contextmanager
 def one_line_errors():
   """User errors end the command in one line (status 2); a failure reported by another
@@ -142,7 +156,7 @@ def one_line_errors():
   try:
     yield
   except errors.UserError as error:
-    fail(str(error))
+    fail(command_line_message(error))
   except distributed.ProcessFailed as error:  # another process's log has the traceback
     fail(str(error), status=1)
 

@@ -180,7 +180,9 @@ def agreement(user_errors: tuple[type[Exception], ...]):
       "kind": kinds[0] if kinds else None,
       "class": f"{type(failure).__module__}:{type(failure).__qualname__}",
       "message": str(failure) if kinds
-                 else f"{type(failure).__name__}: {_first_line(failure)}"})
+                 else f"{type(failure).__name__}: {_first_line(failure)}",
+      # What a user error is about, which the command line names as flags.
+      "argument": getattr(failure, "argument", ""), "remedy": getattr(failure, "remedy", "")})
   failed = [i for i, report in enumerate(reports) if report is not None]
   if not failed:
     return
@@ -193,7 +195,11 @@ def agreement(user_errors: tuple[type[Exception], ...]):
   first = reports[failed[0]]
   kind = ProcessFailed if first["kind"] is None else _error_class(first["class"],
                                                                   user_errors[first["kind"]])
-  raise kind(message) from failure
+  error = kind(message)
+  for name in ("argument", "remedy"):
+    if first[name]:
+      setattr(error, name, first[name])
+  raise error from failure
 
 
 def _error_class(name: str, base: type[Exception]) -> type[Exception]:

@@ -11,7 +11,22 @@ from __future__ import annotations
 
 
 class UserError(Exception):
-  """What the user gave cannot work; the message says what was wrong and what to do."""
+  """What the user gave cannot work; the message says what was wrong and what to do.
+
+  The message speaks of values, not of flags: an error about one argument of a library
+  call names it in `argument` ('init_from'), and in `remedy` another argument whose
+  setting would avoid it (a class's own, or given when raised); a command puts its flags
+  for them around the message (cli.command_line_message)."""
+  argument = ""
+  remedy = ""
+
+  def __init__(self, message: str = "", argument: str | None = None,
+               remedy: str | None = None):
+    super().__init__(message)
+    if argument is not None:
+      self.argument = argument
+    if remedy is not None:
+      self.remedy = remedy
 
 
 class ConfigError(UserError, ValueError):

@@ -1,14 +1,18 @@
 """Where a run's first parameters come from.
 
-Weights enter a run three ways: fresh initialization; `--resume` (the whole state of the
-same run, encoderx/checkpoint.py); and `--init_from` (`config.init_from`), parameters
-only, from
+Weights enter a run three ways: fresh initialization; resuming (the whole state of the
+same run, encoderx/checkpoint.py); and `config.init_from` (the train command's
+--init_from), parameters only, from
 
     RUN_DIR or RUN_DIR/checkpoints/STEP   another encoderx run (its latest checkpoint, or
                                           that step)
     hf:HF_DIR                             a Hugging Face model directory (config.json,
                                           model.safetensors or pytorch_model.bin, and the
                                           tokenizer's files)
+
+`resolve(config)` reads the source once and returns what the run takes from it
+(`InitSource`): the config with the source's encoder fields and vocabulary, and the
+source, whose weights `initial_state` loads into the run's first state.
 
 The source decides the architecture: the run takes its encoder's fields (config.model,
 but for dropout, dtypes, scan and remat, which stay the run's, and for a rotary source
@@ -60,12 +64,13 @@ ENCODER_SCOPES = (("encoder_model", "embeddings"), ("encoder_model", "encoder"))
 
 
 class InitError(errors.UserError, ValueError):
-  """An --init_from source that cannot be read, or whose weights do not fit the run."""
+  """An init_from source that cannot be read, or whose weights do not fit the run."""
+  argument = "init_from"
 
 
 @dataclasses.dataclass
 class Source:
-  """Where --init_from points: its architecture, vocabulary and parameters."""
+  """Where init_from points: its architecture, vocabulary and parameters."""
   name: str
   model: dict  # config.model fields
   vocab: dict  # config.data.vocab fields
@@ -74,6 +79,15 @@ class Source:
   notes: tuple[str, ...] = ()
   # (the run's abstract optimizer state, with shardings) -> the source's (a run only)
   load_optimizer_state: callable = None
+
+
+@dataclasses.dataclass(frozen=True)
+class InitSource:
+  """What a run takes from config.init_from (`resolve`): the run's config with the
+  source's encoder fields and vocabulary, and the source whose weights the first state
+  loads (None: a fresh start)."""
+  config: ml_collections.ConfigDict
+  source: Source | None
 
 
 def run_config(path: str) -> ml_collections.ConfigDict:
@@ -107,7 +121,7 @@ def _run_source(path: str) -> Source:
   given = files_lib.path(path)
   path = str(given)
   if not given.exists():
-    raise InitError(f"--init_from: '{path}' does not exist.")
+    raise InitError(f"'{path}' does not exist.")
   step = None
   if given.joinpath("config.json").is_file():
     workdir = path
@@ -115,7 +129,7 @@ def _run_source(path: str) -> Source:
     workdir, step = str(given.parent.parent), int(given.name)
   else:
     raise InitError(
-        f"--init_from: '{path}' is neither a run's work directory (with config.json) nor "
+        f"'{path}' is neither a run's work directory (with config.json) nor "
         "one of its checkpoints (WORKDIR/checkpoints/STEP); a Hugging Face model "
         f"directory is given as {HF_PREFIX}DIR.")
   config = run_config(os.path.join(workdir, "config.json"))
@@ -131,7 +145,7 @@ def _run_source(path: str) -> Source:
       return restore_state(workdir, step, {"opt_state": abstract_opt_state})[1]["opt_state"]
     except (ValueError, KeyError, TypeError) as error:
       raise InitError(
-          f"--init_from: the optimizer state of {workdir} does not fit this run's "
+          f"the optimizer state of {workdir} does not fit this run's "
           f"(init_from_optimizer needs the same method, model, heads, scan layout, "
           f"optimizer and train.ema_decay): {' '.join(str(error).split())[:300]}") from None
 
@@ -149,7 +163,7 @@ def restore_state(workdir: str, step: int | None, item: dict) -> tuple[int, dict
   try:
     chosen = step if step is not None else manager.latest_step()
     if chosen is None or chosen not in manager.all_steps():
-      raise InitError(f"--init_from: {checkpoints} holds no checkpoint"
+      raise InitError(f"{checkpoints} holds no checkpoint"
                       + (f" of step {step}." if step is not None else "."))
     restored = manager.restore(chosen, args=ocp.args.Composite(
         state=ocp.args.PyTreeRestore(
@@ -192,14 +206,14 @@ def _groups(params: dict, groups: tuple[str, ...] | None) -> dict:
 def _hf_source(path: str) -> Source:
   name = str(files_lib.path(path))
   if not files_lib.path(name).is_dir():
-    raise InitError(f"--init_from: '{name}' is not a directory.")
+    raise InitError(f"'{name}' is not a directory.")
   directory = files_lib.local_copy(name)  # safetensors and torch read local files only
   try:
     family, fields = hf_directory.read_config(directory)
     vocab = hf_directory.vocab_fields(directory, family)
     vocab["path"] = vocab["path"].replace(directory, name, 1)  # the run reads `name`
   except hf_directory.HfDirectoryError as error:
-    raise InitError(f"--init_from: {error}") from None
+    raise InitError(str(error)) from None
 
   def load_params():
     model_config = common.ModelConfig.from_config(
@@ -209,7 +223,7 @@ def _hf_source(path: str) -> Source:
                                             model_config, family,
                                             hf_directory.architecture(directory))
     except hf_directory.HfDirectoryError as error:
-      raise InitError(f"--init_from: {error}") from None
+      raise InitError(str(error)) from None
     if unused:
       logger.info("init_from: Hugging Face weights with no use here: %s", ", ".join(unused))
     return params
@@ -224,13 +238,27 @@ def open_source(spec: str) -> Source:
   return _run_source(spec)
 
 
-def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """The config with config.init_from's encoder fields and vocabulary (unchanged when
-  it starts fresh)."""
+def resolve(config: ml_collections.ConfigDict) -> InitSource:
+  """What the run of `config` takes from config.init_from, in one pass: the source opened
+  (its config, vocabulary and where its weights are; nothing loaded yet) and checked
+  against the config, and the config with the source's encoder fields and vocabulary.
+  A fresh start (no init_from) takes nothing."""
   if not config.init_from:
-    return config
+    return InitSource(config, None)
   source = open_source(config.init_from)
   _check_vocabulary(config, source)
+  return InitSource(_with_source_fields(config, source), source)
+
+
+def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The config with config.init_from's encoder fields and vocabulary (unchanged when
+  it starts fresh): `resolve(config).config`."""
+  return resolve(config).config
+
+
+def _with_source_fields(config, source: Source) -> ml_collections.ConfigDict:
+  """A copy of `config` with the source's encoder fields (but RUN_MODEL_FIELDS, and a
+  rotary run's ROTARY_RUN_FIELDS) and its vocabulary."""
   resolved = config.copy_and_resolve_references()
   changed = []
   # A rotary run from a rotary source keeps its own thetas and length (a context
@@ -259,7 +287,7 @@ def _check_vocabulary(config, source: Source) -> None:
   theirs = (source.vocab["kind"], data_fields.vocab_layout(source.vocab))
   if layout and theirs != (config.data.vocab.kind, layout):
     raise InitError(
-        f"--init_from: {source.name} is a {source.model.get('family', '?')} model (a "
+        f"{source.name} is a {source.model.get('family', '?')} model (a "
         f"{theirs[0]} vocabulary, layout {theirs[1] or '-'!r}); this config "
         f"(model.family={config.model.family!r}) trains {config.data.vocab.kind} "
         f"vocabularies of the {layout!r} layout: start from a {config.model.family} model "
@@ -309,17 +337,18 @@ def merge(run_params, source_params) -> tuple[dict, MergeReport]:
     if _is_encoder(path):
       problems.append(f"unexpected {name}")
   if problems:
-    raise InitError("--init_from: the source's encoder does not fit this run's: "
+    raise InitError("the source's encoder does not fit this run's: "
                     + "; ".join(sorted(problems)))
   return flax.traverse_util.unflatten_dict(merged), report
 
 
-def initial_state(trainer):
-  """A fresh train state: initialized, or with config.init_from's parameters."""
+def initial_state(trainer, init: InitSource | None = None):
+  """A fresh train state of `trainer` (built from `init.config`): initialized, or with the
+  parameters of `init.source` (default: `resolve(trainer.config)`)."""
   config = trainer.config
-  if not config.init_from:
+  source = (init or resolve(config)).source
+  if source is None:
     return trainer.init_state()
-  source = open_source(config.init_from)
   fresh = jax.device_get(trainer.init_params())
   method = trainer.method
   run_params = _unscanned(method.transferable_params(fresh), dict(config.model))

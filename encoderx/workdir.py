@@ -44,8 +44,8 @@ def prepare(path: str) -> str:
   directory = files_lib.path(path)
   path = str(directory)
   if directory.exists() and not directory.is_dir():
-    raise WorkdirError(f"--workdir '{path}' is a file, not a directory. Choose another "
-                       "path (a directory, existing or not).")
+    raise WorkdirError(f"'{path}' is a file, not a directory. Choose another path (a "
+                       "directory, existing or not).", argument="workdir")
   try:
     directory.mkdir(parents=True, exist_ok=True)
     if files_lib.is_remote(path):  # no temporary files on an object store: write one
@@ -57,8 +57,8 @@ def prepare(path: str) -> str:
         pass
   except Exception as error:  # pylint: disable=broad-except  (OSError; remote: tf's)
     reason = getattr(error, "strerror", None) or getattr(error, "message", None) or error
-    raise WorkdirError(f"--workdir '{path}' is not writable ({reason}). Choose a "
-                       "directory this user can write to, on a disk with free space."
+    raise WorkdirError(f"'{path}' is not writable ({reason}). Choose a directory this "
+                       "user can write to, on a disk with free space.", argument="workdir"
                        ) from None
   return path
 

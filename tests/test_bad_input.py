@@ -11,9 +11,10 @@ import sys
 import jax
 import numpy as np
 import pytest
+from absl import flags
 from conftest import REPO
 
-from encoderx import errors
+from encoderx import cli, errors
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import config as config_lib
 from encoderx import train, trainer as trainer_lib
@@ -87,11 +88,12 @@ def test_unusable_work_directories_fail_before_compiling(tiny_config, tmp_path,
   a_file = tmp_path / "a_file"
   a_file.write_text("not a directory")
   with pytest.raises(workdir_lib.WorkdirError,
-                     match=rf"--workdir '{a_file}' is a file, not a directory"):
+                     match=rf"^'{a_file}' is a file, not a directory") as refused:
     _run(tiny_config(), a_file)
+  assert refused.value.argument == "workdir"  # the command line's --workdir
   assert a_file.read_text() == "not a directory"
   with pytest.raises(workdir_lib.WorkdirError,
-                     match=rf"--workdir '{read_only_directory / 'run'}' is not writable "
+                     match=rf"^'{read_only_directory / 'run'}' is not writable "
                            r"\((Read-only file system|Permission denied)\)"):
     _run(tiny_config(), read_only_directory / "run")
 
@@ -100,15 +102,22 @@ def test_resume_where_there_is_no_checkpoint_is_refused_unless_allowed(tiny_conf
                                                                        caplog):
   config = tiny_config()
   config.train.steps, config.optimizer.warmup_steps, config.eval.batches = 2, 1, 1
-  with pytest.raises(checkpoint_lib.CheckpointError,
-                     match=rf"--resume: {tmp_path / 'typo'} holds no checkpoint to resume\. "
-                           r"Check the path; .* add --allow_fresh_start"):
+  with pytest.raises(checkpoint_lib.NothingToResume,
+                     match=rf"^{tmp_path / 'typo'} holds no checkpoint to resume\. "
+                           r"Check the path; .* allow a fresh start\.$") as refused:
     _run(config, tmp_path / "typo", resume=True)
   assert not (tmp_path / "typo").exists(), "nothing is created"
+  # The library names no flag; the train command's line names both.
+  train_flags = flags.FlagValues()
+  for name in ("resume", "allow_fresh_start"):
+    flags.DEFINE_bool(name, False, "", flag_values=train_flags)
+  assert re.fullmatch(rf"--resume: {tmp_path / 'typo'} holds no checkpoint to resume\. "
+                      r"Check the path; .* allow a fresh start \(--allow_fresh_start\)\.",
+                      cli.command_line_message(refused.value, train_flags))
   with caplog.at_level(logging.INFO, logger="encoderx"):
     result = _run(config, tmp_path / "new", resume=True, allow_fresh_start=True)
   assert result["step"] == 2
-  assert "no checkpoint there; --allow_fresh_start" in caplog.text
+  assert "none to resume there: a fresh start, as allowed" in caplog.text
 
 
 def test_command_line_reports_a_mesh_that_does_not_fit_in_one_line(tmp_path):

@@ -276,8 +276,10 @@ def test_bad_init_from_sources_are_clear_errors(tmp_path, pretrained_run):
       (str(tmp_path), "neither a run's work directory"),
       (f"hf:{tmp_path}", "has no config.json"),
   ]:
-    with pytest.raises(initialize.InitError, match=message):
+    with pytest.raises(initialize.InitError, match=message) as refused:
       initialize.open_source(spec)
+    # The library speaks of the value; the command line names the flag (--init_from:).
+    assert not str(refused.value).startswith("--") and refused.value.argument == "init_from"
   # Weights that do not fit their own config.json: the encoder is refused, by name.
   directory = _hf_bert_directory(tmp_path / "hf")
   config_json = directory / "config.json"

@@ -1,4 +1,4 @@
-"""The GLUE command (encoderx/glue.py): GLUE's file layouts and TFDS's glue/* read into
+"""The GLUE command (encoderx/glue/): GLUE's file layouts and TFDS's glue/* read into
 one form, the official metrics against scikit-learn / scipy / hand computations, the
 table's medians, and sweeps over a miniature GLUE (tests/glue_files.py) that score
 exactly as the single-task methods run by hand, and resume where they stopped."""

@@ -148,3 +148,32 @@ def test_only_the_tools_import_configs_and_nothing_imports_the_tools():
 def test_no_module_is_over_about_500_lines(name):
   lines = len(MODULES[name].read_text().splitlines())
   assert lines <= MOST_LINES, f"{MODULES[name]}: {lines} lines; one job per module"
+
+
+COMMANDS = ("train", "export", "embed", "preprocess", "glue", "retrieval", "average")
+
+
+def _defines_flags(path: pathlib.Path) -> bool:
+  """Whether the module defines absl flags or reads them (flags.DEFINE_*, FLAGS)."""
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.Attribute) and node.attr.startswith("DEFINE"):
+      return True
+    if isinstance(node, ast.Name) and node.id == "FLAGS":
+      return True
+  return False
+
+
+def test_every_command_is_flags_over_a_library():
+  """One way in: a command is a package whose __main__.py holds its flags (define_flags,
+  main), over library modules that define and read none; cli.py is what they share."""
+  for command in COMMANDS:
+    entry = PACKAGE / command / "__main__.py"
+    assert entry.is_file(), f"python -m encoderx.{command} has no {entry}"
+    defined = {node.name for node in ast.parse(entry.read_text()).body
+               if isinstance(node, ast.FunctionDef)}
+    assert {"define_flags", "main"} <= defined, f"{entry}: {sorted(defined)}"
+  library = sorted(str(path.relative_to(REPO)) for name, path in MODULES.items()
+                   if _layer(name) >= 0 and _layer(name) != LAYER_OF["tools"]
+                   and path.name != "__main__.py" and name != "encoderx.cli"
+                   and _defines_flags(path))
+  assert not library, f"library modules with flags of a command: {library}"

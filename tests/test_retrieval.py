@@ -1,4 +1,4 @@
-"""The retrieval command (encoderx/retrieval.py): BEIR's layout read, and bad rows named
+"""The retrieval command (encoderx/retrieval/): BEIR's layout read, and bad rows named
 (encoderx/data/beir.py); nDCG@10, Recall@100 and MRR@10 from pytrec_eval against hand
 computations (encoderx/evaluation/retrieval.py); faiss' exact search against numpy; and the
 command end to end from a tiny BERT saved as Hugging Face saves one."""

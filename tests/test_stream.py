@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import seqio
 
-from encoderx import config as config_lib
+from encoderx import config as config_lib, errors
 from encoderx.methods import registry as method_registry
 from encoderx import preprocess, train
 from encoderx.data import pipeline, preprocessed, stream, tasks
@@ -108,7 +108,7 @@ def test_preprocessing_never_overwrites_and_continues_where_it_stopped(written, 
   for unit in units[:-1]:
     os.link(os.path.join(directory, unit.file), output / unit.file)
   (output / preprocess.PLAN).write_text(json.dumps(
-      {**preprocess._description(config, 2), "lengths": [64]}))  # pylint: disable=protected-access
+      {**preprocess.writer._description(config, 2), "lengths": [64]}))  # pylint: disable=protected-access
   with pytest.raises(Exception, match="unfinished preprocessing of another config"):
     preprocess.run(config, str(output), copies=1, workers=1, show_progress=False)
   manifest = preprocess.run(config, str(output), copies=2, workers=1, show_progress=False)
@@ -377,9 +377,10 @@ def test_xlnet_streams_refuse_a_run_with_other_rows_reuse_len_or_bi_data(xlnet_w
                      "'xlnet_streams', this config 'sentence_pairs'"):
     tasks.preprocessed_source(pairs)
   # --processes: only row streams depend on it, and it must split the batch evenly.
-  with pytest.raises(Exception, match="flag --processes: is 2, but only XLNet's"):
+  with pytest.raises(errors.ConfigError, match="^2 processes, but only XLNet's") as refused:
     preprocess.run(_config(tiny_config, corpus_dir), str(tmp_path / "a"), processes=2)
-  with pytest.raises(Exception, match="flag --processes: 8 does not split "
+  assert refused.value.argument == "processes"  # the command line's --processes
+  with pytest.raises(errors.ConfigError, match="^8 processes do not split "
                      "train.batch_size=8 into an even number"):
     preprocess.run(config, str(tmp_path / "b"), processes=8)
   assert not os.listdir(tmp_path)

@@ -1,4 +1,5 @@
-"""Exports a run: a Hugging Face model directory, or a numpy .npz of its parameters.
+"""The export command: a run as a Hugging Face model directory, or a numpy .npz of its
+parameters (export/writer.py).
 
     python -m encoderx.export --workdir=RUN --output=DIR [--step=N] [--head=HEAD]
     python -m encoderx.export --workdir=RUN --output=FILE.npz --format=npz [--step=N]

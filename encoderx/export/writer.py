@@ -64,13 +64,13 @@ class _Run:
 def _load_run(workdir: str, step: int | None) -> _Run:
   workdir = str(files_lib.path(workdir))
   if not files_lib.path(workdir).joinpath("config.json").is_file():
-    raise ExportError(f"--workdir: '{workdir}' is not a run's work directory (it has no "
-                      "config.json).")
+    raise ExportError(f"'{workdir}' is not a run's work directory (it has no "
+                      "config.json).", argument="workdir")
   source = os.path.join(workdir, "checkpoints", str(step)) if step is not None else workdir
   try:
     params = initialize.open_source(source).load_params()
   except initialize.InitError as error:
-    raise ExportError(str(error).replace("--init_from", "export")) from None
+    raise ExportError(str(error), argument="workdir") from None
   config = initialize.run_config(os.path.join(workdir, "config.json"))
   method = method_registry.build(config)
   model_config = dataclasses.replace(method.model_config, scan_layers=False)
@@ -81,8 +81,8 @@ def _output_directory(output: str) -> str:
   directory = files_lib.path(output)
   output = str(directory)
   if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-    raise ExportError(f"--output: '{output}' exists and is not an empty directory; "
-                      "name a new one (nothing is overwritten).")
+    raise ExportError(f"'{output}' exists and is not an empty directory; "
+                      "name a new one (nothing is overwritten).", argument="output")
   return output
 
 
@@ -102,8 +102,8 @@ def _choose_head(run: _Run, family: str, head: str | None) -> tuple[str, tuple |
   fam = families.family_named(family)
   if head is not None:
     if head not in fam.heads:
-      raise ExportError(f"--head: family '{family}' has no class for {head!r}; its heads: "
-                        f"{', '.join(fam.heads)}.")
+      raise ExportError(f"family '{family}' has no class for {head!r}; its heads: "
+                        f"{', '.join(fam.heads)}.", argument="head")
     return head, None
   held = {engine.part(path) for name in fam.heads
           for _, path, _ in engine.class_rules(run.model_config, family, name)}
@@ -181,10 +181,10 @@ def export_npz(workdir: str, output: str, step: int | None = None) -> Exported:
   `numpy.load(output)`."""
   output = str(files_lib.path(output))
   if not output.endswith(".npz"):
-    raise ExportError(f"--output: '{output}' must end with .npz.")
+    raise ExportError(f"'{output}' must end with .npz.", argument="output")
   if files_lib.exists(output):
-    raise ExportError(f"--output: '{output}' exists; name a new file (nothing is "
-                      "overwritten).")
+    raise ExportError(f"'{output}' exists; name a new file (nothing is "
+                      "overwritten).", argument="output")
   run = _load_run(workdir, step)
   flat = {"/".join(k): np.asarray(v) for k, v in
           flax.traverse_util.flatten_dict(run.params).items()}

@@ -150,7 +150,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
   """
   with contextlib.ExitStack() as held:
     with distributed.agreement(USER_ERRORS):
-      config = initialize.resolve_config(config)
+      init = initialize.resolve(config)  # what the run takes from config.init_from
+      config = init.config
       trainer = trainer_lib.Trainer(config, devices=devices)
       if config.finetune.length_buckets and jax.process_count() > 1:
         # Each process would cut its own rows to its own length.
@@ -159,16 +160,16 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
       checkpoint_dir = os.path.join(str(files_lib.path(workdir)), "checkpoints")
       if (resume and not allow_fresh_start
           and not checkpoint_lib.has_checkpoints(checkpoint_dir)):
-        raise checkpoint_lib.CheckpointError(
-            f"--resume: {files_lib.path(workdir)} holds no checkpoint to resume. Check the "
-            "path; to start a new run where there is none (a launch script that always "
-            "passes --resume), add --allow_fresh_start.")
+        raise checkpoint_lib.NothingToResume(
+            f"{files_lib.path(workdir)} holds no checkpoint to resume. Check the path; to "
+            "start a new run where there is none (a launch script that always resumes), "
+            "allow a fresh start.")
       workdir = workdir_lib.prepare(workdir)
       if jax.process_index() == 0:
         held.enter_context(workdir_lib.Lock(workdir))
       trainer.method.check_data()
       task = trainer.method.task()
-    return _run_in(trainer, task, workdir, resume, stop_at_step, show_progress,
+    return _run_in(trainer, init, task, workdir, resume, stop_at_step, show_progress,
                    allow_config_change, progress_label)
 
 
@@ -185,9 +186,9 @@ def _latest_step(checkpoints: checkpoint_lib.Checkpoints) -> int | None:
   return steps[0]
 
 
-def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume: bool,
-            stop_at_step: int | None, show_progress: bool, allow_config_change: bool,
-            progress_label: str = "") -> dict:
+def _run_in(trainer: trainer_lib.Trainer, init: initialize.InitSource, task: seqio.Task,
+            workdir: str, resume: bool, stop_at_step: int | None, show_progress: bool,
+            allow_config_change: bool, progress_label: str = "") -> dict:
   """run() in a work directory that this run has locked, its data checked."""
   from clu import metric_writers  # pylint: disable=g-import-not-at-top
 
@@ -212,9 +213,9 @@ def _run_in(trainer: trainer_lib.Trainer, task: seqio.Task, workdir: str, resume
     # or on none, and the processes agree on the message.
     with distributed.agreement(USER_ERRORS):
       if latest is None:
-        state = initialize.initial_state(trainer)
+        state = initialize.initial_state(trainer, init)
         logger.info("starting a new run in %s%s", workdir,
-                    " (--resume: no checkpoint there; --allow_fresh_start)" if resume else "")
+                    " (none to resume there: a fresh start, as allowed)" if resume else "")
       elif not resume:
         checkpoints.refuse_new_run(description)
       else:

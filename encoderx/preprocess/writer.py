@@ -1,22 +1,22 @@
 """Offline preprocessing: text files or a TFDS dataset -> files of a config's pretraining
-examples, written once and streamed by runs (`--config.data.preprocessed=DIR`).
+examples, written once and streamed by runs (`data.preprocessed=DIR`); the command:
+preprocess/__main__.py.
 
-    python -m encoderx.preprocess --config=configs/bert.py:base --output=DIR \
-        [--config.data.files='corpus/*.txt' | --config.data.tfds_name=NAME:VERSION] \
-        [--copies=1] [--workers=<CPU cores>] [--processes=1]
+    from encoderx import preprocess
+    manifest = preprocess.run(config, "DIR", copies=1)
 
 The work is one unit per (split, length, copy, input shard): an input shard (a text file,
 a file of the TFDS dataset) runs through the config's seqio Task (sentence breaking,
 tokenization, the example builder: sentence pairs, packed sentences, ...) exactly as a
 run that streams the text would in epoch `copy`, and its examples go to one ArrayRecord
-file (encoderx/data/preprocessed.py). Units run in parallel over `--workers` processes
+file (encoderx/data/preprocessed.py). Units run in parallel over `workers` processes
 with a progress bar; `manifest.json` is written last, with the vocabulary's hash, the
 builder and its options, the lengths and every file's example count, and a run checks it
 against its own config. An interrupted run is continued by the same command: finished
 files are kept (each is written under a temporary name and renamed when complete).
 
 XLNet's row streams (method xlnet) are built for the rows each process of the training
-run reads, train.batch_size / --processes (XLNet's bsz_per_host); the manifest records
+run reads, train.batch_size / `processes` (XLNet's bsz_per_host); the manifest records
 them with reuse_len and bi_data, and a run checks them.
 
 Lengths: every length the config trains at (data.seq_length, and train.long_seq_length
@@ -39,15 +39,12 @@ import os
 import time
 
 import ml_collections
-from absl import flags
 
-from encoderx import cli
 from encoderx import config as config_lib
 from encoderx import errors
 from encoderx import files as files_lib
 from encoderx.data import corpus, pipeline, preprocessed, tasks
 
-FLAGS = flags.FLAGS
 PLAN = "plan.json"  # what an unfinished output directory is being written for
 
 
@@ -139,17 +136,17 @@ def _start(output: str, description: dict) -> None:
   unfinished run of the same."""
   if os.path.exists(os.path.join(output, preprocessed.MANIFEST)):
     raise errors.ConfigError(
-        f"flag --output: '{output}' already holds preprocessed examples (its "
-        f"{preprocessed.MANIFEST}); nothing was changed. Choose another directory.")
+        f"'{output}' already holds preprocessed examples (its {preprocessed.MANIFEST}); "
+        "nothing was changed. Choose another directory.", argument="output")
   os.makedirs(output, exist_ok=True)
   plan_path = os.path.join(output, PLAN)
   if os.path.exists(plan_path):
     with open(plan_path, encoding="utf-8") as handle:
       if json.load(handle) != json.loads(json.dumps(description)):
         raise errors.ConfigError(
-            f"flag --output: '{output}' holds an unfinished preprocessing of another "
-            "config or --copies; nothing was changed. Continue it with its own config, "
-            "or choose another directory.")
+            f"'{output}' holds an unfinished preprocessing of another config or number "
+            "of copies; nothing was changed. Continue it with its own config, or choose "
+            "another directory.", argument="output")
   else:
     files_lib.write_atomically(plan_path, json.dumps(description, indent=2))
 
@@ -187,19 +184,22 @@ def _write_unit(arguments) -> int:
 
 
 def _check_processes(config, processes: int) -> None:
-  """--processes: the process count of the training run (XLNet's rows per process)."""
+  """`processes`: the process count of the training run (XLNet's rows per process)."""
   if processes == 1:
     return
   if not tasks.builds_streams(config):
-    errors.fail("--processes", f"is {processes}, but only XLNet's row streams depend "
-                    "on the processes that read them; these examples serve any number.",
-                    "Leave it out.")
+    raise errors.ConfigError(
+        f"{processes} processes, but only XLNet's row streams depend on the processes "
+        "that read them; these examples serve any number. Leave it at 1.",
+        argument="processes")
   batch, bi_data = config.train.batch_size, config.objective.plm.bi_data
   if processes < 1 or batch % processes or (bi_data and batch // processes % 2):
-    errors.fail("--processes", f"{processes} does not split train.batch_size={batch} "
-                    f"into {'an even' if bi_data else 'a whole'} number of rows per process"
-                    + (" (bi_data reads half of them backwards)." if bi_data else "."),
-                    "Give the process count of the run that will train on the examples.")
+    raise errors.ConfigError(
+        f"{processes} processes do not split train.batch_size={batch} into "
+        f"{'an even' if bi_data else 'a whole'} number of rows per process"
+        + (" (bi_data reads half of them backwards)." if bi_data else ".")
+        + " Give the process count of the run that will train on the examples.",
+        argument="processes")
 
 
 def run(config: ml_collections.ConfigDict, output: str, copies: int = 1,
@@ -210,7 +210,7 @@ def run(config: ml_collections.ConfigDict, output: str, copies: int = 1,
   from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
   config = config_lib.validate(config)
   if copies < 1:
-    errors.fail("--copies", f"must be at least 1, got {copies}.")
+    raise errors.ConfigError(f"copies must be at least 1, got {copies}.", argument="copies")
   _check_processes(config, processes)
   if config.data.preprocessed:
     errors.fail("data.preprocessed", "is set: preprocessing reads data.files or "
@@ -245,40 +245,3 @@ def run(config: ml_collections.ConfigDict, output: str, copies: int = 1,
           done(futures[future], future.result())
   return write_manifest(config, output, copies, units, counts, features, processes)
 
-
-def _summary(manifest: dict, output: str, seconds: float) -> str:
-  lines = [f"wrote {output} in {seconds:.0f} s:"]
-  for seq_length, length in manifest["lengths"].items():
-    for name, split in length["splits"].items():
-      files = sum(len(copy) for copy in split["copies"])
-      lines.append(f"  {name} at length {seq_length}: {split['examples']:,} examples in "
-                   f"{files} file(s), {len(split['copies'])} cop"
-                   f"{'y' if len(split['copies']) == 1 else 'ies'}")
-  lines.append(f"train on it with --config.data.preprocessed={output}")
-  return "\n".join(lines)
-
-
-def main(argv) -> None:
-  del argv
-  started = time.perf_counter()
-  manifest = run(cli.config_from_flags(FLAGS), FLAGS.output, copies=FLAGS.copies,
-                 workers=FLAGS.workers, processes=FLAGS.processes)
-  print(_summary(manifest, FLAGS.output, time.perf_counter() - started))
-
-
-def define_flags() -> None:
-  cli.define_config_flags()
-  flags.DEFINE_string("output", None, "Directory to write the examples and manifest to.")
-  flags.DEFINE_integer("copies", 1, "Copies of the training examples, each built with "
-                       "its own seeds (epoch e reads copy e % copies).")
-  flags.DEFINE_integer("workers", None, "Processes writing files in parallel (default: "
-                       "one per CPU core).")
-  flags.DEFINE_integer("processes", 1, "XLNet (method xlnet): the processes of the run "
-                       "that will train on the examples; each reads train.batch_size / "
-                       "processes rows.")
-  flags.mark_flags_as_required(["output"])
-
-
-if __name__ == "__main__":
-  define_flags()
-  cli.run(main)

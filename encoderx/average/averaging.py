@@ -1,9 +1,9 @@
 """Checkpoint averaging: the mean of a run's last checkpoints (or of chosen steps, or of
 several runs' latest), written as a run that export, --init_from and fine-tuning read
-like any other.
+like any other (the command: average/__main__.py).
 
-    python -m encoderx.average --runs=RUN [--last=K | --steps=a,b,c] --output=DIR
-    python -m encoderx.average --runs=RUN_A,RUN_B,... --output=DIR   (each run's latest)
+    from encoderx import average
+    average.average(["runs/a"], "runs/a_last4", last=4)
 
 Each checkpoint contributes the run's weights (its parameters, or with train.ema_decay
 their moving average: what it exports); the mean is taken in float64 and stored in the
@@ -25,14 +25,12 @@ import flax
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-from absl import flags
 
 from encoderx import checkpoint as checkpoint_lib
-from encoderx import cli, errors
+from encoderx import errors
 from encoderx import files as files_lib
 from encoderx import initialize
 
-FLAGS = flags.FLAGS
 
 
 class AverageError(errors.UserError, ValueError):
@@ -42,8 +40,8 @@ class AverageError(errors.UserError, ValueError):
 def _steps(workdir: str) -> list[int]:
   directory = os.path.join(workdir, "checkpoints")
   if not checkpoint_lib.has_checkpoints(directory):
-    raise AverageError(f"--runs: '{workdir}' holds no checkpoint (is it a run's work "
-                       "directory?).")
+    raise AverageError(f"'{workdir}' holds no checkpoint (is it a run's work "
+                       "directory?).", argument="runs")
   manager = ocp.CheckpointManager(directory, item_names=("state",),
                                   options=ocp.CheckpointManagerOptions(read_only=True))
   try:
@@ -57,22 +55,24 @@ def chosen_checkpoints(runs: list[str], last: int = 0, steps: tuple[int, ...] = 
   """(run, step) of every checkpoint to average: `steps` of each run, or each run's
   `last` newest (default: 1, the latest)."""
   if last and steps:
-    raise AverageError("give --last or --steps, not both.")
+    raise AverageError(f"steps {', '.join(map(str, steps))} and the last {last} checkpoints "
+                       "exclude each other: give one of the two.", argument="steps")
   chosen = []
   for run in runs:
     available = _steps(run)
     if steps:
       missing = sorted(set(steps) - set(available))
       if missing:
-        raise AverageError(f"--steps: {run} has no checkpoint of step "
+        raise AverageError(f"{run} has no checkpoint of step "
                            f"{', '.join(map(str, missing))} (it has "
-                           f"{', '.join(map(str, available))}).")
+                           f"{', '.join(map(str, available))}).", argument="steps")
       chosen += [(run, step) for step in steps]
     else:
       count = last or 1
       if count > len(available):
-        raise AverageError(f"--last={count}: {run} holds {len(available)} checkpoints "
-                           f"({', '.join(map(str, available))}).")
+        raise AverageError(f"{run} holds {len(available)} checkpoints "
+                           f"({', '.join(map(str, available))}), fewer than the last "
+                           f"{count} to average.", argument="last")
       chosen += [(run, step) for step in available[-count:]]
   return chosen
 
@@ -117,8 +117,8 @@ def mean_weights(checkpoints: list[tuple[str, int]]):
 def _output_directory(output: str) -> str:
   directory = files_lib.path(output)
   if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-    raise AverageError(f"--output: '{directory}' exists and is not an empty directory; "
-                       "name a new one (nothing is overwritten).")
+    raise AverageError(f"'{directory}' exists and is not an empty directory; "
+                       "name a new one (nothing is overwritten).", argument="output")
   return str(directory)
 
 
@@ -149,27 +149,3 @@ def average(runs: list[str], output: str, last: int = 0, steps: tuple[int, ...] 
   finally:
     manager.close()
   return os.path.join(output, "checkpoints", str(step)), checkpoints
-
-
-def main(argv) -> None:
-  del argv
-  steps = tuple(int(s) for s in FLAGS.steps.split(",") if s.strip()) if FLAGS.steps else ()
-  written, checkpoints = average([r for r in FLAGS.runs.split(",") if r.strip()],
-                                 FLAGS.output, FLAGS.last, steps)
-  print(f"averaged {len(checkpoints)} checkpoints ("
-        + ", ".join(f"{run} step {step}" for run, step in checkpoints)
-        + f") into {written}")
-
-
-def define_flags() -> None:
-  flags.DEFINE_string("runs", None, "Work directories of runs, comma-separated.")
-  flags.DEFINE_integer("last", 0, "Average each run's newest K checkpoints (default 1).")
-  flags.DEFINE_string("steps", "", "Average these steps of each run, comma-separated.")
-  flags.DEFINE_string("output", None, "The new run directory to write (must not exist, "
-                      "or be empty).")
-  flags.mark_flags_as_required(["runs", "output"])
-
-
-if __name__ == "__main__":
-  define_flags()
-  cli.run(main)

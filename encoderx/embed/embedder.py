@@ -1,10 +1,4 @@
-"""Sentence embeddings from a trained encoder: a command and a library call.
-
-    python -m encoderx.embed --init_from=hf:DIR --input=sentences.txt --output=emb.npy \
-        [--pooling=mean|cls] [--normalize] [--batch_size=64] [--max_length=256]
-
-writes a float32 [lines, hidden] array, row i the embedding of line i of the input (a
-UTF-8 file, one text a line). The same from Python:
+"""Sentence embeddings from a trained encoder (the command: embed/__main__.py).
 
     from encoderx import embed
     embedder = embed.Embedder("hf:DIR", pooling="mean", normalize=True)
@@ -23,22 +17,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import io
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from absl import flags
 from tqdm.auto import tqdm
 
-from encoderx import cli
-from encoderx import files as files_lib
 from encoderx import initialize
 from encoderx.data import labelled, tasks
 from encoderx.models import common, finetuning
 
-FLAGS = flags.FLAGS
 POOLINGS = {"mean": "mean", "cls": "first_token"}
 # Padded lengths of the batches: each a compilation; a batch takes the shortest that fits.
 BUCKETS = (16, 32, 64, 128, 256, 512)
@@ -118,35 +107,3 @@ def embed(texts: list[str], init_from: str, **options) -> np.ndarray:
 def read_lines(path: str) -> list[str]:
   """Every line of a UTF-8 text file (blank ones too, so rows match line numbers)."""
   return [line for _, line in labelled.numbered_lines(path)]
-
-
-def main(argv) -> None:
-  del argv
-  texts = read_lines(FLAGS.input)
-  embedder = Embedder(FLAGS.init_from, pooling=FLAGS.pooling, normalize=FLAGS.normalize,
-                      max_length=FLAGS.max_length, batch_size=FLAGS.batch_size)
-  vectors = embedder(texts, show_progress=True)
-  buffer = io.BytesIO()
-  np.save(buffer, vectors)
-  files_lib.write_atomically(FLAGS.output, buffer.getvalue())
-  print(f"wrote {vectors.shape[0]} embeddings of {vectors.shape[1]} dimensions to "
-        f"{FLAGS.output}")
-
-
-def define_flags() -> None:
-  flags.DEFINE_string("init_from", None,
-                      "a run's work directory, or hf:DIR (a Hugging Face model)")
-  flags.DEFINE_string("input", None, "UTF-8 text, one text a line")
-  flags.DEFINE_string("output", None, "where to write the .npy array")
-  flags.DEFINE_enum("pooling", "mean", list(POOLINGS), "how a text's token outputs "
-                    "become one vector")
-  flags.DEFINE_bool("normalize", False, "scale to unit length")
-  flags.DEFINE_integer("batch_size", 64, "texts per batch")
-  flags.DEFINE_integer("max_length", 256, "tokens per text at most, [CLS] and [SEP] "
-                       "included")
-  flags.mark_flags_as_required(["init_from", "input", "output"])
-
-
-if __name__ == "__main__":
-  define_flags()
-  cli.run(main)

@@ -1,32 +1,28 @@
 """The GLUE dev table of an encoder: every task fine-tuned over seeds (and a grid), each
-scored with its official metric, the medians in one table.
+scored with its official metric, the medians in one table (the command:
+glue/__main__.py).
 
-    python -m encoderx.glue --init_from=RUN_DIR|hf:DIR --output=DIR \
-        (--data=GLUE_DIR | --tfds [--tfds_data_dir=DIR]) \
-        [--tasks=cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte] [--seeds=0,1,2] \
-        [--recipe=configs/glue.py:bert] ['--recipe.learning_rates=(2e-5,3e-5)'] \
-        [--keep_checkpoints]
+    from encoderx import glue
+    result = glue.sweep("hf:DIR", "runs/glue", recipe, data_dir="GLUE_DIR")
 
-`--data` is a directory in GLUE's own layout (CoLA/train.tsv, MNLI/dev_matched.tsv ...,
-as GLUE's download script writes it); `--tfds` reads TFDS's glue/<task> (downloaded on
-first use). Each task trains with the classify method (STS-B: similarity) from
-`--init_from`, with the recipe's learning rate x batch size x epochs grid and its other
-fields (`config_section`; configs/glue.py has the papers' grids), once per seed, each in
-a run directory of its own: OUTPUT/runs/<task>/<grid point>/seed<N>. The dev sets are
-evaluated at the end of each run (MNLI: matched and mismatched); each run's figures go
-to its glue_result.json, its checkpoints are then deleted (unless --keep_checkpoints).
-Run again, the same command resumes an interrupted sweep: finished runs are read back,
-an unfinished one continues from its last checkpoint. The table (encoderx/evaluation/
-glue.py: medians over seeds, the best grid point of each task) is printed and written to
-OUTPUT/results.md and OUTPUT/results.json. Progress: a bar over the runs (task, grid
-point, seed) above each run's bar of steps.
-
-The same from Python: `glue.sweep(init_from, output, recipe, data_dir=...)`.
+`data_dir` (--data) is a directory in GLUE's own layout (CoLA/train.tsv,
+MNLI/dev_matched.tsv ..., as GLUE's download script writes it); `use_tfds` (--tfds)
+reads TFDS's glue/<task> (downloaded on first use). Each task trains with the classify
+method (STS-B: similarity) from `--init_from`, with the recipe's learning rate x batch
+size x epochs grid and its other fields (`config_section`; configs/glue.py has the
+papers' grids), once per seed, each in a run directory of its own:
+OUTPUT/runs/<task>/<grid point>/seed<N>. The dev sets are evaluated at the end of each
+run (MNLI: matched and mismatched); each run's figures go to its glue_result.json, its
+checkpoints are then deleted (unless --keep_checkpoints). Run again, the same command
+resumes an interrupted sweep: finished runs are read back, an unfinished one continues
+from its last checkpoint. The table (encoderx/evaluation/glue.py: medians over seeds,
+the best grid point of each task) is printed and written to OUTPUT/results.md and
+OUTPUT/results.json. Progress: a bar over the runs (task, grid point, seed) above each
+run's bar of steps.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import logging
 import math
@@ -35,17 +31,15 @@ import types
 
 import jax
 import ml_collections
-from absl import flags
 from tqdm.auto import tqdm
 
-from encoderx import cli, errors, initialize, train
+from encoderx import errors, initialize, train
 from encoderx import config as config_lib
 from encoderx import files as files_lib
 from encoderx import trainer as trainer_lib
 from encoderx.data import glue as glue_data
 from encoderx.evaluation import glue as glue_metrics
 
-FLAGS = flags.FLAGS
 logger = logging.getLogger("encoderx")
 RESULT_FILE = "glue_result.json"
 # What an output directory holds a sweep of: a later command must agree on these.
@@ -104,8 +98,8 @@ def parse_tasks(spec: str) -> list[str]:
   tasks = [t.strip().lower() for t in spec.split(",") if t.strip()]
   unknown = [t for t in tasks if t not in glue_data.TASKS]
   if unknown or not tasks:
-    raise GlueError(f"--tasks: {', '.join(map(repr, unknown)) or 'none given'}; GLUE's "
-                    f"tasks here: {','.join(glue_data.TASKS)}.")
+    raise GlueError(f"{', '.join(map(repr, unknown)) or 'no task given'}; GLUE's tasks "
+                    f"here: {','.join(glue_data.TASKS)}.", argument="tasks")
   return list(dict.fromkeys(tasks))
 
 
@@ -114,9 +108,10 @@ def parse_seeds(spec) -> list[int]:
   try:
     seeds = [int(str(s).strip()) for s in values if str(s).strip()]
   except ValueError:
-    raise GlueError(f"--seeds: {spec!r} is not a comma-separated list of integers.") from None
+    raise GlueError(f"{spec!r} is not a comma-separated list of integers.",
+                    argument="seeds") from None
   if not seeds:
-    raise GlueError("--seeds: give at least one seed.")
+    raise GlueError("give at least one seed.", argument="seeds")
   return list(dict.fromkeys(seeds))
 
 
@@ -190,8 +185,9 @@ def prepare_data(tasks: list[str], output: str, data_dir: str = "", use_tfds: bo
   """Reads every task's splits (all checked before anything trains) and writes them in
   the methods' form under OUTPUT/data/<task>/: {task: ({split: file}, training examples)}."""
   if bool(data_dir) == use_tfds:
-    raise GlueError("give the data: --data=DIR (GLUE's own layout: DIR/CoLA/train.tsv "
-                    "...) or --tfds (TFDS glue/<task>), one of the two.")
+    raise GlueError("give the data: a directory in GLUE's own layout (DIR/CoLA/train.tsv "
+                    "...) or TFDS's glue/<task>, one of the two.", argument="data",
+                    remedy="tfds")
   prepared = {}
   for name in tasks:
     task = glue_data.TASKS[name]
@@ -216,9 +212,9 @@ def _check_sweep(output: str, init_from: str, recipe) -> None:
     if before != described:
       changed = [k for k in ("init_from",) if before.get(k) != described[k]] + [
           f"recipe.{k}" for k in fields if before["recipe"].get(k) != described["recipe"][k]]
-      raise GlueError(f"--output {output} holds a sweep with other settings "
-                      f"({', '.join(changed)}); choose another --output, or repeat its "
-                      "settings to resume it.")
+      raise GlueError(f"{output} holds a sweep with other settings "
+                      f"({', '.join(changed)}); choose another output directory, or repeat "
+                      "its settings to resume it.", argument="output")
   else:
     files_lib.write_atomically(path, json.dumps(described, indent=2))
 
@@ -246,7 +242,7 @@ def _finished(run: Run, settings: dict) -> dict | None:
   result = json.loads(files_lib.read_text(path))
   if result["settings"] != settings:
     raise GlueError(f"{path} is of a run with other settings; delete it or choose another "
-                    "--output.")
+                    "output directory.", argument="output")
   return result
 
 
@@ -284,7 +280,8 @@ def sweep(init_from: str, output: str, recipe=None, tasks: list[str] | None = No
   tasks = parse_tasks(recipe.tasks) if tasks is None else parse_tasks(",".join(tasks))
   seeds = parse_seeds(recipe.seeds if seeds is None else seeds)
   if not init_from:
-    raise GlueError("--init_from: name the encoder (a run's work directory or hf:DIR).")
+    raise GlueError("name the encoder (a run's work directory or hf:DIR).",
+                    argument="init_from")
   initialize.open_source(init_from)  # a bad source fails before any data is read
   output = str(files_lib.path(output))
   prepared = prepare_data(tasks, output, data_dir, use_tfds, tfds_data_dir)
@@ -321,44 +318,3 @@ def sweep(init_from: str, output: str, recipe=None, tasks: list[str] | None = No
     files_lib.write_atomically(os.path.join(output, "results.md"),
                                glue_metrics.markdown(table))
   return {"table": table, "runs": records, "stopped": None}
-
-
-# --- the command -------------------------------------------------------------------------
-def main(argv) -> None:
-  del argv
-  result = sweep(FLAGS.init_from, FLAGS.output, FLAGS.recipe,
-                 tasks=FLAGS.tasks.split(",") if FLAGS.tasks else None,
-                 seeds=FLAGS.seeds or None, data_dir=FLAGS.data, use_tfds=FLAGS.tfds,
-                 tfds_data_dir=FLAGS.tfds_data_dir, keep_checkpoints=FLAGS.keep_checkpoints)
-  if result["stopped"]:
-    print(f"stopped in {result['stopped']} (its checkpoint saved); run the same command "
-          "again to resume the sweep.")
-    return
-  print(glue_metrics.markdown(result["table"]), end="")
-  print(f"wrote {os.path.join(FLAGS.output, 'results.md')} and results.json")
-
-
-def define_flags() -> None:
-  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
-  flags.DEFINE_string("init_from", None, "The encoder: a run's work directory or hf:DIR.")
-  flags.DEFINE_string("output", None, "The sweep's directory: its runs, data and tables.")
-  flags.DEFINE_string("data", "", "A directory in GLUE's layout (CoLA/train.tsv, ...).")
-  flags.DEFINE_bool("tfds", False, "Read TFDS's glue/<task> instead of --data.")
-  flags.DEFINE_string("tfds_data_dir", "", "TFDS's data directory (default its own).")
-  flags.DEFINE_string("tasks", "", "Comma-separated tasks (default: the recipe's, all "
-                      "eight): " + ",".join(glue_data.TASKS))
-  flags.DEFINE_string("seeds", "", "Comma-separated seeds (default: the recipe's).")
-  # configs/glue.py, installed as encoderx.configs.glue: found, not imported (no library
-  # module imports the configs), so that --recipe.<field> works without --recipe.
-  recipes = importlib.util.find_spec("encoderx.configs").submodule_search_locations[0]
-  config_flags.DEFINE_config_file(
-      "recipe", f"{os.path.join(recipes, 'glue.py')}:default", "The sweep's recipe, e.g. "
-      "configs/glue.py:bert (default: configs/glue.py:default); --recipe.<field>=<value> "
-      "overrides a field.", lock_config=True)
-  flags.DEFINE_bool("keep_checkpoints", False, "Keep each finished run's checkpoints.")
-  flags.mark_flags_as_required(["init_from", "output"])
-
-
-if __name__ == "__main__":
-  define_flags()
-  cli.run(main)

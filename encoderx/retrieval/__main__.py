@@ -1,0 +1,61 @@
+"""The retrieval command: an embedding model's scores on a BEIR-format set
+(retrieval/ranking.py).
+
+    python -m encoderx.retrieval --init_from=RUN|hf:DIR --data=DIR [--split=test] \
+        [--k=100] [--output=scores.json] [--pooling=mean] [--max_length=256]
+
+prints (and with --output writes) JSON:
+
+    {"ndcg@10": 0.64, "recall@100": 0.93, "mrr@10": 0.61, "queries": 300, "corpus": 5183,
+     "k": 100, "data": DIR, "split": "test", "init_from": ...}
+"""
+from __future__ import annotations
+
+import json
+
+from absl import flags
+
+from encoderx import cli, embed, errors, retrieval
+from encoderx import files as files_lib
+from encoderx.data import beir
+from encoderx.evaluation import retrieval as retrieval_scores
+
+FLAGS = flags.FLAGS
+
+
+def main(argv) -> None:
+  del argv
+  if FLAGS.k < retrieval_scores.RECALL_AT:
+    errors.fail("--k", f"must be at least {retrieval_scores.RECALL_AT} (Recall@"
+                f"{retrieval_scores.RECALL_AT} scores the top {retrieval_scores.RECALL_AT}), "
+                f"got {FLAGS.k}.")
+  collection = beir.read_directory(FLAGS.data, FLAGS.split)  # bad input stops here
+  embedder = embed.Embedder(FLAGS.init_from, pooling=FLAGS.pooling, normalize=True,
+                            max_length=FLAGS.max_length, batch_size=FLAGS.batch_size)
+  result = {**retrieval.evaluate(embedder, collection, FLAGS.k, show_progress=True),
+            "data": FLAGS.data, "split": FLAGS.split, "init_from": FLAGS.init_from}
+  text = json.dumps(result, indent=2)
+  print(text)
+  if FLAGS.output:
+    files_lib.write_atomically(FLAGS.output, (text + "\n").encode("utf-8"))
+
+
+def define_flags() -> None:
+  flags.DEFINE_string("init_from", None,
+                      "a run's work directory, or hf:DIR (a Hugging Face model)")
+  flags.DEFINE_string("data", None, "a BEIR-format directory: corpus.jsonl, queries.jsonl, "
+                      "qrels/SPLIT.tsv")
+  flags.DEFINE_string("split", "test", "the qrels file to score: qrels/SPLIT.tsv")
+  flags.DEFINE_integer("k", 100, "documents retrieved per query (at least 100)")
+  flags.DEFINE_string("output", None, "where to write the scores as JSON too")
+  flags.DEFINE_enum("pooling", "mean", list(embed.POOLINGS), "how a text's token outputs "
+                    "become one vector (the model's: mean for sentence-transformers')")
+  flags.DEFINE_integer("batch_size", 64, "texts per batch")
+  flags.DEFINE_integer("max_length", 256, "tokens per text at most, [CLS] and [SEP] "
+                       "included")
+  flags.mark_flags_as_required(["init_from", "data"])
+
+
+if __name__ == "__main__":
+  define_flags()
+  cli.run(main)
