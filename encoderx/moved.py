@@ -20,6 +20,11 @@ MOVED_MODULES = {
     "encoderx.export.hf": "encoderx.hf (engine, rules, families, one module per family)",
     "encoderx.export.hf_directory": "encoderx.hf.directory",
     "encoderx.export.tokenizer_files": "encoderx.hf.tokenizer_files",
+    "encoderx.trainer": "encoderx.train.trainer",
+    "encoderx.data.stream": "encoderx.data.shard_stream",
+    "encoderx.data.streams": "encoderx.data.row_streams",
+    "encoderx.data.preprocessors": "encoderx.data.example_builders",
+    "encoderx.data.preprocessed": "encoderx.data.example_files",
 }
 
 
