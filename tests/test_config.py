@@ -173,5 +173,5 @@ def test_moved_modules_stop_with_one_line_naming_the_new_one(tmp_path):
     import encoderx.trainer  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   with pytest.raises(ImportError,
                      match=r"encoderx\.data\.stream is now encoderx\.data\.shard_stream"):
-    from encoderx.data import stream  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    import encoderx.data.stream  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import encoderx.tools.bench  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import

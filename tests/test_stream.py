@@ -238,14 +238,14 @@ def _records_decoded_to_resume(task, batches_before, monkeypatch, batch=8) -> in
     decoded["records"] += 1
     return real_decode(record, features)
 
-  monkeypatch.setattr(preprocessed, "decode", counting_decode)
+  monkeypatch.setattr(example_files, "decode", counting_decode)
   try:
     resumed = pipeline.batch_iterator(task, "train", 64, batch, seed=7,
                                       position=straight.position.to_dict())
     next(resumed)
     resumed.close()
   finally:
-    monkeypatch.setattr(preprocessed, "decode", real_decode)
+    monkeypatch.setattr(example_files, "decode", real_decode)
   return decoded["records"]
 
 

@@ -6,10 +6,10 @@ Two ways to read a Task (`batch_iterator` picks by its source):
   change from epoch to epoch while every epoch is reproducible. The position is (epoch,
   batches taken in that epoch); restoring it rebuilds that epoch and skips the batches
   already taken (re-reading at most one epoch of data).
-- shard by shard (`shard_stream.StreamBatchIterator`; sources that are `shard_stream.ShardedSource`s:
-  text files with data.streaming, TFDS datasets, preprocessed examples): each process
-  streams its own shards with a position that restores the next batch in constant time
-  (see encoderx/data/shard_stream.py).
+- shard by shard (`shard_stream.StreamBatchIterator`; sources that are
+  `shard_stream.ShardedSource`s: text files with data.streaming, TFDS datasets,
+  preprocessed examples): each process streams its own shards with a position that
+  restores the next batch in constant time (see encoderx/data/shard_stream.py).
 Either way a resumed run sees exactly the batches an unbroken run would.
 """
 from __future__ import annotations
