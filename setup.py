@@ -17,7 +17,7 @@ INSTALL_REQUIRES = [
     "tensorflow-text==2.21.1",
     "tensorflow-datasets==4.9.10",
     # Streaming input with checkpointable iterators; ArrayRecord files of preprocessed
-    # examples (random access: resume in constant time). See encoderx/data/stream.py.
+    # examples (random access: resume in constant time). See encoderx/data/shard_stream.py.
     "grain==0.2.18",
     "array-record==0.8.6",
     "tensorboard==2.21.0",  # clu's metric writer; tensorflow no longer pulls it in

@@ -24,7 +24,7 @@ What guards a run's checkpoints:
   to resume; it never resumes a different model, nor, unless allowed, one trained on
   another data or objective config (the differences are listed).
 - A checkpoint named by a later one's `kept_step` metric (the last one saved before a
-  stretch of non-finite steps, see train.py) is kept out of the keep-N rotation.
+  stretch of non-finite steps, see train/skips.py) is kept out of the keep-N rotation.
 - A save that fails (a full disk) is a CheckpointError naming the checkpoints still
   intact.
 """

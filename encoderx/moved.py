@@ -41,6 +41,12 @@ MOVED = {
         "encoderx.export.hf": "encoderx.hf (engine, rules, families, one module per family)",
         "encoderx.export.hf_directory": "encoderx.hf.directory",
         "encoderx.export.tokenizer_files": "encoderx.hf.tokenizer_files",
+        # Names that say their one job (issue 43).
+        "encoderx.trainer": "encoderx.train.trainer",
+        "encoderx.data.stream": "encoderx.data.shard_stream",
+        "encoderx.data.streams": "encoderx.data.row_streams",
+        "encoderx.data.preprocessors": "encoderx.data.example_builders",
+        "encoderx.data.preprocessed": "encoderx.data.example_files",
     },
     # Config files (before one file per family, configs/<family>.py:<variant>): paths
     # relative to the repository, matched at the end of the path given.

@@ -29,7 +29,7 @@ import transformers
 
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import files as files_lib
-from encoderx import trainer as trainer_lib
+from encoderx.train import trainer as trainer_lib
 from encoderx.export import writer
 from encoderx.hf import engine, families
 from encoderx.hf import eurobert as hf_eurobert

@@ -16,7 +16,7 @@ from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import optim, train
 from encoderx import configs
-from encoderx.data import corpus, pipeline, preprocessors, segment_pairs, tasks
+from encoderx.data import corpus, example_builders, pipeline, segment_pairs, tasks
 from encoderx.data import sentencepiece_vocabulary as spm_lib
 from encoderx.data.vocabulary import VocabularyError
 from encoderx.hf import engine
@@ -145,7 +145,7 @@ def austen_documents():
       "document_id": np.arange(len(chapters))})
   features = {"input_ids": seqio.Feature(vocabulary)}
   documents = []
-  for example in preprocessors.tokenize_documents(dataset, features, False).as_numpy_iterator():
+  for example in example_builders.tokenize_documents(dataset, features, False).as_numpy_iterator():
     positions = (POSITIONS_PER_DOCUMENT * (example["document_id"] + 1)
                  + np.arange(len(example["token_ids"]))).astype(np.int64)
     documents.append(segment_pairs.Document.from_flat(

@@ -17,9 +17,10 @@ from conftest import REPO
 from encoderx import cli, errors
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import config as config_lib
-from encoderx import train, trainer as trainer_lib
+from encoderx import train
 from encoderx import workdir as workdir_lib
 from encoderx.data import corpus, tasks, vocabulary as vocabulary_lib
+from encoderx.train import trainer as trainer_lib
 
 ONE_DEVICE = jax.devices()[:1]
 

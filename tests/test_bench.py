@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from encoderx import trainer as trainer_lib
+from encoderx.train import trainer as trainer_lib
 from encoderx.data import pipeline
 from encoderx.tools import accelerator, bench, bench_models, finetune_steps, flops, timing
 

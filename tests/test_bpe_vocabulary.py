@@ -10,7 +10,7 @@ import tensorflow as tf
 from encoderx import errors
 from encoderx import config as config_lib
 from encoderx import configs
-from encoderx.data import bpe_vocabulary, corpus, preprocessors, tasks
+from encoderx.data import bpe_vocabulary, corpus, example_builders, tasks
 from encoderx.data.vocabulary import VocabularyError
 from encoderx.data import resources
 
@@ -101,7 +101,7 @@ def _tokenized_documents(vocabulary, documents):
       "text": ["\n".join(paragraphs) for paragraphs in documents],
       "document_id": tf.range(len(documents), dtype=tf.int64)})
   features = {"input_ids": seqio.Feature(vocabulary, add_eos=False)}
-  return list(preprocessors.tokenize_documents(dataset, features, sentence_per_line=False)
+  return list(example_builders.tokenize_documents(dataset, features, sentence_per_line=False)
               .as_numpy_iterator())
 
 

@@ -77,7 +77,7 @@ def test_objectives_and_example_builder_must_agree():
 
 
 def test_trainer_rejects_bad_config_before_building_anything(monkeypatch):
-  from encoderx import trainer as trainer_lib
+  from encoderx.train import trainer as trainer_lib
   from encoderx.models import pretraining
 
   def fail(*args, **kwargs):
@@ -215,4 +215,9 @@ def test_moved_modules_stop_with_one_line_naming_the_new_one(tmp_path):
       "encoderx.bench is now encoderx.tools.bench (see docs/migration.md))")
   with pytest.raises(ImportError, match=r"encoderx\.method is now encoderx\.methods\.base"):
     from encoderx import method  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  with pytest.raises(ImportError, match=r"encoderx\.trainer is now encoderx\.train\.trainer"):
+    import encoderx.trainer  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  with pytest.raises(ImportError,
+                     match=r"encoderx\.data\.stream is now encoderx\.data\.shard_stream"):
+    import encoderx.data.stream  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import encoderx.tools.bench  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from encoderx import config as config_lib
-from encoderx import initialize, train, trainer as trainer_lib
+from encoderx import initialize, train
 from encoderx import configs
 from encoderx.data import sentencepiece_vocabulary as spm_lib
 from encoderx.data import resources
@@ -21,6 +21,7 @@ from encoderx.data.vocabulary import VocabularyError
 from encoderx.hf import engine
 from encoderx.hf import directory as hf_directory
 from encoderx.models import common, disentangled, finetuning, pretraining
+from encoderx.train import trainer as trainer_lib
 
 from reference_models import (  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
     check_round_trip, flax_from_torch, mlm_logits, padded_batch, small_model,

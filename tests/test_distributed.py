@@ -372,7 +372,7 @@ def test_padding_rows_count_for_nothing_in_pretraining_evaluations(tiny_config, 
   """A batch of padding rows (zeros, example_weight 0.0, what completes a whole split's
   last batch or feeds a process whose shard ran out) adds nothing to any sum the
   evaluation is summarized from: no prediction, no sentence label, no token."""
-  from encoderx import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from encoderx.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   from encoderx.data import pipeline  # pylint: disable=g-import-not-at-top
   config = tiny_config(name)
   trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
@@ -394,7 +394,7 @@ def test_a_whole_split_evaluation_gives_the_metrics_of_its_examples(tiny_config)
   """NSP alone (nothing masked: each example's metrics do not depend on its batch): the
   validation split evaluated whole in batches of 8, the last padded, gives the metrics
   of batches of 1, which need no padding."""
-  from encoderx import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from encoderx.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   from encoderx.data import pipeline  # pylint: disable=g-import-not-at-top
   metrics = {}
   for size in (8, 1):
@@ -422,7 +422,7 @@ def test_two_processes_evaluate_and_predict_a_whole_split_as_one_process(tmp_pat
   processes writes one process's predictions, each row once, in input order."""
   import seqio  # pylint: disable=g-import-not-at-top
   from encoderx import checkpoint, initialize  # pylint: disable=g-import-not-at-top
-  from encoderx import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from encoderx.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   from encoderx.data import pipeline  # pylint: disable=g-import-not-at-top
   lines = [line.replace("\t", " ") for line in austen_lines(73)]
   for name, part in (("train.tsv", lines[:64]), ("dev.tsv", lines[64:])):

@@ -7,7 +7,10 @@ so that a failing test lists all of them at once:
 - every `python -m encoderx.X` written in README.md and docs/ names a module that exists;
 - every `configs/NAME.py[:VARIANT]` written there is a file, and VARIANT one of its
   `VARIANTS` (configs/finetune.py's argument is "TASK[,data=DIR]": TASK is checked);
-- README.md stays a front page (at most README_MAX_LINES lines).
+- README.md stays a front page (at most README_MAX_LINES lines);
+- every `encoderx/PATH` and `encoderx.MODULE[.NAME]` named in the pages and in the
+  docstrings and comments of the code (encoderx/, configs/, launch/, tests/) exists: a
+  file or folder (or the prefix of files a command writes), a module and a name it defines.
 
 docs/migration.md maps old names to new ones in tables whose first cell is the old name:
 those first cells are not checked for existing modules and configs (the rest is).
@@ -16,10 +19,12 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import io
 import pathlib
 import re
 import subprocess
 import sys
+import tokenize
 import unicodedata
 
 import pytest
@@ -38,6 +43,13 @@ HTML_ID = re.compile(r"<a\s+(?:id|name)=\"([^\"]+)\"")
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 MODULE_COMMAND = re.compile(r"python3?\s+-m\s+(encoderx(?:\.[A-Za-z_]\w*)+)")
 CONFIG_REFERENCE = re.compile(r"(?<![\w/.])configs/([A-Za-z_]\w*)\.py(?::([A-Za-z_]\w*))?")
+PATH_REFERENCE = re.compile(r"(?<![\w/.-])encoderx/((?:[\w-]+/)*[\w.-]*[\w-])")
+NAME_REFERENCE = re.compile(r"(?<![\w/.-])encoderx((?:\.[A-Za-z_]\w*)+)")
+# Dotted names that are no module's: a run directory's lock file (workdir.LOCK_NAME) and
+# gin's full names of config fields (gin_config.py).
+NOT_MODULE_NAMES = ("encoderx.lock", "encoderx.config.")
+PLACEHOLDER = re.compile(r"[A-Z]+")  # encoderx.X, encoderx.tools.NAME
+IMPORT_LINE = re.compile(r"\s*(from|import)\s")
 
 
 def documentation_files() -> list[pathlib.Path]:
@@ -238,6 +250,96 @@ def missing_configs(paths: list[pathlib.Path]) -> list[str]:
   return problems
 
 
+def reference_files() -> list[pathlib.Path]:
+  """Where encoderx's files and modules are named: the code's docstrings and comments and
+  the pages, less the history (CHANGELOG.md) and the old names (moved.py, migration.md)."""
+  old_names = (REPO / "CHANGELOG.md", REPO / "encoderx" / "moved.py", MIGRATION_PAGE)
+  files = [path for folder in ("encoderx", "configs", "launch", "tests")
+           for path in sorted((REPO / folder).rglob("*.py"))]
+  files += sorted(REPO.glob("*.md")) + sorted((REPO / "encoderx").rglob("*.md"))
+  return [path for path in files + sorted((REPO / "docs").rglob("*.md"))
+          if path not in old_names]
+
+
+def commentary(path: pathlib.Path) -> list[tuple[int, str]]:
+  """(line number, text) of what names files in `path`: a page's lines, a Python file's
+  docstrings and comments (its strings are code: the old names a test tries, say)."""
+  text = path.read_text(encoding="utf-8")
+  if path.suffix != ".py":
+    return list(enumerate(text.splitlines(), 1))
+  if not any(PATH_REFERENCE.search(line) or NAME_REFERENCE.search(line)
+             for line in text.splitlines() if not IMPORT_LINE.match(line)):
+    return []  # parsing is most of the check's time: only where a name may be
+  found = []
+  for node in ast.walk(ast.parse(text, filename=str(path))):
+    if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+      docstring = ast.get_docstring(node, clean=False)
+      if docstring is not None:
+        first = node.body[0].lineno
+        found.extend((first + offset, line) for offset, line in enumerate(docstring.splitlines()))
+  found.extend((token.start[0], token.string)
+               for token in tokenize.generate_tokens(io.StringIO(text).readline)
+               if token.type == tokenize.COMMENT)
+  return found
+
+
+def _module_file(parts: list[str]) -> pathlib.Path | None:
+  """The file of module encoderx.PARTS (encoderx.configs is configs/), None if none."""
+  folder = REPO / "configs" if parts[:1] == ["configs"] else REPO / "encoderx"
+  rest = parts[1:] if parts[:1] == ["configs"] else parts
+  if not rest:
+    return folder / "__init__.py"
+  base = folder.joinpath(*rest)
+  return next((file for file in (base.with_suffix(".py"), base / "__init__.py")
+               if file.is_file()), None)
+
+
+def defined_names(module_file: pathlib.Path) -> set[str]:
+  """The names a module defines or imports at its top level."""
+  names = set()
+  for node in ast.parse(module_file.read_text(encoding="utf-8")).body:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+      names.add(node.name)
+    elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+      targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+      names.update(target.id for target in targets if isinstance(target, ast.Name))
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+      names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+  return names
+
+
+def stale_references(paths: list[pathlib.Path]) -> list[str]:
+  """Every encoderx/PATH that is no file, folder or prefix of files, and every
+  encoderx.MODULE.NAME whose module does not exist or does not define NAME."""
+  problems, names = [], {}
+  for path in paths:
+    for number, line in commentary(path):
+      where = _where(path, number)
+      for reference in PATH_REFERENCE.findall(line):
+        target = REPO / "encoderx" / reference
+        if any(PLACEHOLDER.fullmatch(part.split(".")[0]) for part in reference.split("/")):
+          continue
+        if not target.exists() and not (target.parent.is_dir()
+                                        and any(target.parent.glob(f"{target.name}*"))):
+          problems.append(f"{where}: encoderx/{reference}: no such file or folder")
+      for reference in NAME_REFERENCE.findall(line):
+        dotted = f"encoderx{reference}"
+        if dotted.startswith(NOT_MODULE_NAMES):
+          continue
+        parts = reference.strip(".").split(".")
+        known = max(count for count in range(len(parts) + 1) if _module_file(parts[:count]))
+        if known == len(parts) or PLACEHOLDER.fullmatch(parts[known]):
+          continue
+        module_file = _module_file(parts[:known])
+        if module_file not in names:
+          names[module_file] = defined_names(module_file)
+        if parts[known] not in names[module_file]:
+          module = ".".join(["encoderx", *parts[:known]])
+          problems.append(f"{where}: {dotted}: {module} has no module or name "
+                          f"'{parts[known]}'")
+  return problems
+
+
 def readme_length_problems(path: pathlib.Path = REPO / "README.md") -> list[str]:
   count = len(path.read_text(encoding="utf-8").splitlines())
   if count > README_MAX_LINES:
@@ -279,6 +381,11 @@ def test_documented_commands_name_existing_modules():
 
 def test_documented_configs_exist():
   problems = missing_configs(user_facing_files())
+  assert not problems, _report(problems)
+
+
+def test_files_and_modules_named_in_docstrings_comments_and_pages_exist():
+  problems = stale_references(reference_files())
   assert not problems, _report(problems)
 
 
@@ -360,3 +467,29 @@ def test_the_migration_pages_old_names_are_not_checked(tmp_path, monkeypatch):
   assert missing_modules([tmp_path / "docs" / "migration.md"]) == []
   assert len(missing_configs([tmp_path / "docs" / "other.md"])) == 3
   assert len(missing_modules([tmp_path / "docs" / "other.md"])) == 1
+
+
+def test_stale_references_are_found_in_docstrings_comments_and_pages(tmp_path, monkeypatch):
+  module = sys.modules[__name__]
+  monkeypatch.setattr(module, "REPO", tmp_path)
+  monkeypatch.setattr(module, "MIGRATION_PAGE", tmp_path / "docs" / "migration.md")
+  (tmp_path / "docs").mkdir()
+  (tmp_path / "docs" / "migration.md").write_text("`encoderx.old` is now `encoderx.real`\n")
+  (tmp_path / "docs" / "page.md").write_text("See encoderx/FAMILY.py and encoderx/old.py.\n")
+  (tmp_path / "encoderx" / "data" / "resources").mkdir(parents=True)
+  (tmp_path / "encoderx" / "__init__.py").write_text("")
+  (tmp_path / "encoderx" / "data" / "__init__.py").write_text("")
+  (tmp_path / "encoderx" / "data" / "resources" / "vocab.model").write_text("")
+  (tmp_path / "encoderx" / "real.py").write_text("def thing():\n  pass\n")
+  (tmp_path / "encoderx" / "user.py").write_text(
+      '"""Reads encoderx/real.py, encoderx/gone.py and encoderx/data/resources/vocab\n'
+      'through encoderx.real.thing, encoderx.real.nothing, encoderx.gone and encoderx.X."""\n'
+      'OLD = "encoderx/in_a_string.py encoderx.in_a_string"\n'
+      '# encoderx/data/ and encoderx/data/also_gone.py\n')
+  assert stale_references(reference_files()) == [
+      "encoderx/user.py:1: encoderx/gone.py: no such file or folder",
+      "encoderx/user.py:2: encoderx.real.nothing: encoderx.real has no module or name "
+      "'nothing'",
+      "encoderx/user.py:2: encoderx.gone: encoderx has no module or name 'gone'",
+      "encoderx/user.py:4: encoderx/data/also_gone.py: no such file or folder",
+      "docs/page.md:1: encoderx/old.py: no such file or folder"]

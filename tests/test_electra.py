@@ -16,11 +16,12 @@ from scipy import stats
 
 from encoderx import errors
 from encoderx import config as config_lib
-from encoderx import initialize, train, trainer as trainer_lib
+from encoderx import initialize, train
 from encoderx.data import pipeline, resources
 from encoderx.hf import engine
 from encoderx.methods import electra
 from encoderx.objectives import rtd
+from encoderx.train import trainer as trainer_lib
 
 from reference_models import padded_batch  # pylint: disable=g-bad-import-order
 

@@ -140,7 +140,7 @@ def _init_from(directory: str, family: str, workdir: str):
   """A tiny run of the family's config from --init_from=hf:DIRECTORY: (method, params),
   written to `workdir` as a run."""
   from encoderx import initialize  # pylint: disable=g-import-not-at-top
-  from encoderx import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from encoderx.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   config = _tiny_config(f"{family}:tiny")
   config.init_from = f"hf:{directory}"
   config = initialize.resolve_config(config)

@@ -22,10 +22,11 @@ from conftest import REPO, _tiny_config
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import checksum
 from encoderx.methods import registry as method_registry
-from encoderx import train, trainer as trainer_lib
+from encoderx import train
 from encoderx import workdir as workdir_lib
 from encoderx.data import pipeline, tasks
 from encoderx.methods import pretrain
+from encoderx.train import trainer as trainer_lib
 
 ONE_DEVICE = jax.devices()[:1]
 

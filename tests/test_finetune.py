@@ -12,8 +12,9 @@ import pytest
 import torch
 import transformers
 
-from encoderx import checkpoint, initialize, train, trainer as trainer_lib
+from encoderx import checkpoint, initialize, train
 from encoderx.train import progress
+from encoderx.train import trainer as trainer_lib
 from encoderx.data import labelled, resources
 from encoderx.hf import engine
 from encoderx.models import common, embeddings, pretraining

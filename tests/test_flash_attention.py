@@ -18,7 +18,7 @@ from jax import export
 from conftest import REPO
 from encoderx import errors
 from encoderx import config as config_lib
-from encoderx import trainer as trainer_lib
+from encoderx.train import trainer as trainer_lib
 from encoderx.models import attention
 from encoderx.models import attention_kernels
 from encoderx.models import common

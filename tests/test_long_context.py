@@ -16,7 +16,7 @@ import pytest
 
 from encoderx import config as config_lib
 from encoderx import errors
-from encoderx import trainer as trainer_lib
+from encoderx.train import trainer as trainer_lib
 from encoderx.hf import engine
 from encoderx.models import attention_kernels, common, encoder as encoder_lib, pretraining
 from encoderx.tools import long_context, report

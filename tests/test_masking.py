@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from encoderx import sharding, trainer as trainer_lib
+from encoderx import sharding
 from encoderx.objectives import mlm
+from encoderx.train import trainer as trainer_lib
 
 
 def _config(vocabulary, **fields):

@@ -15,17 +15,18 @@ import pytest
 
 from encoderx.methods import base as method_lib
 from encoderx.methods import registry as method_registry
-from encoderx import train, trainer as trainer_lib
+from encoderx import train
 from encoderx.data import pipeline, tasks
 from encoderx.methods import pretrain
 from encoderx.models import dropout as dropout_lib
+from encoderx.train import trainer as trainer_lib
 
 ONE_DEVICE = jax.devices()[:1]
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "encoderx"
 # The core: the loop, the trainer and what they are built on. Methods live in
 # encoderx/methods/ and are loaded by name (encoderx/methods/registry.py: REGISTRY).
-CORE = ("trainer.py", "train/loop.py", "train/__main__.py", "methods/base.py",
+CORE = ("train/trainer.py", "train/loop.py", "train/__main__.py", "methods/base.py",
         "checkpoint.py", "initialize.py", "sharding.py", "optim.py", "config.py")
 # What the core may import of encoderx/methods: the interface and the registry.
 INTERFACE = ("encoderx.methods.base", "encoderx.methods.registry")
@@ -106,7 +107,7 @@ def test_the_core_imports_no_method_and_methods_import_the_core():
       assert "encoderx.methods.base" in _imports(path), f"{path.name} does not use the core"
   # At run time too: loading the loop loads no method until a config names one.
   loaded = subprocess.run(
-      [sys.executable, "-c", "import sys, encoderx.train, encoderx.trainer; "
+      [sys.executable, "-c", "import sys, encoderx.train, encoderx.train.trainer; "
        f"print([m for m in sys.modules if m.startswith('encoderx.methods.') "
        f"and m not in {INTERFACE}])"],
       capture_output=True, text=True, check=True, cwd=REPO)
@@ -136,7 +137,7 @@ def _code_names(path: pathlib.Path) -> set[str]:
   return words
 
 
-@pytest.mark.parametrize("name", ["trainer.py", "train/loop.py", "train/__main__.py"])
+@pytest.mark.parametrize("name", ["train/trainer.py", "train/loop.py", "train/__main__.py"])
 def test_the_training_core_names_no_objective_head_or_family(name):
   words = {w.lower() for w in _code_names(PACKAGE / name)}
   assert not words & OBJECTIVE_AND_FAMILY_NAMES, words & OBJECTIVE_AND_FAMILY_NAMES

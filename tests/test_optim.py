@@ -165,7 +165,7 @@ def test_stable_adamw_equals_optimi_step_by_step(decouple_lr):
 
 def test_stable_adamw_trains_a_tiny_run(tiny_config):
   """The trainer builds it, states shard and a few steps lower the loss."""
-  from encoderx import trainer as trainer_lib
+  from encoderx.train import trainer as trainer_lib
   from encoderx.data import pipeline, tasks
   config = tiny_config()
   config.optimizer.name = "stable_adamw"

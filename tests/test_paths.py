@@ -92,12 +92,12 @@ def test_preprocessed_examples_in_a_bucket_are_a_clear_error(tiny_config):
   # ArrayRecord opens local files only: a URL would otherwise be written under a local
   # "gs:" directory (--output) or fail inside its C++ reader.
   from encoderx import preprocess  # pylint: disable=g-import-not-at-top
-  from encoderx.data import preprocessed  # pylint: disable=g-import-not-at-top
+  from encoderx.data import example_files  # pylint: disable=g-import-not-at-top
   with pytest.raises(errors.ConfigError, match="flag --output: 'gs://b/x' is a URL"):
     preprocess.run(tiny_config(), "gs://b/x")
   with pytest.raises(errors.ConfigError,
                      match="'data.preprocessed': 'gs://b/x' is a URL"):
-    preprocessed.read_manifest("gs://b/x")
+    example_files.read_manifest("gs://b/x")
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """python -m encoderx.tools.plot: curves from TensorBoard logs as training writes them (clu's
-default writer, as encoderx/train.py; tests/test_training.py also reads a real run's)."""
+default writer, as encoderx/train/loop.py; tests/test_training.py also reads a real run's)."""
 import matplotlib.image
 import numpy as np
 import pytest
@@ -10,7 +10,7 @@ from encoderx.tools import plot
 
 def write_run(directory, train_losses, eval_losses):
   """A run directory whose tensorboard/ holds mlm_loss every step and eval/mlm_loss
-  every 2 steps, written by the writer train.py uses."""
+  every 2 steps, written by the writer train/loop.py uses."""
   writer = metric_writers.create_default_writer(str(directory / "tensorboard"))
   for step, loss in enumerate(train_losses, start=1):
     writer.write_scalars(step, {"mlm_loss": loss, "loss": loss + 0.7})

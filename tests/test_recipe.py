@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from encoderx import errors
-from encoderx import trainer as trainer_lib
+from encoderx.train import trainer as trainer_lib
 from encoderx.data import pipeline, tasks
 from encoderx.objectives import mlm
 

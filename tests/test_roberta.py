@@ -6,9 +6,10 @@ import pytest
 
 from encoderx import errors
 from encoderx import config as config_lib
-from encoderx import train, trainer as trainer_lib
+from encoderx import train
 from encoderx import configs
 from encoderx.data import bpe_vocabulary, tasks
+from encoderx.train import trainer as trainer_lib
 
 ONE_DEVICE = jax.devices()[:1]
 

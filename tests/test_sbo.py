@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from encoderx import errors
-from encoderx import config as config_lib, train, trainer as trainer_lib
+from encoderx import config as config_lib, train
 from encoderx import configs
 from encoderx.data import tasks
 from encoderx.models import common, embeddings as embeddings_lib, encoder, heads, pretraining
 from encoderx.objectives import mlm
 from encoderx.tools import batch_inspector
+from encoderx.train import trainer as trainer_lib
 
 ONE_DEVICE = jax.devices()[:1]
 

@@ -10,7 +10,7 @@ from jax.sharding import PartitionSpec
 
 from encoderx import errors
 from encoderx import config as config_lib, gin_config, sharding
-from encoderx import trainer as trainer_lib
+from encoderx.train import trainer as trainer_lib
 from encoderx.methods import registry as method_registry
 from encoderx.data import pipeline, tasks
 from encoderx.models import embeddings

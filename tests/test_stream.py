@@ -12,7 +12,7 @@ import seqio
 from encoderx import config as config_lib, errors
 from encoderx.methods import registry as method_registry
 from encoderx import preprocess, train
-from encoderx.data import pipeline, preprocessed, stream, tasks
+from encoderx.data import example_files, pipeline, shard_stream, tasks
 
 ONE_DEVICE = jax.devices()[:1]
 FILES, DOCUMENTS, SENTENCES = 3, 15, 8
@@ -65,7 +65,7 @@ def _ids(examples) -> list[bytes]:
 
 def test_manifest_counts_every_file_and_a_run_checks_it(written):
   config, directory = written
-  manifest = preprocessed.read_manifest(directory)
+  manifest = example_files.read_manifest(directory)
   length = manifest["lengths"]["64"]
   assert list(length["features"]) == ["input_ids", "token_type_ids", "segment_ids",
                                       "positions", "word_starts", "sentence_label"]
@@ -74,10 +74,10 @@ def test_manifest_counts_every_file_and_a_run_checks_it(written):
   for copy in train_split["copies"]:
     assert [e["source"] for e in copy] == tasks.corpus_files(config.data)
     for entry in copy:
-      assert preprocessed.count_records(os.path.join(directory, entry["file"])) == (
+      assert example_files.count_records(os.path.join(directory, entry["file"])) == (
           entry["examples"]) > 0
   assert train_split["examples"] == sum(e["examples"] for c in train_split["copies"] for e in c)
-  assert manifest["examples"]["vocabulary_sha256"] == preprocessed.vocabulary_fingerprint(
+  assert manifest["examples"]["vocabulary_sha256"] == example_files.vocabulary_fingerprint(
       config.data.vocab)["vocabulary_sha256"]
   assert not os.path.exists(os.path.join(directory, preprocess.PLAN))
 
@@ -85,7 +85,7 @@ def test_manifest_counts_every_file_and_a_run_checks_it(written):
   other.data.builder, other.objective.names = "full_sentences", ("mlm",)
   other.data.vocab.lower_case = False
   other.train.long_fraction, other.train.long_seq_length = 0.5, 128
-  with pytest.raises(preprocessed.ManifestError) as error:
+  with pytest.raises(example_files.ManifestError) as error:
     tasks.preprocessed_source(other)
   message = str(error.value)
   for difference in ("builder: preprocessed 'sentence_pairs', this config 'full_sentences'",
@@ -93,8 +93,8 @@ def test_manifest_counts_every_file_and_a_run_checks_it(written):
                      "vocabulary_lower_case: preprocessed True, this config False",
                      "lengths: preprocessed [64], this config trains at [64, 128]"):
     assert difference in message
-  with pytest.raises(preprocessed.ManifestError, match="holds no manifest.json"):
-    preprocessed.read_manifest(os.path.dirname(directory))
+  with pytest.raises(example_files.ManifestError, match="holds no manifest.json"):
+    example_files.read_manifest(os.path.dirname(directory))
 
 
 def test_preprocessing_never_overwrites_and_continues_where_it_stopped(written, tmp_path):
@@ -112,10 +112,10 @@ def test_preprocessing_never_overwrites_and_continues_where_it_stopped(written, 
   with pytest.raises(Exception, match="unfinished preprocessing of another config"):
     preprocess.run(config, str(output), copies=1, workers=1, show_progress=False)
   manifest = preprocess.run(config, str(output), copies=2, workers=1, show_progress=False)
-  assert manifest == preprocessed.read_manifest(directory)
+  assert manifest == example_files.read_manifest(directory)
   for unit in units:
-    assert _ids(preprocessed.read_records(str(output / unit.file), manifest["lengths"]["64"][
-        "features"])) == _ids(preprocessed.read_records(
+    assert _ids(example_files.read_records(str(output / unit.file), manifest["lengths"]["64"][
+        "features"])) == _ids(example_files.read_records(
             os.path.join(directory, unit.file), manifest["lengths"]["64"]["features"]))
 
 
@@ -173,7 +173,7 @@ def test_text_shards_open_without_tracing_the_task_again(tiny_config, corpus_dir
 
 
 def _unshuffled_epoch(shards, count):
-  iterator = stream.ShardStream(shards, seed=0, shuffle=False).__iter__()
+  iterator = shard_stream.ShardStream(shards, seed=0, shuffle=False).__iter__()
   return [next(iterator) for _ in range(count)]
 
 
@@ -188,12 +188,12 @@ def test_an_epoch_is_every_example_once_and_processes_read_their_own_shards(writ
   for examples, copy in ((epochs[:first], every[0]), (epochs[first:], every[1])):
     assert collections.Counter(examples) == collections.Counter(sum(copy, []))
   # Two processes: shards 0, 2 and shard 1, in canonical order; together everything once.
-  parts = [_ids(stream.all_examples(shards, index, 2)) for index in (0, 1)]
+  parts = [_ids(shard_stream.all_examples(shards, index, 2)) for index in (0, 1)]
   assert parts == [every[0][0] + every[0][2], every[0][1]]
-  with pytest.raises(stream.StreamError, match="3 shard.*fewer than the 5 processes"):
-    next(stream.StreamBatchIterator(shards, 8, 0, window=4, process_count=5))
+  with pytest.raises(shard_stream.StreamError, match="3 shard.*fewer than the 5 processes"):
+    next(shard_stream.StreamBatchIterator(shards, 8, 0, window=4, process_count=5))
   # Shuffled epochs read shards in new orders.
-  orders = {tuple(stream.shard_order(16, seed=3, epoch=e, shuffle=True)) for e in range(5)}
+  orders = {tuple(shard_stream.shard_order(16, seed=3, epoch=e, shuffle=True)) for e in range(5)}
   assert len(orders) == 5
 
 
@@ -232,20 +232,20 @@ def _records_decoded_to_resume(task, batches_before, monkeypatch, batch=8) -> in
   for _ in range(batches_before):
     next(straight)
   straight.close()
-  decoded, real_decode = collections.Counter(), preprocessed.decode
+  decoded, real_decode = collections.Counter(), example_files.decode
 
   def counting_decode(record, features):
     decoded["records"] += 1
     return real_decode(record, features)
 
-  monkeypatch.setattr(preprocessed, "decode", counting_decode)
+  monkeypatch.setattr(example_files, "decode", counting_decode)
   try:
     resumed = pipeline.batch_iterator(task, "train", 64, batch, seed=7,
                                       position=straight.position.to_dict())
     next(resumed)
     resumed.close()
   finally:
-    monkeypatch.setattr(preprocessed, "decode", real_decode)
+    monkeypatch.setattr(example_files, "decode", real_decode)
   return decoded["records"]
 
 
@@ -254,7 +254,7 @@ def test_resuming_a_preprocessed_stream_reads_one_window_wherever_it_is(written,
   task = tasks.register_pretraining_task(_preprocessed_config(written))
   # What resuming reads: the current window (and the next, when the batches prefetched
   # after the position cross into it), wherever the position is.
-  bound = 2 * task.shuffle_buffer_size + (stream.PREFETCH_BATCHES + 2) * 8
+  bound = 2 * task.shuffle_buffer_size + (shard_stream.PREFETCH_BATCHES + 2) * 8
   early, late = (_records_decoded_to_resume(task, n, monkeypatch) for n in (3, 300))
   assert early <= bound and late <= bound, (early, late, bound)
 
@@ -305,7 +305,7 @@ def _stacked(batches, name="input_ids") -> np.ndarray:
 
 def test_xlnet_streams_are_read_in_order_and_equal_streaming_the_text(xlnet_written):
   config, directory = xlnet_written
-  manifest = preprocessed.read_manifest(directory)
+  manifest = example_files.read_manifest(directory)
   assert manifest["processes"] == 1 and {
       k: manifest["examples"][k] for k in ("builder", "rows_per_process", "reuse_len",
                                            "bi_data")} == {
@@ -329,7 +329,7 @@ def test_xlnet_streams_are_read_in_order_and_equal_streaming_the_text(xlnet_writ
   # In order: the shards one after another in the epoch's shard order (not the canonical
   # one), each batch ROWS consecutive examples of one shard: no interleaving, no window.
   shards = pipeline.stream_shards(examples, "train", 64, seed)
-  order = stream.shard_order(len(shards), seed, 0, shuffle=True)
+  order = shard_stream.shard_order(len(shards), seed, 0, shuffle=True)
   assert list(order) != sorted(order)
   in_order = [example for index in order for example in shards[index].open(0, 0)]
   for name in ("input_ids", "stream_start", "reversed"):
@@ -355,7 +355,7 @@ def test_xlnet_streams_refuse_a_run_with_other_rows_reuse_len_or_bi_data(xlnet_w
   other = _preprocessed_config(xlnet_written)
   other.train.batch_size, other.objective.plm.reuse_len = 16, 16
   other.objective.plm.bi_data = False
-  with pytest.raises(preprocessed.ManifestError, match="holds examples made for another "
+  with pytest.raises(example_files.ManifestError, match="holds examples made for another "
                      "config") as error:
     tasks.register_pretraining_task(other)
   for difference in ("rows_per_process: preprocessed 8, this config 16",
@@ -367,13 +367,13 @@ def test_xlnet_streams_refuse_a_run_with_other_rows_reuse_len_or_bi_data(xlnet_w
   twice = _preprocessed_config(xlnet_written)
   twice.train.batch_size = 16
   assert tasks.preprocessed_source(twice, process_count=2).manifest["processes"] == 1
-  with pytest.raises(preprocessed.ManifestError, match="rows_per_process: preprocessed 8, "
+  with pytest.raises(example_files.ManifestError, match="rows_per_process: preprocessed 8, "
                      "this config 16"):
     tasks.preprocessed_source(twice, process_count=1)
   # Sentence pairs are not row streams, nor the other way round.
   pairs = preprocess.source_config(_config(tiny_config, corpus_dir))
   pairs.data.streaming, pairs.data.preprocessed = False, directory
-  with pytest.raises(preprocessed.ManifestError, match="builder: preprocessed "
+  with pytest.raises(example_files.ManifestError, match="builder: preprocessed "
                      "'xlnet_streams', this config 'sentence_pairs'"):
     tasks.preprocessed_source(pairs)
   # --processes: only row streams depend on it, and it must split the batch evenly.
@@ -399,7 +399,7 @@ def test_xlnet_streams_resume_with_the_next_batch_at_a_seek(xlnet_written, tiny_
               streaming=True))
   _resumed_equals_straight(text, 9, 3, batch_size=ROWS)
   # Resuming decodes the batches it gives and prefetches, wherever the position is.
-  bound = (stream.PREFETCH_BATCHES + 2) * ROWS
+  bound = (shard_stream.PREFETCH_BATCHES + 2) * ROWS
   early, late = (_records_decoded_to_resume(examples, n, monkeypatch) for n in (3, 300))
   assert early <= bound and late <= bound, (early, late, bound)
 
@@ -426,6 +426,6 @@ def test_electra_checks_a_preprocessed_manifest_instead_of_reading_the_text(writ
   config = tiny_config("electra:tiny")
   config.data.preprocessed = written[1]  # sentence pairs, which electra does not train on
   method = method_registry.build(config_lib.validate(config))
-  with pytest.raises(preprocessed.ManifestError, match="builder: preprocessed "
+  with pytest.raises(example_files.ManifestError, match="builder: preprocessed "
                      "'sentence_pairs', this config 'doc_sentences'"):
     method.check_data()

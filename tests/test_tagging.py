@@ -173,7 +173,7 @@ def test_tagger_trains_evaluates_and_writes_conll_predictions(tmp_path):
 
 
 def _abstract(config):
-  from encoderx import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from encoderx.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   return trainer_lib.Trainer(config, devices=ONE_DEVICE).abstract_state_with_shardings()
 
 

@@ -12,10 +12,11 @@ import pytest
 from jax.sharding import PartitionSpec
 
 from encoderx import checkpoint as checkpoint_lib
-from encoderx import train, trainer as trainer_lib
+from encoderx import train
 from encoderx.data import pipeline, tasks
 from encoderx.models import embeddings
 from encoderx.tools import plot
+from encoderx.train import trainer as trainer_lib
 
 ONE_DEVICE = jax.devices()[:1]
 

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from encoderx import configs
-from encoderx import trainer as trainer_lib
+from encoderx.train import trainer as trainer_lib
 from encoderx.data import pipeline
 from encoderx.hf import engine
 from encoderx.tools import parity, torch_adapters, torch_optim

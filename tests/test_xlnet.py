@@ -12,12 +12,13 @@ import seqio
 from encoderx import errors
 from encoderx import config as config_lib
 from encoderx.methods import registry as method_registry
-from encoderx import train, trainer as trainer_lib
+from encoderx import train
 from encoderx import configs
-from encoderx.data import pipeline, segment_pairs, streams
+from encoderx.data import pipeline, row_streams, segment_pairs
 from encoderx.hf import base, engine
 from encoderx.models import common, pretraining, xlnet
 from encoderx.objectives import plm
+from encoderx.train import trainer as trainer_lib
 
 from conftest import _tiny_config  # pylint: disable=g-bad-import-order  (tests/ on sys.path)
 from reference_models import small_model, torch_reference  # pylint: disable=g-bad-import-order
@@ -74,11 +75,11 @@ def _segments(example):
 
 
 def test_rows_are_streams_of_consecutive_chunks_with_sep_and_cls_at_the_end():
-  builder = streams.StreamBuilder(seq_length=40, reuse_len=16, rows=4, special=SPECIAL,
+  builder = row_streams.StreamBuilder(seq_length=40, reuse_len=16, rows=4, special=SPECIAL,
                                   bi_data=True)
   documents = _documents()
   examples = list(builder(documents, np.random.default_rng(1)))
-  stream = streams.document_stream(documents, SPECIAL.sep)
+  stream = row_streams.document_stream(documents, SPECIAL.sep)
   parts = builder.parts(stream)
   steps = builder.steps(len(parts[0]))
   assert len(examples) == steps * 4 and steps >= 5

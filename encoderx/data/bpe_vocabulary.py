@@ -185,7 +185,7 @@ class ByteLevelBpeVocabulary(TokenListVocabulary):
   for shipped ones), whose special tokens are of `layout` (LAYOUTS)."""
 
   # Tokens include the space before a word: sentences that continue running text are
-  # tokenized with the whitespace that precedes them (see preprocessors.tokenize_documents).
+  # tokenized with the whitespace that precedes them (see example_builders.tokenize_documents).
   tokens_carry_leading_space = True
 
   def __init__(self, path: str, layout: str = "roberta"):

@@ -49,7 +49,7 @@ def config_section() -> ml_collections.ConfigDict:
       # True: data.files are streamed file by file (each process its own files, a bounded
       # shuffle window, a position that resumes in constant time) instead of read whole
       # at start-up; documents are then held out by their index within their file. TFDS
-      # datasets and preprocessed examples are always streamed (encoderx/data/stream.py).
+      # datasets and preprocessed examples are always streamed (encoderx/data/shard_stream.py).
       streaming=False,
       # How the processes of a multi-host run split the data. "shards": each process
       # reads its own shard of the data (scalable). "rows": every process builds the

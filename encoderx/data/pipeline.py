@@ -6,10 +6,10 @@ Two ways to read a Task (`batch_iterator` picks by its source):
   change from epoch to epoch while every epoch is reproducible. The position is (epoch,
   batches taken in that epoch); restoring it rebuilds that epoch and skips the batches
   already taken (re-reading at most one epoch of data).
-- shard by shard (`stream.StreamBatchIterator`; sources that are `stream.ShardedSource`s:
-  text files with data.streaming, TFDS datasets, preprocessed examples): each process
-  streams its own shards with a position that restores the next batch in constant time
-  (see encoderx/data/stream.py).
+- shard by shard (`shard_stream.StreamBatchIterator`; sources that are
+  `shard_stream.ShardedSource`s: text files with data.streaming, TFDS datasets,
+  preprocessed examples): each process streams its own shards with a position that
+  restores the next batch in constant time (see encoderx/data/shard_stream.py).
 Either way a resumed run sees exactly the batches an unbroken run would.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import seqio
 import tensorflow as tf
 
 from encoderx import errors
-from encoderx.data import stream
+from encoderx.data import shard_stream
 
 
 @dataclasses.dataclass
@@ -182,12 +182,12 @@ class OrderedTask(seqio.Task):
   """A Task whose examples must be read in the order they are built (XLNet's row
   streams: batch t holds every row's step t). Read whole, its shuffle buffer of one
   keeps them in order; streamed, one shard is open at a time and no window shuffles
-  them, so a batch is consecutive examples of one shard (stream.py: ordered)."""
+  them, so a batch is consecutive examples of one shard (shard_stream.py: ordered)."""
 
 
 def is_streamed(task: seqio.Task) -> bool:
   """Whether `task` is read shard by shard (stream) rather than as whole epochs."""
-  return isinstance(task.source, stream.ShardedSource)
+  return isinstance(task.source, shard_stream.ShardedSource)
 
 
 @functools.cache
@@ -232,14 +232,14 @@ def _open_task_shard(task: seqio.Task, split: str, seq_length: int, seed: int, i
 
 
 def stream_shards(task: seqio.Task, split: str, seq_length: int, seed: int
-                  ) -> list[stream.Shard]:
+                  ) -> list[shard_stream.Shard]:
   """The shards of a streamed Task's split at `seq_length`: the source's own files of
   examples (preprocessed), else each of its input shards run through the Task."""
   source = task.source
   if hasattr(source, "example_shards"):
     return source.example_shards(split, seq_length)
   names = source.list_shards(split)
-  return [stream.Shard(str(name), functools.partial(
+  return [shard_stream.Shard(str(name), functools.partial(
       _open_task_shard, task, split, seq_length, seed, index, len(names)))
           for index, name in enumerate(names)]
 
@@ -262,11 +262,11 @@ def batch_iterator(task: seqio.Task, split: str, seq_length: int, batch_size: in
   if is_streamed(task):
     process_index, process_count = _process(shard_info)
     ordered = isinstance(task, OrderedTask)
-    return stream.StreamBatchIterator(
+    return shard_stream.StreamBatchIterator(
         stream_shards(task, split, seq_length, seed), batch_size, seed,
         window=1 if ordered else task.shuffle_buffer_size or 1, shuffle=shuffle,
         process_index=process_index, process_count=process_count, position=position,
-        open_shards=1 if ordered else stream.OPEN_SHARDS)
+        open_shards=1 if ordered else shard_stream.OPEN_SHARDS)
   return BatchIterator(task, split, seq_length, batch_size, seed, shuffle, shard_info,
                        DataPosition.from_dict(position) if position else None,
                        group_lengths)
@@ -306,7 +306,7 @@ def whole_split(task: seqio.Task, split: str, seq_length: int, batch_size: int,
   rows of zeros. Each batch has `example_weight` [batch]: 1.0 on examples, 0.0 on
   padding rows (what evaluations of a whole split weight their metrics by)."""
   if is_streamed(task):
-    yield from _padded_batches(stream.all_examples(
+    yield from _padded_batches(shard_stream.all_examples(
         stream_shards(task, split, seq_length, seed), *_process(shard_info)), batch_size)
     return
   dataset = build_dataset(task, split, seq_length, False, seed, shard_info)

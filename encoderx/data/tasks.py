@@ -7,7 +7,7 @@
 The source reads text files whole (on the fly, for small corpora) or file by file
 (`data.streaming`), a TFDS dataset file by file, or a directory of preprocessed examples
 (`data.preprocessed`, no preprocessors left to run); the last three are streamed shard by
-shard (encoderx/data/stream.py). Each distinct data config registers one Task, named after
+shard (encoderx/data/shard_stream.py). Each distinct data config registers one Task, named after
 its contents (or as the caller names it); importing this module registers none.
 """
 from __future__ import annotations
@@ -22,9 +22,9 @@ import seqio
 import tensorflow as tf
 
 from encoderx import files as files_lib
-from encoderx.data import bpe_vocabulary, corpus, pipeline, preprocessed, preprocessors
+from encoderx.data import bpe_vocabulary, corpus, example_builders, example_files, pipeline
 from encoderx.data import fields, resources
-from encoderx.data import segment_pairs, sentencepiece_vocabulary, stream
+from encoderx.data import segment_pairs, sentencepiece_vocabulary, shard_stream
 from encoderx.data import vocabulary as vocabulary_lib
 
 SPLITS = ("train", "validation")
@@ -32,13 +32,13 @@ SPLITS = ("train", "validation")
 # tokenized documents. Sentence pairs are labelled for the sentence objective.
 BUILDERS = {
     "sentence_pairs": lambda data, objective: functools.partial(
-        preprocessors.build_sentence_pairs, short_seq_prob=data.short_seq_prob,
+        example_builders.build_sentence_pairs, short_seq_prob=data.short_seq_prob,
         document_pool=data.document_pool, label_mode=objective),
     "full_sentences": lambda data, _: functools.partial(
-        preprocessors.build_packed_sentences, cross_documents=True,
+        example_builders.build_packed_sentences, cross_documents=True,
         document_pool=data.document_pool, packing_method=data.packing),
     "doc_sentences": lambda data, _: functools.partial(
-        preprocessors.build_packed_sentences, cross_documents=False,
+        example_builders.build_packed_sentences, cross_documents=False,
         document_pool=data.document_pool),
 }
 # Vocabularies: config.data.vocab.kind -> the vocabulary built from config.data.vocab.
@@ -74,7 +74,7 @@ STREAMS_BUILDER = "xlnet_streams"  # what a manifest names XLNet's row streams
 
 def builds_streams(config) -> bool:
   """Whether a config's examples are XLNet's row streams (method 'xlnet',
-  encoderx/data/streams.py) rather than data.builder's."""
+  encoderx/data/row_streams.py) rather than data.builder's."""
   return config.method == "xlnet"
 
 
@@ -170,7 +170,7 @@ def text_file_source(data_config) -> seqio.DataSource:
   return seqio.FunctionDataSource(dataset_fn, splits=SPLITS)
 
 
-class TextFileShards(stream.ShardedSource, seqio.DataSource):
+class TextFileShards(shard_stream.ShardedSource, seqio.DataSource):
   """Text files as shards, one file each, streamed (data.streaming): a document is held
   out by its index within its file (every n-th), so a file is read without the files
   before it. (The on-the-fly source numbers documents across files; for one file the
@@ -220,7 +220,7 @@ class TextFileShards(stream.ShardedSource, seqio.DataSource):
         yield {"text": "\n".join(blocks), "document_id": index}
 
 
-class TfdsShards(stream.ShardedSource, seqio.TfdsDataSource):
+class TfdsShards(shard_stream.ShardedSource, seqio.TfdsDataSource):
   """A TFDS dataset, streamed a file of it at a time (seqio's TfdsDataSource)."""
 
 
@@ -282,7 +282,7 @@ def _register(name: str, config, builder, shuffle_buffer_size: int,
       task_cls=task_cls,
       source=source,
       preprocessors=documents + [
-          functools.partial(preprocessors.tokenize_documents,
+          functools.partial(example_builders.tokenize_documents,
                             sentence_per_line=data_config.sentence_per_line),
           seqio.CacheDatasetPlaceholder(),
           builder,
@@ -305,21 +305,21 @@ def register_pretraining_task(config, name: str | None = None, process_count: in
   return _register(name or task_name(config), config, builder, data_config.shuffle_buffer)
 
 
-def preprocessed_source(config, process_count: int = 1) -> preprocessed.PreprocessedSource:
+def preprocessed_source(config, process_count: int = 1) -> example_files.PreprocessedSource:
   """The examples of `config.data.preprocessed`, checked against the config (its manifest
   must list the same vocabulary, builder and options, and every length it trains at)."""
   directory = config.data.preprocessed
-  manifest = preprocessed.read_manifest(directory)
-  preprocessed.check_manifest(manifest, config, examples_options(config, process_count),
+  manifest = example_files.read_manifest(directory)
+  example_files.check_manifest(manifest, config, examples_options(config, process_count),
                               directory)
-  return preprocessed.PreprocessedSource(str(files_lib.path(directory)), manifest,
+  return example_files.PreprocessedSource(str(files_lib.path(directory)), manifest,
                                          config.data.seq_length)
 
 
 def register_stream_task(config, process_count: int = 1) -> seqio.Task:
   """Registers (once) and returns XLNet's Task for a config read by `process_count`
   processes: every row of a process's batch a stream of consecutive chunks
-  (encoderx/data/streams.py), with `config.objective.plm`'s reuse_len and bidirectional
+  (encoderx/data/row_streams.py), with `config.objective.plm`'s reuse_len and bidirectional
   data, built from the corpus or read from data.preprocessed. Its examples keep their
   stream order (an OrderedTask); the documents are shuffled at the source, every epoch,
   and streamed shards are read one after another in an order drawn per epoch."""
@@ -327,7 +327,7 @@ def register_stream_task(config, process_count: int = 1) -> seqio.Task:
   blob = json.dumps([config.data.to_dict(), rows, plm.reuse_len, plm.bi_data],
                     sort_keys=True, default=str)
   name = f"encoderx_xlnet_streams_{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
-  builder = functools.partial(preprocessors.build_streams, reuse_len=plm.reuse_len,
+  builder = functools.partial(example_builders.build_streams, reuse_len=plm.reuse_len,
                               rows=rows, bi_data=plm.bi_data,
                               document_pool=config.data.document_pool)
   return _register(name, config, builder, 1, process_count, pipeline.OrderedTask)

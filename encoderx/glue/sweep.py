@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from encoderx import errors, initialize, train
 from encoderx import config as config_lib
 from encoderx import files as files_lib
-from encoderx import trainer as trainer_lib
+from encoderx.train import trainer as trainer_lib
 from encoderx.data import glue as glue_data
 from encoderx.evaluation import glue as glue_metrics
 

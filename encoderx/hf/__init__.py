@@ -6,7 +6,8 @@ encoderx/initialize.py) and export (encoderx/export/).
     rules.py            the building blocks the families' tables share
     families.py         the families by name (`model.family`), loaded lazily
     <family>.py         one module per family, each defining `FAMILY = Family(...)`
-                        (bert, roberta, albert, deberta, electra, xlnet)
+                        (bert, roberta, albert, deberta, electra, xlnet, modernbert,
+                        eurobert)
     engine.py           both directions from a family's table, and its transformers config
     directory.py        reading a Hugging Face model directory (config, vocabulary, weights)
     tokenizer_files.py  writing a run's vocabulary as a Hugging Face tokenizer's files

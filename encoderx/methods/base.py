@@ -1,7 +1,7 @@
 """What a training method is to the trainer (methods/registry.py picks one by name).
 
-The trainer (encoderx/trainer.py, encoderx/train.py) keeps what every run shares: mesh
-and shardings, jit, gradient accumulation, optimizers, schedule and clipping,
+The trainer and its loop (encoderx/train/: trainer.py, loop.py) keep what every run shares:
+mesh and shardings, jit, gradient accumulation, optimizers, schedule and clipping,
 checkpoints, resume, signals, logs and progress. Everything else (the models, their
 inputs, losses and metrics) is a `Method`, chosen by `config.method`:
 

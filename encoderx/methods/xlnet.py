@@ -1,7 +1,7 @@
 """XLNet pretraining (Yang et al. 2019): permutation language modelling with two-stream
 relative attention and a memory of previous segments.
 
-The data are XLNet's row streams (encoderx/data/streams.py: every batch row continues
+The data are XLNet's row streams (encoderx/data/row_streams.py: every batch row continues
 the row before it), built from the corpus or read from files `encoderx.preprocess` made
 for the same rows per process, reuse_len and bi_data; `prepare` samples each row's
 targets and factorization order on device (encoderx/objectives/plm.py), the model is

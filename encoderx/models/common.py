@@ -5,7 +5,7 @@ activations, and the validation of the model's fields (`validate_model`).
 schema (encoderx/config.py) is made from it, so a field is named and defaulted here only.
 A family is a choice of these fields (no module asks which family it is in): BERT's are
 the defaults; ModernBERT and EuroBERT set the rotary, pre-norm, gated and bias fields
-below (encoderx/export/hf_modernbert.py, hf_eurobert.py show which).
+below (encoderx/hf/modernbert.py and eurobert.py show which).
 
 Parameters carry logical axis names (see encoderx/sharding.py for the table that maps
 them to mesh axes); activations are constrained with the `activation_*` names.

@@ -6,7 +6,7 @@ It follows zihangdai/xlnet's data_utils.py, which did the same offline (the pred
 spans, `_sample_mask`, when writing TFRecords) and in its input pipeline (the order and
 masks, `_local_perm`, applied by `get_dataset`'s parser to the reused part of a row and
 to the rest apart). A row is `reuse_len` tokens that continue the previous row's, then
-the new tokens (encoderx/data/streams.py); per row:
+the new tokens (encoderx/data/row_streams.py); per row:
 
 1. Targets (partial prediction, span-based): whole-word n-grams, n <= max_span_words
    with p(n) ∝ 1/n, sampled until 1/K of the candidate tokens (not special, not

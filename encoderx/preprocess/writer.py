@@ -9,7 +9,7 @@ The work is one unit per (split, length, copy, input shard): an input shard (a t
 a file of the TFDS dataset) runs through the config's seqio Task (sentence breaking,
 tokenization, the example builder: sentence pairs, packed sentences, ...) exactly as a
 run that streams the text would in epoch `copy`, and its examples go to one ArrayRecord
-file (encoderx/data/preprocessed.py). Units run in parallel over `workers` processes
+file (encoderx/data/example_files.py). Units run in parallel over `workers` processes
 with a progress bar; `manifest.json` is written last, with the vocabulary's hash, the
 builder and its options, the lengths and every file's example count, and a run checks it
 against its own config. An interrupted run is continued by the same command: finished
@@ -43,7 +43,7 @@ import ml_collections
 from encoderx import config as config_lib
 from encoderx import errors
 from encoderx import files as files_lib
-from encoderx.data import corpus, pipeline, preprocessed, tasks
+from encoderx.data import corpus, example_files, pipeline, tasks
 
 PLAN = "plan.json"  # what an unfinished output directory is being written for
 
@@ -61,7 +61,7 @@ class Unit:
 
   @property
   def file(self) -> str:
-    return preprocessed.shard_file(self.split, self.seq_length, self.copy, self.shard,
+    return example_files.shard_file(self.split, self.seq_length, self.copy, self.shard,
                                    self.shards)
 
 
@@ -84,7 +84,7 @@ def plan(config: ml_collections.ConfigDict, copies: int) -> list[Unit]:
   units = []
   for split in tasks.SPLITS:
     names = task.source.list_shards(split)
-    for seq_length in preprocessed.sequence_lengths(config):
+    for seq_length in example_files.sequence_lengths(config):
       for copy in range(copies if split == "train" else 1):
         units += [Unit(split, seq_length, copy, index, len(names), str(name))
                   for index, name in enumerate(names)]
@@ -97,12 +97,12 @@ def write_unit(config: ml_collections.ConfigDict, output: str, unit: Unit,
   already complete is kept); returns their number."""
   path = os.path.join(output, unit.file)
   if os.path.exists(path):
-    return preprocessed.count_records(path)
+    return example_files.count_records(path)
   task = source_task(config, processes)
   shards = pipeline.stream_shards(task, unit.split, unit.seq_length, config.train.seed)
   examples = shards[unit.shard].open(unit.copy, 0)
-  return preprocessed.write_records(
-      path, (preprocessed.encode(example, features) for example in examples))
+  return example_files.write_records(
+      path, (example_files.encode(example, features) for example in examples))
 
 
 def record_features(config: ml_collections.ConfigDict, seq_length: int,
@@ -110,7 +110,7 @@ def record_features(config: ml_collections.ConfigDict, seq_length: int,
   """The record layout at `seq_length`: the Task's output features, shapes and dtypes."""
   task = source_task(config, processes)
   dataset = pipeline.build_dataset(task, "train", seq_length, False, 0, None)
-  return preprocessed.feature_spec(dataset.element_spec)
+  return example_files.feature_spec(dataset.element_spec)
 
 
 def _description(config, copies: int, processes: int = 1) -> dict:
@@ -125,8 +125,8 @@ def _description(config, copies: int, processes: int = 1) -> dict:
               "invalid_utf8": data.invalid_utf8,
               "eval_every_nth_document": data.eval_every_nth_document}
   streams = {"processes": processes} if tasks.builds_streams(config) else {}
-  return {"format": preprocessed.FORMAT,
-          "examples": preprocessed.examples_description(
+  return {"format": example_files.FORMAT,
+          "examples": example_files.examples_description(
               config, tasks.examples_options(config, processes)),
           "source": source, "seed": config.train.seed, "copies": copies, **streams}
 
@@ -134,9 +134,9 @@ def _description(config, copies: int, processes: int = 1) -> dict:
 def _start(output: str, description: dict) -> None:
   """Claims `output` for `description` (with the lengths to write), or continues an
   unfinished run of the same."""
-  if os.path.exists(os.path.join(output, preprocessed.MANIFEST)):
+  if os.path.exists(os.path.join(output, example_files.MANIFEST)):
     raise errors.ConfigError(
-        f"'{output}' already holds preprocessed examples (its {preprocessed.MANIFEST}); "
+        f"'{output}' already holds preprocessed examples (its {example_files.MANIFEST}); "
         "nothing was changed. Choose another directory.", argument="output")
   os.makedirs(output, exist_ok=True)
   plan_path = os.path.join(output, PLAN)
@@ -173,7 +173,7 @@ def write_manifest(config, output: str, copies: int, units: list[Unit], counts: 
             f"{config.data.eval_every_nth_document}th document of each file is held out; "
             "a file with fewer documents holds none out). Add documents or files, or "
             "lower data.eval_every_nth_document.")
-  files_lib.write_atomically(os.path.join(output, preprocessed.MANIFEST),
+  files_lib.write_atomically(os.path.join(output, example_files.MANIFEST),
                              json.dumps(manifest, indent=1))
   os.remove(os.path.join(output, PLAN))
   return manifest
@@ -215,9 +215,9 @@ def run(config: ml_collections.ConfigDict, output: str, copies: int = 1,
   if config.data.preprocessed:
     errors.fail("data.preprocessed", "is set: preprocessing reads data.files or "
                     "data.tfds_name, and writes to --output.")
-  preprocessed.check_local(output, "--output")
+  example_files.check_local(output, "--output")
   output = str(files_lib.path(output))
-  lengths = preprocessed.sequence_lengths(config)
+  lengths = example_files.sequence_lengths(config)
   _start(output, {**_description(config, copies, processes), "lengths": lengths})
   units = plan(config, copies)
   features = {n: record_features(config, n, processes) for n in lengths}

@@ -111,8 +111,8 @@ def corpus_config(spec: str, corpus_dir: str, preprocessed: str = "",
 def preprocess_corpus(spec: str, corpus_dir: str, output: str, workers: int) -> float:
   """Preprocesses (unless done before); returns the wall time (0 if it was done)."""
   from encoderx import preprocess  # pylint: disable=g-import-not-at-top
-  from encoderx.data import preprocessed  # pylint: disable=g-import-not-at-top
-  if os.path.exists(os.path.join(output, preprocessed.MANIFEST)):
+  from encoderx.data import example_files  # pylint: disable=g-import-not-at-top
+  if os.path.exists(os.path.join(output, example_files.MANIFEST)):
     return 0.0
   start = time.perf_counter()
   preprocess.run(corpus_config(spec, corpus_dir), output, workers=workers,
@@ -146,16 +146,16 @@ def _stream_state_at_last_novels(config, manifest_directory: str) -> dict:
   epoch's last shard of each novel open, RESUME_LEFT examples left in each, every other
   shard read. Shard sizes come from the preprocessed manifest of the same corpus (its
   copy 0 is the text stream's epoch 0)."""
-  from encoderx.data import preprocessed, stream  # pylint: disable=g-import-not-at-top
-  manifest = preprocessed.read_manifest(manifest_directory)
+  from encoderx.data import example_files, shard_stream  # pylint: disable=g-import-not-at-top
+  manifest = example_files.read_manifest(manifest_directory)
   shards = manifest["lengths"][str(SEQ_LENGTH)]["splits"]["train"]["copies"][0]
-  order = stream.shard_order(len(shards), config.train.seed, 0, shuffle=True)
+  order = shard_stream.shard_order(len(shards), config.train.seed, 0, shuffle=True)
   last_place = {}  # novel -> its last place in the order
   for place, index in enumerate(order):
     last_place[novel_of(shards[index]["source"])] = place
   counts = {place: shards[order[place]]["examples"] for place in last_place.values()}
   left = sum(min(count, RESUME_LEFT) for count in counts.values())
-  if left < config.data.shuffle_buffer + (stream.PREFETCH_BATCHES + 1) * BATCH_SIZE:
+  if left < config.data.shuffle_buffer + (shard_stream.PREFETCH_BATCHES + 1) * BATCH_SIZE:
     raise ValueError(f"the open shards hold {left} examples, less than a window "
                      f"({config.data.shuffle_buffer}) and the batches read from it: raise "
                      "RESUME_LEFT")

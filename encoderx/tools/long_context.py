@@ -122,7 +122,7 @@ def has_square_array(compiled, length: int) -> bool:
 def measure_one(length: int, kernel: str, steps: int) -> dict:
   """The row of one length and kernel, measured in this process."""
   import jax  # pylint: disable=g-import-not-at-top
-  from encoderx import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from encoderx.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   from encoderx.models import attention_kernels  # pylint: disable=g-import-not-at-top
   config = long_config(length, kernel)
   trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])

@@ -26,7 +26,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from encoderx import trainer as trainer_lib
+from encoderx.train import trainer as trainer_lib
 from encoderx.tools import torch_optim
 
 # The methods whose head has a dropout of its own (finetune.classifier_dropout).

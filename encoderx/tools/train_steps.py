@@ -8,7 +8,7 @@ import statistics
 
 import jax
 
-from encoderx import trainer as trainer_lib
+from encoderx.train import trainer as trainer_lib
 from encoderx.data import buckets
 from encoderx.tools import bench_models
 from encoderx.tools.timing import (StepTiming, Stepper, WARMUP_STEPS, describe_timing,

@@ -28,7 +28,7 @@ from encoderx import distributed
 from encoderx import files as files_lib
 from encoderx import host_allocator
 from encoderx import initialize
-from encoderx import trainer as trainer_lib
+from encoderx.train import trainer as trainer_lib
 from encoderx import workdir as workdir_lib
 from encoderx.data import buckets, pipeline
 from encoderx.train import progress

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from encoderx import trainer as trainer_lib
+from encoderx.train import trainer as trainer_lib
 
 logger = logging.getLogger("encoderx")
 

@@ -7,7 +7,7 @@
     step, cost = trainer.compile_train_step(state, batch, phase)  # ahead of time
 
 The trainer knows no objective, head or model family: those belong to the training
-method (`config.method`, see encoderx/method.py). The train step is a single jitted
+method (`config.method`, see encoderx/methods/base.py). The train step is a single jitted
 function with explicit in/out shardings and the state donated (pjit semantics). The
 method's `prepare` (masking) runs inside it, keyed by fold_in(run key, step), so what a
 step computes does not depend on how many devices run it or on restarts.

@@ -14,7 +14,7 @@ import seqio
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from encoderx.data import packing, segment_pairs, streams
+from encoderx.data import packing, row_streams, segment_pairs
 
 
 def tokenize_documents(dataset: tf.data.Dataset, output_features: Mapping[str, seqio.Feature],
@@ -148,8 +148,8 @@ def build_streams(dataset: tf.data.Dataset, sequence_length: Mapping[str, int],
                   output_features: Mapping[str, seqio.Feature], reuse_len: int, rows: int,
                   bi_data: bool, document_pool: int) -> tf.data.Dataset:
   """Tokenized documents -> XLNet's rows: `rows` streams of consecutive chunks, the
-  examples of a step together (see encoderx.data.streams)."""
+  examples of a step together (see encoderx.data.row_streams)."""
   seq_length = sequence_length["input_ids"]
-  builder = streams.StreamBuilder(seq_length, reuse_len, rows, _special_ids(output_features),
+  builder = row_streams.StreamBuilder(seq_length, reuse_len, rows, _special_ids(output_features),
                                   bi_data=bi_data)
   return documents_to_examples(dataset, builder, seq_length, document_pool)

@@ -28,7 +28,7 @@ from array_record.python import array_record_module
 
 from encoderx import errors
 from encoderx import files as files_lib
-from encoderx.data import bpe_vocabulary, resources, stream
+from encoderx.data import bpe_vocabulary, resources, shard_stream
 
 MANIFEST = "manifest.json"
 FORMAT = "encoderx-examples-1"
@@ -62,7 +62,7 @@ def vocabulary_fingerprint(vocab_config) -> dict:
 
 
 def sequence_lengths(config) -> list[int]:
-  """Every length the config trains at (encoderx/trainer.py: phases)."""
+  """Every length the config trains at (encoderx/train/trainer.py: phases)."""
   train = config.train
   return sorted({config.data.seq_length} | (
       {train.long_seq_length} if train.long_fraction else set()))
@@ -190,7 +190,7 @@ def check_manifest(manifest: dict, config, options: dict, directory: str) -> Non
 
 
 # --- the DataSource ------------------------------------------------------------------------
-class PreprocessedSource(stream.ShardedSource, seqio.DataSource):
+class PreprocessedSource(shard_stream.ShardedSource, seqio.DataSource):
   """The examples of a preprocessed directory: at `seq_length` for seqio's `get_dataset`
   (what seqio users read), at any preprocessed length for `example_shards` (what a run
   streams, phase by phase).
@@ -216,7 +216,7 @@ class PreprocessedSource(stream.ShardedSource, seqio.DataSource):
     copies = self._length(self.seq_length)["splits"][split]["copies"]
     return [entry["file"] for entry in copies[0]]
 
-  def example_shards(self, split: str, seq_length: int) -> list[stream.Shard]:
+  def example_shards(self, split: str, seq_length: int) -> list[shard_stream.Shard]:
     """The split's files at `seq_length` as stream shards; epoch e reads copy e % copies."""
     length = self._length(seq_length)
     copies, features = length["splits"][split]["copies"], length["features"]
@@ -225,7 +225,7 @@ class PreprocessedSource(stream.ShardedSource, seqio.DataSource):
       entry = copies[epoch % len(copies)][index]
       return read_records(os.path.join(self.directory, entry["file"]), features, start)
 
-    return [stream.Shard(entry["file"], functools.partial(open_shard, index))
+    return [shard_stream.Shard(entry["file"], functools.partial(open_shard, index))
             for index, entry in enumerate(copies[0])]
 
   def get_dataset(self, split: str = "train", shuffle: bool = True, seed: int | None = None,

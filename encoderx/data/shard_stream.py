@@ -14,7 +14,7 @@ with a position (Grain's iterator state) that restores the next batch in constan
               consecutive examples of one shard, shards follow one another
 
 A `Shard` opens its examples of one epoch from any example on: a file of preprocessed
-examples seeks there (encoderx/data/preprocessed.py); a text file or a TFDS file run
+examples seeks there (encoderx/data/example_files.py); a text file or a TFDS file run
 through the Task's preprocessors re-reads that one file up to there
 (encoderx/data/pipeline.py). The position is the epoch, the open shards with the examples
 taken from each, and the window's start and offset, so restoring it costs one window and
