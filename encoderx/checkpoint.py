@@ -158,6 +158,55 @@ def _listing(paths: list[str], most: int = 5) -> str:
   return shown + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
+def _missing_array_files(directory: str) -> list[str]:
+  """The files of the arrays' OCDBT database (orbax's store, `directory`) that its index
+  names but that are missing or shorter than the index says, found from the index alone
+  (B-tree nodes, no array data). Checked before restoring: orbax's restore stops at the
+  first array it cannot read and abandons the reads still in flight, whose coroutines
+  each print an "Exception ignored ... Traceback" block with a TensorStore spec when they
+  are collected (tens of them). A checkpoint without an OCDBT manifest (or whose index
+  itself does not read) is left to the restore."""
+  import tensorstore as ts  # pylint: disable=g-import-not-at-top
+  root = files_lib.path(directory)
+  if not (root / "manifest.ocdbt").exists():
+    return []
+  url = str(root) if files_lib.is_remote(directory) else root.resolve().as_uri()
+  missing, sizes = [], {}
+
+  def readable(location: str) -> bool:
+    """'btreenode:BASE:d/NAME:OFFSET:LENGTH' (or 'value:...'): its bytes are there."""
+    prefix, offset, length = location.rsplit(":", 2)
+    _, base, name = prefix.split(":", 2)
+    relative = base + name
+    if relative not in sizes:
+      file = root / relative
+      sizes[relative] = file.stat().length if file.exists() else -1
+    if sizes[relative] < int(offset) + int(length):
+      if relative not in missing:
+        missing.append(relative)
+      return False
+    return True
+
+  try:
+    store = ts.KvStore.open(url.rstrip("/") + "/").result()
+    version = ts.ocdbt.dump(store).result()["versions"][-1]
+    nodes = [version["root"]["location"]] if "location" in version["root"] else []
+    while nodes:
+      location = nodes.pop()
+      if not readable(location):
+        continue
+      for entry in ts.ocdbt.dump(store, location).result()["entries"]:
+        for value in entry.values():
+          if isinstance(value, str) and value.startswith("btreenode:"):
+            nodes.append(value)
+          elif isinstance(value, str) and value.startswith("value:"):
+            readable(value)
+  except (ValueError, KeyError, OSError) as error:  # an index that does not read
+    logger.debug("OCDBT index of %s not checked: %s", directory, _reason(error))
+    return []
+  return missing
+
+
 class _KeepMarked(checkpoint_managers.PreservationPolicy):
   """Keeps every checkpoint that some checkpoint's KEPT_STEP metric names."""
 
@@ -304,6 +353,11 @@ class Checkpoints:
     return items
 
   def _read_state(self, step: int, abstract_state):
+    state_directory = os.path.join(self._step_directory(step), "state")
+    missing = _missing_array_files(state_directory)
+    if missing:
+      raise _Damaged(f"{state_directory} cannot be read: its array files "
+                     f"{_listing(missing)} are missing or cut short")
     try:
       return self.manager.restore(step, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(abstract_state)))["state"]

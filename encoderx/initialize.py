@@ -211,6 +211,7 @@ def _hf_source(path: str) -> Source:
   try:
     family, fields = hf_directory.read_config(directory)
     vocab = hf_directory.vocab_fields(directory, family)
+    hf_directory.check_weights(directory)  # cut short: stop before the run builds anything
     vocab["path"] = vocab["path"].replace(directory, name, 1)  # the run reads `name`
   except hf_directory.HfDirectoryError as error:
     raise InitError(str(error)) from None

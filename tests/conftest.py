@@ -88,6 +88,14 @@ def tiny_config():
   return _tiny_config
 
 
+@pytest.fixture
+def interpreted_kernels(monkeypatch):
+  """Lets a run name a Pallas kernel off its platform (pallas off GPU, splash off TPU),
+  which Pallas then interprets: for the tests of the kernels inside a model."""
+  from encoderx.models import attention_kernels
+  monkeypatch.setattr(attention_kernels, "interpret_off_platform", True)
+
+
 # One vocabulary of each kind and layout: the configs' own (config.data.vocab).
 VOCABULARY_CONFIGS = {"wordpiece": "bert:tiny", "byte_bpe": "roberta:tiny",
                       "sentencepiece": "albert:tiny", "sentencepiece-deberta": "deberta:tiny"}

@@ -14,6 +14,8 @@ for it. Each check is a plain function, to be reused by a family's own tests too
   check_export_parity(workdir, output)  export -> AutoModel and the family's class load it
                                         -> the same outputs as encoderx on padded batches
   check_tokenizer(output, vocabulary, lines)  AutoTokenizer gives encoderx's ids
+  check_special_token_ids(output)       config.json's special-token ids are the
+                                        tokenizer's beside it
 """
 from __future__ import annotations
 
@@ -270,3 +272,20 @@ def check_tokenizer(directory: str, vocabulary, lines: list[str]) -> None:
   else:  # EuroBERT's (Llama 3's) names: the sequence starts with bos
     assert special["bos_token"] == tokenizer.bos_token == vocabulary.id_to_token(
         vocabulary.cls_id)
+
+
+def check_special_token_ids(directory: str) -> None:
+  """Every special-token id of config.json (pad_token_id, bos_token_id, ...) is the id
+  of that token in the tokenizer saved beside it (None where it has none), inside the
+  vocabulary: not the released model's, of which transformers warns on every load."""
+  with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
+    config = json.load(f)
+  tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+  ids = {name: value for name, value in config.items() if name.endswith("_token_id")}
+  assert "pad_token_id" in ids, config
+  wrong = {name: (value, getattr(tokenizer, name)) for name, value in ids.items()
+           if value != getattr(tokenizer, name)}
+  assert not wrong, f"config.json's id, the tokenizer's: {wrong}"
+  outside = {name: value for name, value in ids.items()
+             if value is not None and not 0 <= value < config["vocab_size"]}
+  assert not outside, (outside, config["vocab_size"])

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from absl import flags
 from conftest import REPO
+import tiny_hf  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
 
 from encoderx import cli, errors
 from encoderx import checkpoint as checkpoint_lib
@@ -132,6 +133,46 @@ def test_command_line_reports_a_mesh_that_does_not_fit_in_one_line(tmp_path):
           "devices; 8 are available.") in cli.stderr
   assert "Traceback" not in cli.stderr
   assert not (tmp_path / "run").exists()
+
+
+def _cut_short(path) -> None:
+  path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+
+
+def test_hugging_face_weights_cut_short_stop_in_one_line(tmp_path):
+  """An interrupted download (model.safetensors cut short) given to --init_from=hf:
+  stops in one line naming the file, exit 2, before anything is written; a
+  pytorch_model.bin cut short too (torch's zip format when the source is opened, its
+  legacy format when the weights are read)."""
+  transformers = pytest.importorskip("transformers")
+  torch = pytest.importorskip("torch")
+  from encoderx import initialize  # pylint: disable=g-import-not-at-top
+  directory = tmp_path / "hf"
+  source = tiny_hf.save_tiny_bert(directory, transformers.BertForMaskedLM)
+  state_dict = {name: value.clone() for name, value in  # not mapped from the file cut
+                transformers.BertForMaskedLM.from_pretrained(directory).state_dict().items()}
+  _cut_short(directory / "model.safetensors")
+  cli = subprocess.run([sys.executable, "-m", "encoderx.train",
+                        f"--config={REPO / 'configs' / 'bert.py'}:tiny",
+                        f"--workdir={tmp_path / 'run'}", f"--init_from={source}",
+                        "--config.data.seq_length=64"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+  assert cli.returncode == 2, cli.stderr
+  assert re.fullmatch(
+      rf"encoderx: error: --init_from: '{re.escape(str(directory / 'model.safetensors'))}' "
+      r"cannot be read "
+      r"\(.*\): it is cut short \(an interrupted download\?\) or damaged; download it "
+      r"again\.", cli.stderr.strip().splitlines()[-1]), cli.stderr
+  assert "Traceback" not in cli.stderr
+  assert not (tmp_path / "run" / "checkpoints").exists()
+  (directory / "model.safetensors").unlink()
+  for zipped in (True, False):
+    torch.save(state_dict, directory / "pytorch_model.bin",
+               _use_new_zipfile_serialization=zipped)
+    _cut_short(directory / "pytorch_model.bin")
+    with pytest.raises(initialize.InitError, match=r"pytorch_model.bin' cannot be read "
+                       r"\(.*\): it is cut short"):
+      initialize.open_source(source).load_params()
 
 
 # --- one document per line ----------------------------------------------------------------------

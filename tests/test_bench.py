@@ -93,7 +93,7 @@ def test_published_peaks_by_device_kind():
   assert accelerator.published_peak("cpu") is None
 
 
-def test_accelerator_path_runs_on_cpu(capsys):
+def test_accelerator_path_runs_on_cpu(capsys, interpreted_kernels):
   """--device=gpu|tpu's functions (bf16 steps, with the config's attention dropout and
   without it, the fused attention choosing XLA here; MFU against a peak) run here on CPU,
   a tiny model standing in for BERT-base; and the rows of --attention_kernels=pallas,

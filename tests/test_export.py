@@ -4,8 +4,8 @@ For every family in export_checks.CASES: Hugging Face weights -> import -> expor
 byte-identical for each class of the family; a run exports to a directory that
 AutoModel, the family's class and AutoTokenizer load, with encoderx's outputs (fp32,
 1e-4, padded batches) and ids (bundled corpus); configurations the family cannot
-represent are refused. Then the fine-tuned classifier's export, the .npz export and the
-command line.
+represent are refused; config.json's special-token ids are the exported tokenizer's.
+Then the fine-tuned classifier's export, the .npz export and the command line.
 """
 import dataclasses
 import os
@@ -24,7 +24,8 @@ from encoderx.hf import directory as hf_directory
 
 from conftest import REPO, _tiny_config  # pylint: disable=g-bad-import-order
 from export_checks import (  # pylint: disable=g-bad-import-order
-    CASES, check_export_parity, check_hf_round_trip, check_tokenizer, make_run, perturbed)
+    CASES, check_export_parity, check_hf_round_trip, check_special_token_ids,
+    check_tokenizer, make_run, perturbed)
 from reference_models import small_model  # pylint: disable=g-bad-import-order
 
 torch = pytest.importorskip("torch")
@@ -78,6 +79,7 @@ def test_exported_run_loads_in_transformers_with_the_same_outputs_and_ids(
                               case.flax_model)
   print(f"{case.name} export parity: " + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
   check_tokenizer(exported.output, method.vocabulary, austen_lines(300))
+  check_special_token_ids(exported.output)
   # The exported directory is read back by --init_from=hf: to the same parameters.
   from encoderx import initialize  # pylint: disable=g-import-not-at-top
   source = initialize.open_source(f"hf:{exported.output}")

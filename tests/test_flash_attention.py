@@ -247,7 +247,8 @@ def test_auto_takes_the_kernel_on_gpu_with_attention_dropout():
     assert auto()  # heads split over devices: sharded_flash_attention's shard_map
 
 
-def test_auto_trains_with_the_kernel_where_it_takes_it(tiny_config, monkeypatch):
+def test_auto_trains_with_the_kernel_where_it_takes_it(tiny_config, monkeypatch,
+                                                       interpreted_kernels):
   """The "auto" path end to end: where `pallas_by_default` says yes (as it does on a
   GPU), BERT-tiny's train steps are "pallas"'s exactly (the same dropout bits), not
   "xla"'s."""
@@ -269,7 +270,8 @@ def test_auto_trains_with_the_kernel_where_it_takes_it(tiny_config, monkeypatch)
   assert max(float(np.abs(a - b).max()) for a, b in zip(auto_params, xla_params)) > 1e-4
 
 
-def test_training_with_the_kernel_matches_the_xla_attention(tiny_config):
+def test_training_with_the_kernel_matches_the_xla_attention(tiny_config,
+                                                             interpreted_kernels):
   """BERT-tiny's train steps with model.attention_kernel="pallas" (interpreted here):
   without attention dropout, the same losses as "xla" (hidden dropout on, the same
   draws) and parameters; with it, the kernel's dropout changes the gradients."""
@@ -323,7 +325,8 @@ def test_sharded_kernel_draws_one_devices_bits():
   assert float(jnp.abs(shifted - one_device[0]).max()) > 0.1
 
 
-def test_sharded_training_with_the_kernel_matches_one_device(tiny_config):
+def test_sharded_training_with_the_kernel_matches_one_device(tiny_config,
+                                                             interpreted_kernels):
   """A 2 x 2 x 2 mesh trains with the kernel (attention dropout on) to one device's
   losses."""
   config = tiny_config()

@@ -132,6 +132,8 @@ def test_gpu_bench_runs_the_bench_rows_without_the_text_stack(tmp_path):
   assert set(json.loads((tmp_path / "vocabulary.json").read_text())) == {
       "bundled:austen-wordpiece", "bundled:austen-modernbert-bpe"}
   probe = ("import sys, runpy; sys.argv = sys.argv[1:]; "
+           "from encoderx.models import attention_kernels; "  # the Pallas kernel, interpreted
+           "attention_kernels.interpret_off_platform = True; "
            "runpy.run_path(sys.argv[0], run_name='__main__'); "
            "import tensorflow; print('tensorflow is', type(tensorflow).__name__)")
   ran = subprocess.run(

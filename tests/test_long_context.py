@@ -220,19 +220,37 @@ def test_rows_shorter_than_the_window_are_taken_where_the_kernel_can(kernel):
   config_lib.validate(config)
 
 
-def test_a_kernel_that_does_not_run_on_this_backend_stops_in_one_line(monkeypatch):
-  """'pallas' (Triton) on a TPU: refused by the config's validation, before tracing."""
-  monkeypatch.setattr(attention_kernels, "backend", lambda: "tpu")
-  with pytest.raises(errors.ConfigError, match=r"'model.attention_kernel': 'pallas' is a "
-                     r"GPU \(Triton\) kernel and does not run on TPU\. Use 'auto' or "
-                     r"'splash'") as error:
-    config_lib.validate(_config(attention_kernel="pallas"))
+@pytest.mark.parametrize("backend, kernel, message", [
+    ("tpu", "pallas", r"'pallas' is a GPU \(Triton\) kernel and does not run on TPU\. "
+                      r"Use 'auto' or 'splash'"),
+    ("cpu", "pallas", r"'pallas' is a GPU kernel; on CPU Pallas would interpret it, far "
+                      r"slower \(that is for tests\)\. Use 'auto' \(it picks for the "
+                      r"platform\), 'blockwise' or 'xla'\."),
+    ("cpu", "splash", r"'splash' is a TPU kernel; on CPU Pallas would interpret it"),
+    ("gpu", "splash", r"'splash' is a TPU kernel; on GPU Pallas would interpret it"),
+])
+def test_a_kernel_that_does_not_run_on_this_backend_stops_in_one_line(
+    monkeypatch, backend, kernel, message):
+  """A Pallas kernel off its platform: refused by the config's validation, before
+  tracing. 'pallas' (Triton) does not run on a TPU; elsewhere Pallas would interpret a
+  kernel, which is for tests (20 steps of the tiny ModernBERT with 'splash' on CPU took
+  258 s), so a run refuses it unless a test opts in. On its own platform it runs."""
+  monkeypatch.setattr(attention_kernels, "backend", lambda: backend)
+  with pytest.raises(errors.ConfigError, match=rf"'model.attention_kernel': {message}"
+                     ) as error:
+    config_lib.validate(_config(attention_kernel=kernel))
   assert "\n" not in str(error.value)
-  config_lib.validate(_config(attention_kernel="splash"))
+  monkeypatch.setattr(attention_kernels, "interpret_off_platform", True)  # tests' opt-in
+  if backend != "tpu":
+    config_lib.validate(_config(attention_kernel=kernel))
+  monkeypatch.setattr(attention_kernels, "interpret_off_platform", False)
+  monkeypatch.setattr(attention_kernels, "backend",
+                      lambda: attention_kernels.PLATFORMS[kernel])
+  config_lib.validate(_config(attention_kernel=kernel))
 
 
 @pytest.mark.parametrize("kernel", common.ATTENTION_KERNELS)
-def test_every_kernel_takes_a_window(kernel):
+def test_every_kernel_takes_a_window(kernel, interpreted_kernels):
   """'pallas' with a local window is allowed now, as every kernel is; a window as long
   as the row too, and any window where every layer is global."""
   config_lib.validate(_config(attention_kernel=kernel))

@@ -121,6 +121,19 @@ def _choose_head(run: _Run, family: str, head: str | None) -> tuple[str, tuple |
       "the encoder alone.")
 
 
+def _special_token_ids(model_config: common.ModelConfig, family: str,
+                       directory: str) -> dict:
+  """config.json's special-token ids (pad_token_id, ... of those the family's config
+  has) as the tokenizer written to `directory` gives them: the run's vocabulary's, not
+  the released model's that the config class defaults to (EuroBERT's mask_token_id
+  128002 in an 8,000-token vocabulary, which transformers warns of on every load)."""
+  import transformers  # pylint: disable=g-import-not-at-top
+  tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+  config_fields = engine.hf_config(model_config, family).to_dict()
+  names = (f"{role}_token_id" for role in ("pad", "bos", "eos", "mask", "cls", "sep", "unk"))
+  return {name: getattr(tokenizer, name) for name in names if name in config_fields}
+
+
 def export_hf(workdir: str, output: str, step: int | None = None,
               head: str | None = None) -> Exported:
   """Writes the run's (step's) parameters as a Hugging Face model directory."""
@@ -149,24 +162,25 @@ def export_hf(workdir: str, output: str, step: int | None = None,
     raise ExportError(f"cannot export (model.family={family!r}): {error}") from None
   spec = fam.heads[head]
   fields = run.method.export_fields() if spec.labels else {}
-  model = engine.hf_model(run.model_config, family, head, **fields)
-  missing, unexpected = model.load_state_dict(
-      {name: torch.from_numpy(np.array(value))
-       for name, value in state_dict.items()}, strict=False)
-  missing = [name for name in missing
-             if name not in spec.tied_names(run.model_config) and not engine.is_buffer(name)]
-  if missing or unexpected:  # the rules and the class disagree: a bug in the rules
-    raise ExportError(f"{spec.hf_class} and the {family} rules disagree: weights not "
-                      f"filled {missing}, unknown {unexpected}.")
   parent = None if files_lib.is_remote(output) else os.path.dirname(output)
   if parent:
     os.makedirs(parent, exist_ok=True)
   staging = tempfile.mkdtemp(prefix=".export-", dir=parent)  # beside it, if local
   try:
-    model.save_pretrained(staging, safe_serialization=True)
     tokenizer_files.write(vocab, fam.tokenizer_class, staging,
                           run.model_config.max_position_embeddings
                           - run.model_config.position_offset)
+    model = engine.hf_model(run.model_config, family, head, **{
+        **fields, **_special_token_ids(run.model_config, family, staging)})
+    missing, unexpected = model.load_state_dict(
+        {name: torch.from_numpy(np.array(value))
+         for name, value in state_dict.items()}, strict=False)
+    missing = [name for name in missing if name not in spec.tied_names(run.model_config)
+               and not engine.is_buffer(name)]
+    if missing or unexpected:  # the rules and the class disagree: a bug in the rules
+      raise ExportError(f"{spec.hf_class} and the {family} rules disagree: weights not "
+                        f"filled {missing}, unknown {unexpected}.")
+    model.save_pretrained(staging, safe_serialization=True)
     files = sorted(os.listdir(staging))
     _publish(staging, output)
   finally:

@@ -12,8 +12,10 @@ The conversion itself is the engine's, the same as export's.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import zipfile
 
 import numpy as np
 
@@ -84,21 +86,58 @@ def vocab_fields(directory: str, family: str) -> dict:
   return fields
 
 
-def read_state_dict(directory: str) -> dict[str, np.ndarray]:
-  """The directory's weights (safetensors preferred) as float32 numpy arrays."""
+def weights_file(directory: str) -> str:
+  """The path of the directory's weights (safetensors preferred)."""
   for name in WEIGHT_FILES:
     path = os.path.join(directory, name)
     if os.path.isfile(path):
-      break
-  else:
-    raise HfDirectoryError(f"'{directory}' has none of {', '.join(WEIGHT_FILES)}.")
-  if name.endswith(".safetensors"):
-    from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
-    tensors = load_file(path)
-  else:
-    import torch  # pylint: disable=g-import-not-at-top
-    tensors = {k: v.float().numpy()
-               for k, v in torch.load(path, map_location="cpu", weights_only=True).items()}
+      return path
+  raise HfDirectoryError(f"'{directory}' has none of {', '.join(WEIGHT_FILES)}.")
+
+
+@contextlib.contextmanager
+def _reading(path: str):
+  """Any error reading the weights file `path` as a one-line HfDirectoryError."""
+  try:
+    yield
+  except ImportError:
+    raise
+  except Exception as error:  # pylint: disable=broad-except
+    # safetensors' SafetensorError; torch's RuntimeError, EOFError, OSError or
+    # UnpicklingError; zipfile's BadZipFile: a file cut short or otherwise damaged.
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+    raise HfDirectoryError(f"'{path}' cannot be read ({reason}): it is cut short (an "
+                           "interrupted download?) or damaged; download it again.") from None
+
+
+def check_weights(directory: str) -> None:
+  """Raises HfDirectoryError where the weights file is cut short, reading only its index
+  (safetensors' header, which must cover the whole file; the end of a zip, as
+  torch.save writes pytorch_model.bin), so that a run stops before it builds anything."""
+  path = weights_file(directory)
+  with _reading(path):
+    if path.endswith(".safetensors"):
+      from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+      with safe_open(path, "numpy"):
+        pass
+    else:
+      with open(path, "rb") as f:
+        zipped = f.read(4) == b"PK\x03\x04"  # else torch's legacy format: read in full
+      if zipped:
+        zipfile.ZipFile(path).close()
+
+
+def read_state_dict(directory: str) -> dict[str, np.ndarray]:
+  """The directory's weights (safetensors preferred) as float32 numpy arrays."""
+  path = weights_file(directory)
+  with _reading(path):
+    if path.endswith(".safetensors"):
+      from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+      tensors = load_file(path)
+    else:
+      import torch  # pylint: disable=g-import-not-at-top
+      tensors = {k: v.float().numpy()
+                 for k, v in torch.load(path, map_location="cpu", weights_only=True).items()}
   return {k: np.asarray(v, np.float32) for k, v in tensors.items()}
 
 

@@ -103,8 +103,10 @@ def check(config: common.ModelConfig) -> None:
 
 
 def hf_fields(config: common.ModelConfig) -> dict:
-  """EuroBertConfig's fields beyond FIELD_NAMES; the special token ids are the
-  vocabulary's (left unset)."""
+  """EuroBertConfig's fields beyond FIELD_NAMES. The special token ids are the
+  vocabulary's, not the released model's (EuroBertConfig's defaults, of its 128,256-token
+  vocabulary): None here (mask_token_id must be an int), the exported tokenizer's in an
+  export (export/writer.py)."""
   return dict(num_key_value_heads=config.kv_heads, head_dim=config.head_dim,
               rope_parameters={"rope_type": "default", "rope_theta": float(config.rope_theta)},
               classifier_pooling={v: k for k, v in POOLINGS.items()}[config.classifier_pooling],

@@ -137,8 +137,9 @@ def check(config: common.ModelConfig) -> None:
 
 def hf_fields(config: common.ModelConfig) -> dict:
   """ModernBertConfig's fields beyond FIELD_NAMES: the layer kinds, rotary theta per
-  kind, pooling. The special token ids are the vocabulary's, not the model's: left
-  unset here (ModernBertConfig's defaults are those of its 50,368-token vocabulary)."""
+  kind, pooling. The special token ids are the vocabulary's, not the released model's
+  (ModernBertConfig's defaults, of its 50,368-token vocabulary): None here, the exported
+  tokenizer's in an export (export/writer.py)."""
   layer_types = [GLOBAL if config.is_global_layer(i) else LOCAL
                  for i in range(config.num_layers)]
   rope = {kind: {"rope_type": "default", "rope_theta": float(theta)} for kind, theta in (

@@ -10,10 +10,13 @@ and the one "auto" picks for a layer (`choose`).
              blocks of keys they reach, memory linear in the length; no dropout.
   pallas     encoderx/models/flash_attention.py: the GPU (Triton) kernel, with dropout;
              head sizes a power of 2 from 16, lengths a multiple of 64 (or a power of 2
-             below); interpreted off GPU (slow: for tests); refused on TPU.
+             below); interpreted off GPU (slow: for tests).
   splash     encoderx/models/splash_attention.py: JAX's splash attention for TPU (as
              MaxText uses it), no dropout; rows padded to its blocks of 128 and more;
              in Pallas's TPU interpret mode off TPU (slow: for tests).
+
+A run (`validate`) refuses pallas and splash off their platform (PLATFORMS) unless
+`interpret_off_platform` is set, as tests that run the interpreter set it.
 
 All but xla take the segment ids and the layer's window and mask block by block, so no
 [length, length] array exists on their path: the context of the standard attention
@@ -65,6 +68,12 @@ from encoderx.models import splash_attention
 LONG_ROW = 1024
 # The kernels without attention dropout.
 WITHOUT_DROPOUT = ("blockwise", "splash")
+# The platform each Pallas kernel is compiled for; elsewhere Pallas interprets it, which
+# is for tests: 20 steps of the tiny ModernBERT with splash on CPU took 258 s, against
+# 79 s for 200 with the default. A run refuses it off its platform (`validate`) unless
+# this is set (the `interpreted_kernels` fixture of tests/conftest.py sets it).
+PLATFORMS = {"pallas": "gpu", "splash": "tpu"}
+interpret_off_platform = False
 
 
 def backend() -> str:
@@ -263,3 +272,8 @@ def validate(model, lengths: dict[str, int]) -> None:
         errors.fail("model.attention_kernel", f"'pallas' cannot run rows of {field}="
                     f"{length} with heads of hidden_size / num_heads = {head_dim}: "
                     f"{error}.", "Use 'auto', 'xla' or 'blockwise'.")
+  platform = PLATFORMS.get(kernel)
+  if platform and backend() != platform and not interpret_off_platform:
+    errors.fail("model.attention_kernel", f"{kernel!r} is a {platform.upper()} kernel; on "
+                f"{backend().upper()} Pallas would interpret it, far slower (that is for "
+                "tests).", "Use 'auto' (it picks for the platform), 'blockwise' or 'xla'.")
