@@ -1,4 +1,4 @@
-"""encoderx.tools.bench's accelerator rows on a GPU host whose image has jax, PyTorch and
+"""encoderx.tools.speed.bench's accelerator rows on a GPU host whose image has jax, PyTorch and
 transformers but not the text stack (tensorflow, tensorflow-text, seqio): NVIDIA's JAX
 containers, for one, and the GPU machines this project is lent, which have no network.
 
@@ -21,7 +21,7 @@ against jax's order; a profile of the first item's step with dropout, in that or
 each part skipped once --budget_s has passed. It writes OUT/gpu_bench.json (report.py's
 record: the rows, the contraction table, the kernels' times) and OUT/traces/.
 
-`rows` prints the table of `python -m encoderx.tools.bench --device=gpu` (the same functions:
+`rows` prints the table of `python -m encoderx.tools.speed.bench --device=gpu` (the same functions:
 encoderx's jitted train step, Hugging Face PyTorch with SDPA and bf16 autocast beside it)
 and first checks cuDNN's fused attention against XLA's on the device, and encoderx's
 Pallas attention with dropout against its XLA reference, then times the attentions
@@ -123,7 +123,7 @@ def _import_encoderx():
       import configs  # pylint: disable=g-import-not-at-top
       sys.modules["encoderx.configs"] = configs
   # The bench first: it tells jax not to reserve the GPU's memory, before jax starts.
-  import encoderx.tools.bench  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import encoderx.tools.speed.bench  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   from encoderx import tools  # pylint: disable=g-import-not-at-top
   return tools
 

@@ -20,7 +20,7 @@ from test_faults import _flip_bytes, _largest_file  # pylint: disable=g-bad-impo
 from encoderx import errors
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import distributed
-from encoderx.tools import plot
+from encoderx.tools.figures import plot
 from encoderx import train
 from encoderx import workdir as workdir_lib
 

@@ -15,7 +15,7 @@ from encoderx import checkpoint as checkpoint_lib
 from encoderx import train, trainer as trainer_lib
 from encoderx.data import pipeline, tasks
 from encoderx.models import embeddings
-from encoderx.tools import plot
+from encoderx.tools.figures import plot
 
 ONE_DEVICE = jax.devices()[:1]
 
@@ -203,7 +203,7 @@ def test_tiny_bert_learns_on_the_bundled_corpus(tiny_config, tmp_path):
                                  "mlm_perplexity"}
   assert all("tokens_per_second" in h for h in history[1:])
   assert (tmp_path / "config.json").exists() and any((tmp_path / "tensorboard").iterdir())
-  # python -m encoderx.tools.plot reads the run's logs back: every logged step, and the
+  # python -m encoderx.tools.figures.plot reads the run's logs back: every logged step, and the
   # held-out evaluation at the end.
   curves = plot.curves(str(tmp_path), "mlm_loss")
   np.testing.assert_array_equal(curves["train"][0], [h["step"] for h in history])

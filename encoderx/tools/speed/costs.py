@@ -12,8 +12,8 @@ import numpy as np
 
 from encoderx.data import tasks
 from encoderx.models import common, contraction, pretraining
-from encoderx.tools import bench_models, train_steps
-from encoderx.tools.timing import (StepTiming, WARMUP_STEPS, describe_timing,
+from encoderx.tools.speed import bench_models, train_steps
+from encoderx.tools.speed.timing import (StepTiming, WARMUP_STEPS, describe_timing,
                                    paired_ratios, paired_summary, time_interleaved,
                                    time_steps)
 

@@ -10,8 +10,8 @@ import itertools
 import jax
 
 from encoderx.data import pipeline
-from encoderx.tools import bench_models, train_steps
-from encoderx.tools.timing import measure_matmul_peak
+from encoderx.tools.speed import bench_models, train_steps
+from encoderx.tools.speed.timing import measure_matmul_peak
 
 MLM_RATE = 0.15
 # On GPU PyTorch's first steps after these are still slow (cuBLAS and SDPA pick their

@@ -11,7 +11,7 @@ from encoderx import config as config_lib
 from encoderx import configs
 from encoderx.data import packing, pipeline, tasks
 from encoderx.methods import registry as method_registry
-from encoderx.tools import flops as flops_lib
+from encoderx.tools.speed import flops as flops_lib
 
 SEQ_LENGTH = 128
 # ModernBERT-base's model sizes (configs/modernbert.py SIZES, answerdotai/ModernBERT-base).
@@ -78,7 +78,7 @@ def build_config(model_name: str, batch_size: int, seq_length: int | None = None
 
 
 def model_flops_per_token(config, method, scores_every_position: bool = False) -> float:
-  """The step's model FLOPs per token (encoderx/tools/flops.py) for the method's sizes:
+  """The step's model FLOPs per token (encoderx/tools/speed/flops.py) for the method's sizes:
   the MLM head on the config's predictions per row, or on every position (Hugging Face's
   MLM heads); XLNet's on its predictions either way (its target mapping)."""
   seq_length = config.data.seq_length
