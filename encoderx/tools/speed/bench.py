@@ -122,8 +122,6 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# PyTorch runs beside jax on a GPU: jax must not reserve 75% of its memory up front.
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import jax  # pylint: disable=g-import-not-at-top
 from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top

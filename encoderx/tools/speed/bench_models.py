@@ -9,7 +9,7 @@ import time
 
 from encoderx import config as config_lib
 from encoderx import configs
-from encoderx.data import packing, pipeline, tasks
+from encoderx.data import packing
 from encoderx.methods import registry as method_registry
 from encoderx.tools.speed import flops as flops_lib
 
@@ -94,15 +94,27 @@ def model_flops_per_token(config, method, scores_every_position: bool = False) -
 
 
 # --- data -------------------------------------------------------------------------------
+# The input pipeline (seqio, tensorflow) is imported where batches are made, not with this
+# module: the bench's rows on recorded batches run without it (gpu_bench.py).
 def pretraining_task(config):
   """The Task the config's method trains on (XLNet's row streams for method 'xlnet')."""
   if config.method != "pretrain":
     return method_registry.build(config_lib.validate(config)).task()
+  from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
   return tasks.register_pretraining_task(config)
+
+
+def training_batches(config, count: int) -> list[dict]:
+  """The first `count` training batches of the config's Task, at its data.seq_length and
+  train.batch_size."""
+  from encoderx.data import pipeline  # pylint: disable=g-import-not-at-top
+  return pipeline.take_batches(pretraining_task(config), "train", config.data.seq_length,
+                               config.train.batch_size, count)
 
 
 def measure_pipeline(config, num_batches: int) -> tuple[float, float, list[dict]]:
   """(seconds to the first batch, examples/s after it, the batches pulled)."""
+  from encoderx.data import pipeline  # pylint: disable=g-import-not-at-top
   task = pretraining_task(config)
   batches = pipeline.BatchIterator(task, "train", config.data.seq_length,
                                    config.train.batch_size, seed=0)
@@ -135,8 +147,8 @@ def measure_padding(lengths=(128, 512), num_batches: int = 8) -> list[dict]:
       config = configs.get("bert:tiny")
       config.data.builder, config.objective.names = builder, objectives
       config.data.seq_length = length
-      pulled = pipeline.take_batches(pretraining_task(config), "train", length, 16,
-                                     num_batches)
+      config.train.batch_size = 16
+      pulled = training_batches(config, num_batches)
       row[f"padding_at_{length}"] = float(packing.padding_fraction(pulled))
     rows.append(row)
   return rows
