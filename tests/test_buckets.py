@@ -16,7 +16,8 @@ from encoderx import configs, errors, train
 from encoderx.configs import common as config_common
 from encoderx.data import buckets, pipeline
 from encoderx.methods import finetune, registry
-from finetune_cases import CONLL, classify_config, conll_subset, needs_rotten_tomatoes, tag_config  # pylint: disable=g-bad-import-order
+from finetune_cases import (  # pylint: disable=g-bad-import-order
+    CONLL, classify_config, conll_subset, needs_rotten_tomatoes, tag_config)
 
 ONE_DEVICE = jax.devices()[:1]
 

@@ -185,9 +185,10 @@ def test_gpu_bench_runs_the_bench_rows_without_the_text_stack(tmp_path):
 
 
 def test_gpu_bench_tunes_the_attention_kernels_tiling(capsys):
-  """`launch/gpu_bench.py tune` (attention_checks.tune): each candidate tiling checked against the XLA reference and
-  timed, the fastest returned (two forward and two backward candidates, small heads, the
-  kernel interpreted here); the command line's shape and the recordings it needs."""
+  """`launch/gpu_bench.py tune` (attention_checks.tune): each candidate tiling checked
+  against the XLA reference and timed, the fastest returned (two forward and two backward
+  candidates, small heads, the kernel interpreted here); the command line's shape and the
+  recordings it needs."""
   from encoderx.models import flash_attention
   best = attention_checks.tune((2, 64, 2, 32), forward_tilings=((64, 4, 3), (32, 4, 2)),
                         backward_tilings=((32, 4, 2), (64, 4, 3)), chain=2, runs=1)

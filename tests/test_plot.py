@@ -1,5 +1,6 @@
-"""python -m encoderx.tools.figures.plot: curves from TensorBoard logs as training writes them (clu's
-default writer, as encoderx/train.py; tests/test_training.py also reads a real run's)."""
+"""python -m encoderx.tools.figures.plot: curves from TensorBoard logs as training writes
+them (clu's default writer, as encoderx/train.py; tests/test_training.py also reads a real
+run's)."""
 import matplotlib.image
 import numpy as np
 import pytest

@@ -1,7 +1,8 @@
 """Training parity: encoderx's train step and Hugging Face PyTorch, started from the same
 (converted) weights and fed the same batches with the same masks, give the same loss and
-gradient norm at every step and the same weights at the end (encoderx/tools/parity/step_parity.py, on
-the shared PyTorch adapters of encoderx/tools/parity/torch_adapters.py).
+gradient norm at every step and the same weights at the end
+(encoderx/tools/parity/step_parity.py, on the shared PyTorch adapters of
+encoderx/tools/parity/torch_adapters.py).
 
 Tolerances (fp32, dropout off). The two compute the same sums in different orders. The
 loss agrees to ~1e-7 relative (float32's resolution; observed <= 6e-7 at every step).
@@ -144,8 +145,8 @@ def test_mlm_labels_put_each_target_at_its_position():
 
 
 def test_compare_scores_as_the_objective_does():
-  """encoderx.tools.quality.pretrain_compare scores both frameworks' logits with one numpy function; it gives
-  the MLM objective's own sums."""
+  """encoderx.tools.quality.pretrain_compare scores both frameworks' logits with one numpy
+  function; it gives the MLM objective's own sums."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from encoderx.tools.quality import pretrain_compare  # pylint: disable=g-import-not-at-top
   from encoderx.objectives import base  # pylint: disable=g-import-not-at-top

@@ -1,6 +1,7 @@
 """docs/performance.md's tables, generated from the benchmarks' JSON records.
 
-    python -m encoderx.tools.figures.perf_page [--figures=docs/performance] [--page=docs/performance.md]
+    python -m encoderx.tools.figures.perf_page [--figures=docs/performance] \
+        [--page=docs/performance.md]
 
 Reads every *.json in --figures (written by `python -m encoderx.tools.speed.bench --json=FILE`
 or `python -m encoderx.tools.data.bench_data --json=FILE`; report.py describes a record),

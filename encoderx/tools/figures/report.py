@@ -142,7 +142,8 @@ TABLES: dict[str, Table] = {
                 lambda s: f"{s:.0f}" if s else "(done before)"))),
     "finetune": Table(
         "Fine-tuning train steps from a released encoder at length 64, encoderx against "
-        "Hugging Face PyTorch on the same batches (python -m encoderx.tools.speed.bench --finetune)",
+        "Hugging Face PyTorch on the same batches "
+        "(python -m encoderx.tools.speed.bench --finetune)",
         (Column("case", "case"), Column("params", "params", millions),
          Column("batch", "batch_size"),
          Column("real tokens", "real_tokens", thousands),

@@ -17,7 +17,8 @@ encoderx, with the step's key), the adapter's loss (given the step's loss key, f
 ELECTRA's samples are drawn as encoderx draws them), `torch.nn.utils.clip_grad_norm_`,
 and an optimizer built from the same `config.optimizer` (torch_optim.py
 `torch_optimizer`: AdamW with transformers' schedule and decay groups, or LAMB). The
-comparison script (encoderx/tools/quality/pretrain_compare.py) trains Hugging Face with the same pieces.
+comparison script (encoderx/tools/quality/pretrain_compare.py) trains Hugging Face with
+the same pieces.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Equal-budget comparison: encoderx and Hugging Face PyTorch trained on the identical
 batch stream of a pretraining config for N steps, scored on the same held-out batches.
 
-    python -m encoderx.tools.quality.pretrain_compare --config=configs/bert.py:tiny --steps=600 --seeds=0,1,2 \
-        [--config.<field>=...] [--same_init] [--output=compare.json]
+    python -m encoderx.tools.quality.pretrain_compare --config=configs/bert.py:tiny \
+        --steps=600 --seeds=0,1,2 [--config.<field>=...] [--same_init] [--output=compare.json]
 
 For each seed: the config's batch stream (train.seed = seed) masked by encoderx at every
 step (Trainer.prepared_batch, the train step's own masks) trains encoderx (its train

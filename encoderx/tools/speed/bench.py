@@ -8,7 +8,7 @@
     python -m encoderx.tools.speed.bench --attention_cost [--models=bert_small] [--batch_size=8]
     python -m encoderx.tools.speed.bench --kernel_gradient_cost [--models=bert_small]
     python -m encoderx.tools.speed.bench --models=bert_mini --train_loop_steps=60
-    python -m encoderx.tools.speed.bench --device=gpu   # or tpu: BERT-base/large at 128 and 512, bf16
+    python -m encoderx.tools.speed.bench --device=gpu  # or tpu: BERT-base/large, 128 and 512, bf16
     python -m encoderx.tools.speed.bench --finetune [--finetune_end_to_end_steps=300]
 
 The parts: bench_models.py (the MODELS table -> configs, FLOPs per token, the pipeline
@@ -128,8 +128,9 @@ from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
 
 from encoderx import host_allocator  # pylint: disable=g-import-not-at-top
 from encoderx.models import common  # pylint: disable=g-import-not-at-top
-from encoderx.tools.speed import accelerator, bench_models, costs, finetune_steps, train_steps  # pylint: disable=g-import-not-at-top
 from encoderx.tools.figures import report  # pylint: disable=g-import-not-at-top
+from encoderx.tools.speed import accelerator, bench_models, costs, finetune_steps  # pylint: disable=g-import-not-at-top
+from encoderx.tools.speed import train_steps  # pylint: disable=g-import-not-at-top
 from encoderx.tools.speed.timing import PEAK_MATMUL_SIZE, WARMUP_STEPS, measure_matmul_peak  # pylint: disable=g-import-not-at-top
 
 MODULE = "encoderx.tools.speed.bench"

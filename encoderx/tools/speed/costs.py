@@ -14,8 +14,8 @@ from encoderx.methods import pretrain
 from encoderx.models import common, contraction, pretraining
 from encoderx.tools.speed import bench_models, train_steps
 from encoderx.tools.speed.timing import (StepTiming, WARMUP_STEPS, describe_timing,
-                                   paired_ratios, paired_summary, time_interleaved,
-                                   time_steps)
+                                         paired_ratios, paired_summary, time_interleaved,
+                                         time_steps)
 
 ATTENTION_LENGTHS = (128, 512)
 

@@ -2,7 +2,8 @@
 encoder fine-tuned on the shared corpora, encoderx against Hugging Face PyTorch on the
 same examples, each side padding them its own way.
 
-    python -m encoderx.tools.speed.bench --finetune [--models=tag_conll2003,classify_rotten_tomatoes]
+    python -m encoderx.tools.speed.bench --finetune \
+        [--models=tag_conll2003,classify_rotten_tomatoes]
         [--finetune_init=hf:MODEL_DIR] [--finetune_data=../shared/corpora]
         [--finetune_end_to_end_steps=300] [--steps=40]
 
@@ -45,7 +46,7 @@ from encoderx import configs, initialize, train
 from encoderx.data import buckets, labelled, pipeline, tagging
 from encoderx.tools.speed import train_steps
 from encoderx.tools.speed.timing import (WARMUP_STEPS, paired_ratios, paired_summary,
-                                   time_interleaved)
+                                         time_interleaved)
 
 # case -> (configs/finetune.py variant, its corpus under --finetune_data).
 CASES = {"tag_conll2003": ("tag", "conll2003"),

@@ -12,8 +12,8 @@ from encoderx import trainer as trainer_lib
 from encoderx.data import buckets
 from encoderx.tools.speed import bench_models
 from encoderx.tools.speed.timing import (StepTiming, Stepper, WARMUP_STEPS, describe_timing,
-                                   paired_ratios, paired_summary, time_interleaved,
-                                   time_steps)
+                                         paired_ratios, paired_summary, time_interleaved,
+                                         time_steps)
 
 
 def encoderx_stepper(config, batches: list[dict]):

@@ -1,8 +1,8 @@
 """Compiles encoderx's Pallas attention kernels to GPU code on a machine without a GPU.
 
     source launch/setup.sh hf,test   # installs triton 3.9.0 into .venv/triton
-    python launch/triton_check.py    # this module, with .venv/triton on the path [--arch=90] [--length=512] [--heads=16] [--head_dim=64]
-                                  [--kv_heads=4] [--window=128]
+    python launch/triton_check.py [--arch=90] [--length=512] [--heads=16] [--head_dim=64]
+                                  [--kv_heads=4] [--window=128]   # this module
 
 jax lowers `encoderx.models.flash_attention` for CUDA (`jax.export`, platform "cuda":
 no GPU needed) and hands XLA each kernel as Triton IR; XLA compiles that IR only on a
