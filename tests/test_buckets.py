@@ -16,7 +16,8 @@ from encoderx import configs, errors, train
 from encoderx.configs import common as config_common
 from encoderx.data import buckets, pipeline
 from encoderx.methods import finetune, registry
-from test_finetune import _classify_config, _needs_rotten_tomatoes
+from finetune_cases import (  # pylint: disable=g-bad-import-order
+    CONLL, classify_config, conll_subset, needs_rotten_tomatoes, tag_config)
 
 ONE_DEVICE = jax.devices()[:1]
 
@@ -56,11 +57,11 @@ def test_a_batch_is_cut_to_the_shortest_bucket_holding_its_longest_row():
 def test_classify_with_buckets_trains_as_without_on_fewer_padded_tokens(tmp_path, caplog):
   """Cut (same batches): the losses, metrics and weights of the uncut run; grouped by
   length: other batches, through the same loop."""
-  _needs_rotten_tomatoes()
+  needs_rotten_tomatoes()
   results, lengths = {}, {}
   for name, chosen in (("whole", ()), ("buckets", (48, 64, 80)), ("grouped", (48, 64, 80))):
     (tmp_path / name).mkdir()
-    config = _classify_config(tmp_path / name, train_rows=96, dev_rows=40)
+    config = classify_config(tmp_path / name, train_rows=96, dev_rows=40)
     config_common.tiny_sizes(config)
     config.model.hidden_dropout = config.model.attention_dropout = 0.0
     config.finetune.classifier_dropout = 0.0
@@ -92,14 +93,13 @@ def test_classify_with_buckets_trains_as_without_on_fewer_padded_tokens(tmp_path
 def test_tag_with_buckets_evaluates_per_token_outputs_of_several_lengths(tmp_path):
   """A tagger's evaluation joins per-token predictions of batches cut to different
   buckets: the dev metrics of the uncut run (dropout off)."""
-  from test_tagging import CONLL, _conll_subset, _tag_config  # pylint: disable=g-import-not-at-top
   if not (CONLL / "train.txt").exists():
     pytest.skip(f"the CoNLL-2003 corpus is not at {CONLL}")
   results = {}
   for name, chosen in (("whole", ()), ("buckets", (16, 24))):
     (tmp_path / name).mkdir()
-    config = _tag_config(tmp_path, _conll_subset(tmp_path / name, "train.txt", 64),
-                         _conll_subset(tmp_path / name, "dev.txt", 40))
+    config = tag_config(conll_subset(tmp_path / name, "train.txt", 64),
+                         conll_subset(tmp_path / name, "dev.txt", 40))
     config.model.hidden_dropout = config.model.attention_dropout = 0.0
     config.finetune.classifier_dropout = 0.0
     config.finetune.length_buckets = chosen
@@ -123,8 +123,8 @@ def test_outputs_of_cut_batches_join_padded_with_values_no_token_has():
 
 
 def test_grouped_batches_hold_one_buckets_examples_and_resume(tmp_path):
-  _needs_rotten_tomatoes()
-  config = _classify_config(tmp_path, train_rows=400, dev_rows=8)
+  needs_rotten_tomatoes()
+  config = classify_config(tmp_path, train_rows=400, dev_rows=8)
   task = registry.build(config).task()
   lengths, seq_length = (32, 48, 64), 96
 

@@ -212,7 +212,7 @@ def test_moved_modules_stop_with_one_line_naming_the_new_one(tmp_path):
                        capture_output=True, text=True, cwd=tmp_path, timeout=300)
   assert ran.returncode != 0
   assert ran.stderr.strip().splitlines()[-1].endswith(
-      "encoderx.bench is now encoderx.tools.bench (see docs/migration.md))")
+      "encoderx.bench is now encoderx.tools.speed.bench (see docs/migration.md))")
   with pytest.raises(ImportError, match=r"encoderx\.method is now encoderx\.methods\.base"):
     from encoderx import method  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   with pytest.raises(ImportError, match=r"encoderx\.trainer is now encoderx\.train\.trainer"):
@@ -220,4 +220,4 @@ def test_moved_modules_stop_with_one_line_naming_the_new_one(tmp_path):
   with pytest.raises(ImportError,
                      match=r"encoderx\.data\.stream is now encoderx\.data\.shard_stream"):
     import encoderx.data.stream  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-  import encoderx.tools.bench  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import encoderx.tools.speed.bench  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from encoderx.tools import bench, costs
+from encoderx.tools.speed import bench, costs
 from encoderx.models import contraction
 
 # (x's shape, kernel's shape, contracted dimensions): a feed-forward layer's first kernel

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from test_faults import _flip_bytes, _largest_file  # pylint: disable=g-bad-import-order
+from test_faults import flip_bytes, largest_file  # pylint: disable=g-bad-import-order
 from encoderx import errors
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import distributed
-from encoderx.tools import plot
+from encoderx.tools.figures import plot
 from encoderx import train
 from encoderx import workdir as workdir_lib
 
@@ -213,7 +213,7 @@ def test_two_processes_resume_past_a_damaged_checkpoint(tmp_path):
   port = _free_port()
   _finish([_start(workdir, port, index, *flags, "--stop_at_step=4") for index in range(2)])
   first = _losses(workdir)
-  _flip_bytes(_largest_file(workdir / "checkpoints" / "4" / "state"))
+  flip_bytes(largest_file(workdir / "checkpoints" / "4" / "state"))
   port = _free_port()
   (out, err), _ = _finish([_start(workdir, port, index, *flags, "--resume")
                            for index in range(2)])

@@ -378,7 +378,7 @@ def test_weights_and_parameters_left_over_are_named():
         **layers, "layer_3": layers["layer_2"]}}}, model)
 
 
-def _classify_config(tmp_path, name: str, **model):
+def classify_config(tmp_path, name: str, **model):
   config = _config(name, **model)
   rows = "text\tlabel\n" + "".join(f"line {i} of the story\t{'yes' if i % 3 else 'no'}\n"
                                    for i in range(12))
@@ -395,7 +395,7 @@ def _classify_config(tmp_path, name: str, **model):
 def test_a_fine_tuned_classifier_exports_with_its_head_and_labels(tmp_path, name):
   workdir = str(tmp_path / "run")
   model = {"enhanced_mask_decoder": False} if name == "deberta:tiny" else {}
-  method, params = make_run(_classify_config(tmp_path, name, **model), workdir)
+  method, params = make_run(classify_config(tmp_path, name, **model), workdir)
   exported = writer.export_hf(workdir, str(tmp_path / "hf"))
   prefix = {"bert:tiny": "Bert", "roberta:tiny": "Roberta", "deberta:tiny": "DebertaV2",
             "electra:tiny": "Electra"}[name]
@@ -415,14 +415,13 @@ def test_a_fine_tuned_classifier_exports_with_its_head_and_labels(tmp_path, name
 def test_a_fine_tuned_tagger_and_qa_model_export_with_their_heads(tmp_path):
   """The tag method's run -> BertForTokenClassification with its labels; the qa
   method's -> BertForQuestionAnswering; both compute what encoderx computes."""
-  from test_qa import QUESTIONS, _qa_config, _squad_json  # pylint: disable=g-import-not-at-top
-  from test_tagging import LABELS, _tag_config  # pylint: disable=g-import-not-at-top
+  from finetune_cases import LABELS, QUESTIONS, qa_config, squad_json, tag_config  # pylint: disable=g-import-not-at-top
   tags = tmp_path / "tags.txt"
   tags.write_text("".join(f"w{i}\t{tag}\n" for i, tag in enumerate(LABELS)))
-  squad_file = _squad_json(tmp_path / "squad.json", QUESTIONS)
+  squad_file = squad_json(tmp_path / "squad.json", QUESTIONS)
   for name, config, hf_class in (
-      ("tag", _tag_config(tmp_path, str(tags), str(tags)), "BertForTokenClassification"),
-      ("qa", _qa_config(squad_file, squad_file), "BertForQuestionAnswering")):
+      ("tag", tag_config(str(tags), str(tags)), "BertForTokenClassification"),
+      ("qa", qa_config(squad_file, squad_file), "BertForQuestionAnswering")):
     config.model.initializer_range = 0.2
     method, params = make_run(config, str(tmp_path / name))
     exported = writer.export_hf(str(tmp_path / name), str(tmp_path / f"hf_{name}"))

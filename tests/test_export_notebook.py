@@ -9,7 +9,7 @@ import nbclient
 import nbformat
 
 from test_notebook import (  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
-    CELL_TIMEOUT_S, _cell, _kernel_manager, _stdout)
+    CELL_TIMEOUT_S, cell_text, kernel_manager, tagged_cell)
 
 NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "export.ipynb"
 STEPS = 4
@@ -22,18 +22,18 @@ def test_export_notebook_runs(tmp_path):
   temporary.mkdir()
   env = {"EXPORT_STEPS": str(STEPS), "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(temporary),
          "IPYTHONDIR": str(tmp_path / "ipython")}
-  nbclient.NotebookClient(nb, km=_kernel_manager(tmp_path, env), timeout=CELL_TIMEOUT_S,
+  nbclient.NotebookClient(nb, km=kernel_manager(tmp_path, env), timeout=CELL_TIMEOUT_S,
                           startup_timeout=120, allow_errors=False,
                           resources={"metadata": {"path": str(tmp_path)}}).execute()
 
-  assert f"trained {STEPS} steps in {temporary}" in _stdout(_cell(nb, "train"))
-  assert "wrote BertForPreTraining (bert) to" in _stdout(_cell(nb, "export"))
-  loaded = _stdout(_cell(nb, "load"))
+  assert f"trained {STEPS} steps in {temporary}" in cell_text(tagged_cell(nb, "train"))
+  assert "wrote BertForPreTraining (bert) to" in cell_text(tagged_cell(nb, "export"))
+  loaded = cell_text(tagged_cell(nb, "load"))
   assert "AutoModel: BertModel, tokenizer: BertTokenizer" in loaded, loaded
   assert "tokenizer ids equal encoderx's: True" in loaded, loaded
   difference = float(re.search(r"max abs difference encoderx vs transformers: (\S+)",
                                loaded)[1])
   assert difference <= 1e-4
-  guesses = re.findall(r"^\s*\S+\s+[01]\.\d{3}$", _stdout(_cell(nb, "fill")), re.MULTILINE)
-  assert len(guesses) == 3, _stdout(_cell(nb, "fill"))
-  assert "arrays, e.g. encoder_model/" in _stdout(_cell(nb, "npz"))
+  guesses = re.findall(r"^\s*\S+\s+[01]\.\d{3}$", cell_text(tagged_cell(nb, "fill")), re.MULTILINE)
+  assert len(guesses) == 3, cell_text(tagged_cell(nb, "fill"))
+  assert "arrays, e.g. encoder_model/" in cell_text(tagged_cell(nb, "npz"))

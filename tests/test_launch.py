@@ -1,7 +1,6 @@
 """launch/tpu.sh in dry-run mode: the gcloud commands it would run, and the training
 command it starts on every worker (run here by bash as a worker's shell would); and
-launch/gpu_bench.py on CPU."""
-import importlib.util
+launch/gpu_bench.py (encoderx/tools/speed/gpu_bench.py) on CPU."""
 import json
 import os
 import re
@@ -13,6 +12,7 @@ import time
 import pytest
 
 from conftest import REPO
+from encoderx.tools.speed import attention_checks, gpu_bench
 
 SCRIPT = REPO / "launch" / "tpu.sh"
 TRAIN_ARGS = ["--config=configs/bert.py:base", "--workdir=gs://bucket/runs/bert_base",
@@ -115,12 +115,36 @@ def test_a_queued_resource_that_fails_stops_the_wait_and_is_deleted(tmp_path):
   assert [call.split()[3] for call in calls] == ["create", "describe", "delete"]
 
 
+# Runs launch/gpu_bench.py (argv after the probe) where the text stack cannot be imported,
+# as on a GPU image without it; prints the imports of it that were tried (none may be).
+WITHOUT_TEXT_STACK = """
+import importlib.abc, importlib.machinery, runpy, sys
+TEXT_STACK = ("tensorflow", "tensorflow_text", "seqio", "tensorflow_datasets")
+class NotInstalled(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+  def find_spec(self, name, path, target=None):  # no origin: nothing to look at
+    if name.split(".")[0] in TEXT_STACK:
+      return importlib.machinery.ModuleSpec(name, self)
+  attempted = []
+  def create_module(self, spec):
+    self.attempted.append(spec.name)
+    raise ModuleNotFoundError(f"No module named {spec.name!r}", name=spec.name)
+  def exec_module(self, module):
+    pass
+sys.meta_path.insert(0, NotInstalled())
+from encoderx.models import attention_kernels  # the Pallas kernel runs interpreted on CPU
+attention_kernels.interpret_off_platform = True
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+print("text stack imports attempted:", NotInstalled.attempted)
+"""
+
+
 @pytest.mark.slow
 def test_gpu_bench_runs_the_bench_rows_without_the_text_stack(tmp_path):
   """launch/gpu_bench.py: batches recorded with the real pipeline (two families, each its
   vocabulary), then the bench's accelerator rows and `all` run in a process where
-  tensorflow, tensorflow_text and seqio are stand-ins (as on a GPU image without them):
-  here on CPU, tiny models."""
+  tensorflow, tensorflow_text and seqio cannot be imported (as on a GPU image without
+  them): here on CPU, tiny models."""
   script = str(REPO / "launch" / "gpu_bench.py")
   env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
   plan = "bert_tiny@64:2,modernbert_tiny@128:2"
@@ -131,24 +155,21 @@ def test_gpu_bench_runs_the_bench_rows_without_the_text_stack(tmp_path):
   assert (tmp_path / "batches_modernbert_128.npz").exists()
   assert set(json.loads((tmp_path / "vocabulary.json").read_text())) == {
       "bundled:austen-wordpiece", "bundled:austen-modernbert-bpe"}
-  probe = ("import sys, runpy; sys.argv = sys.argv[1:]; "
-           "from encoderx.models import attention_kernels; "  # the Pallas kernel, interpreted
-           "attention_kernels.interpret_off_platform = True; "
-           "runpy.run_path(sys.argv[0], run_name='__main__'); "
-           "import tensorflow; print('tensorflow is', type(tensorflow).__name__)")
   ran = subprocess.run(
-      [sys.executable, "-c", probe, script, "rows", str(tmp_path), "bert_tiny@64",
-       "--batch_size=2", "--skip_torch", "--dropouts=config", "--kernels=auto,pallas"],
-      capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+      [sys.executable, "-c", WITHOUT_TEXT_STACK, script, "rows", str(tmp_path),
+       "bert_tiny@64", "--batch_size=2", "--skip_torch", "--dropouts=config",
+       "--kernels=auto,pallas"], capture_output=True, text=True, env=env, timeout=300,
+      cwd=REPO)
   assert ran.returncode == 0, ran.stderr
-  assert "tensorflow is _StandInModule" in ran.stdout
+  assert "text stack imports attempted: []" in ran.stdout
   assert "bert_tiny @64, attention dropout 0.1 " in ran.stdout
   assert "bert_tiny @64, attention dropout 0.1, pallas kernel" in ran.stdout
   out = tmp_path / "out"
   every = subprocess.run(
-      [sys.executable, "-c", probe, script, "all", str(tmp_path), plan, f"--out={out}"],
-      capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+      [sys.executable, "-c", WITHOUT_TEXT_STACK, script, "all", str(tmp_path), plan,
+       f"--out={out}"], capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
   assert every.returncode == 0, every.stderr
+  assert "text stack imports attempted: []" in every.stdout
   record = json.loads((out / "gpu_bench.json").read_text())
   assert [row["model"] for row in record["rows"]] == [
       "bert_tiny @64, attention dropout 0.1", "bert_tiny @64, attention dropout 0",
@@ -165,21 +186,13 @@ def test_gpu_bench_runs_the_bench_rows_without_the_text_stack(tmp_path):
   assert "no recorded batches of bert at length 128" in missing.stdout + missing.stderr
 
 
-def _gpu_bench():
-  spec = importlib.util.spec_from_file_location("gpu_bench",
-                                                REPO / "launch" / "gpu_bench.py")
-  gpu_bench = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(gpu_bench)
-  return gpu_bench
-
-
 def test_gpu_bench_tunes_the_attention_kernels_tiling(capsys):
-  """`gpu_bench.py tune`: each candidate tiling checked against the XLA reference and
-  timed, the fastest returned (two forward and two backward candidates, small heads, the
-  kernel interpreted here); the command line's shape and the recordings it needs."""
+  """`launch/gpu_bench.py tune` (attention_checks.tune): each candidate tiling checked
+  against the XLA reference and timed, the fastest returned (two forward and two backward
+  candidates, small heads, the kernel interpreted here); the command line's shape and the
+  recordings it needs."""
   from encoderx.models import flash_attention
-  gpu_bench = _gpu_bench()
-  best = gpu_bench.tune((2, 64, 2, 32), forward_tilings=((64, 4, 3), (32, 4, 2)),
+  best = attention_checks.tune((2, 64, 2, 32), forward_tilings=((64, 4, 3), (32, 4, 2)),
                         backward_tilings=((32, 4, 2), (64, 4, 3)), chain=2, runs=1)
   out = capsys.readouterr().out
   assert isinstance(best, flash_attention.Tiling) and f"fastest: {best}" in out
@@ -194,11 +207,10 @@ def test_gpu_bench_tunes_the_attention_kernels_tiling(capsys):
 
 
 def test_gpu_bench_checks_and_times_the_attention_kernel(capsys):
-  """launch/gpu_bench.py's device check of the Pallas attention (against its XLA
+  """gpu_bench's device check of the Pallas attention (against its XLA
   reference, relative errors printed) and its timing of the attentions (calls chained in
   one jit), run here on small heads with the kernel interpreted."""
-  gpu_bench = _gpu_bench()
-  gpu_bench.check_flash_attention(shape=(2, 64, 2, 32), timed_shapes=[(2, 64, 2, 32)])
+  attention_checks.check_flash_attention(shape=(2, 64, 2, 32), timed_shapes=[(2, 64, 2, 32)])
   out = capsys.readouterr().out
   errors = [float(word.rstrip(",")) for word in out.split("relative error:")[1]
             .splitlines()[0].split()[1::2]]

@@ -2,8 +2,11 @@
 
 Imports go down the layers, never up, and no modules import each other in a circle; the
 measuring tools are apart from what a run needs; no library module imports configs/;
-no module grows past about 500 lines. Every import counts, at the top of a module or
-inside a function.
+launch/'s scripts are entries over the top layers (the commands and the tools); no test
+module imports another's private helpers (shared ones live in a helper module such as
+tests/finetune_cases.py, or in conftest.py); no module of encoderx, launch/ or tests/
+grows past about 500 lines. Every import counts, at the top of a module or inside a
+function.
 """
 import ast
 import pathlib
@@ -29,6 +32,10 @@ LAYERS = (
 )
 LAYER_OF = {name: index for index, (_, names) in enumerate(LAYERS) for name in names}
 MOST_LINES = 550
+# What launch/'s scripts may import of encoderx: entries over the commands and the tools.
+LAUNCH_LAYERS = ("commands", "measuring tools")
+LAUNCH = REPO / "launch"
+TESTS = REPO / "tests"
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -51,10 +58,9 @@ def _target(module: str) -> str | None:
   return parent if parent in MODULES else None
 
 
-def imports(name: str) -> set[str]:
-  """The encoderx modules `name` imports, anywhere in its code."""
-  path = MODULES[name]
-  package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+def _imported(path: pathlib.Path, package: str = "") -> set[str]:
+  """Every module (or module.name) the code of `path` imports; relative imports from
+  `package`."""
   found = set()
   for node in ast.walk(ast.parse(path.read_text())):
     if isinstance(node, ast.Import):
@@ -65,8 +71,19 @@ def imports(name: str) -> set[str]:
         base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
                         + ([base] if base else []))
       found.update(f"{base}.{alias.name}" for alias in node.names)
+  return found
+
+
+def _encoderx_targets(found: set[str]) -> set[str]:
   targets = {_target(module) for module in found if module.startswith("encoderx")}
-  return {target for target in targets if target and target != name}
+  return {target for target in targets if target}
+
+
+def imports(name: str) -> set[str]:
+  """The encoderx modules `name` imports, anywhere in its code."""
+  path = MODULES[name]
+  package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+  return _encoderx_targets(_imported(path, package)) - {name}
 
 
 GRAPH = {name: imports(name) for name in MODULES}
@@ -144,10 +161,70 @@ def test_only_the_tools_import_configs_and_nothing_imports_the_tools():
   assert not tools, f"modules outside tools/ importing the tools: {tools}"
 
 
-@pytest.mark.parametrize("name", sorted(MODULES))
+def launch_imports_below_the_top(paths) -> list[str]:
+  """Imports of encoderx below LAUNCH_LAYERS (or outside every layer) in `paths`."""
+  allowed = {LAYER_OF[name] for layer, names in LAYERS if layer in LAUNCH_LAYERS
+             for name in names}
+  return [f"{path.name} imports {target} ({LAYERS[_layer(target)][0]})"
+          for path in paths for target in sorted(_encoderx_targets(_imported(path)))
+          if not target.startswith("encoderx.configs") and _layer(target) not in allowed]
+
+
+def test_launch_scripts_are_entries_over_the_commands_and_the_tools(tmp_path):
+  assert not launch_imports_below_the_top(sorted(LAUNCH.glob("*.py")))
+  below = tmp_path / "below.py"
+  below.write_text("import os\nfrom encoderx.tools.speed import bench\n"
+                   "def main():\n  from encoderx.models import attention\n")
+  assert launch_imports_below_the_top([below]) == [
+      "below.py imports encoderx.models.attention (building blocks)"]
+
+
+def private_test_imports(paths) -> list[str]:
+  """Private names (`_name`) a test module of `paths` takes from another test module
+  (test_*.py): what two test modules share belongs in a helper module or conftest.py."""
+  found = []
+  for path in paths:
+    tree = ast.parse(path.read_text())
+    modules = {}  # a test module imported whole -> the name it is bound to
+    for node in ast.walk(tree):
+      if isinstance(node, ast.ImportFrom):
+        source = (node.module or "").rpartition(".")[2]
+        names = [alias.name for alias in node.names]
+        if source.startswith("test_"):
+          found += [f"{path.name}: {name} from {source}" for name in names
+                    if name.startswith("_")]
+        else:
+          modules.update({alias.asname or alias.name: alias.name for alias in node.names
+                          if alias.name.startswith("test_")})
+      elif isinstance(node, ast.Import):
+        modules.update({alias.asname or alias.name: alias.name for alias in node.names
+                        if alias.name.rpartition(".")[2].startswith("test_")})
+    found += [f"{path.name}: {node.attr} of {modules[node.value.id]}"
+              for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+              and isinstance(node.value, ast.Name) and node.value.id in modules
+              and node.attr.startswith("_")]
+  return found
+
+
+def test_no_test_module_imports_another_ones_private_helpers(tmp_path):
+  assert not private_test_imports(sorted(TESTS.glob("test_*.py")))
+  borrowing = tmp_path / "test_borrowing.py"
+  borrowing.write_text("from test_qa import QUESTIONS, _qa_config\n"
+                       "from tests import test_faults as faults\nfaults._flip_bytes(1)\n")
+  assert private_test_imports([borrowing]) == [
+      "test_borrowing.py: _qa_config from test_qa",
+      "test_borrowing.py: _flip_bytes of test_faults"]
+
+
+SIZED = {**{name: path for name, path in MODULES.items()},
+         **{str(path.relative_to(REPO)): path
+            for path in [*LAUNCH.glob("*.py"), *TESTS.glob("*.py")]}}
+
+
+@pytest.mark.parametrize("name", sorted(SIZED))
 def test_no_module_is_over_about_500_lines(name):
-  lines = len(MODULES[name].read_text().splitlines())
-  assert lines <= MOST_LINES, f"{MODULES[name]}: {lines} lines; one job per module"
+  lines = len(SIZED[name].read_text().splitlines())
+  assert lines <= MOST_LINES, f"{SIZED[name]}: {lines} lines; one job per module"
 
 
 COMMANDS = ("train", "export", "embed", "preprocess", "glue", "retrieval", "average")

@@ -3,7 +3,7 @@ encoderx/models/attention_kernels.py inside a tiny ModernBERT, against its 'xla'
 (forward and every parameter's gradient, float32), padded, packed and windowed rows,
 grouped-query heads, the scanned stack; what "auto" picks on each backend; the one-line
 errors before compiling; the 8,192-token train step without an [L, L] array; the
-measuring tool (encoderx/tools/long_context.py)."""
+measuring tool (encoderx/tools/speed/long_context.py)."""
 import dataclasses
 import functools
 import json
@@ -19,7 +19,8 @@ from encoderx import errors
 from encoderx.train import trainer as trainer_lib
 from encoderx.hf import engine
 from encoderx.models import attention_kernels, common, encoder as encoder_lib, pretraining
-from encoderx.tools import long_context, report
+from encoderx.tools.speed import long_context
+from encoderx.tools.figures import report
 
 from reference_models import packed_batch  # pylint: disable=g-bad-import-order
 
@@ -284,7 +285,7 @@ def test_an_8192_token_row_trains_without_an_l_by_l_array():
 
 
 def test_the_measuring_tool(monkeypatch, tmp_path, capsys):
-  """python -m encoderx.tools.long_context: a row measured (here in this process, at 128
+  """python -m encoderx.tools.speed.long_context: a row measured (here in this process, at 128
   tokens: a global layer on 'xla', the local one blockwise), and the run's table, memory
   line against the bound and JSON record (its rows standing in for fresh processes)."""
   row = long_context.measure_one(128, "auto", 1)
@@ -298,7 +299,7 @@ def test_the_measuring_tool(monkeypatch, tmp_path, capsys):
   printed = capsys.readouterr().out
   record = json.loads(path.read_text())
   assert record["kind"] == "long_context" and record["command"] == (
-      f"python -m encoderx.tools.long_context --lengths=1024,8192 --steps=1 --json={path}")
+      f"python -m encoderx.tools.speed.long_context --lengths=1024,8192 --steps=1 --json={path}")
   assert [r["seq_length"] for r in record["rows"]] == [1024, 8192]
   assert report.table("long_context", record["rows"]) in printed
   assert ("auto: peak at 8,192 tokens - peak at 1,024 = 1.60 GB (bound 1.5 GB: "

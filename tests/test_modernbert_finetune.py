@@ -18,10 +18,9 @@ import pytest
 from encoderx import embed, train
 
 from conftest import REPO, _tiny_config  # pylint: disable=g-bad-import-order
-from test_finetune import _needs_rotten_tomatoes, _small_tsv  # pylint: disable=g-bad-import-order
-from test_qa import QUESTIONS, _qa_config, _squad_json  # pylint: disable=g-bad-import-order
-from test_similarity import _shrunk, _simcse_config, _stsb_subset  # pylint: disable=g-bad-import-order
-from test_tagging import CONLL, _conll_subset, _tag_config  # pylint: disable=g-bad-import-order
+from finetune_cases import (  # pylint: disable=g-bad-import-order
+    CONLL, QUESTIONS, conll_subset, needs_rotten_tomatoes, qa_config, shrunk, simcse_config,
+    small_tsv, squad_json, stsb_subset, tag_config)
 
 ONE_DEVICE = jax.devices()[:1]
 # The metric each method's evaluation reports.
@@ -43,24 +42,24 @@ def _config(task: str, tmp_path):
   """configs/finetune.py:TASK on a few examples, a few steps."""
   from encoderx import configs  # pylint: disable=g-import-not-at-top
   if task == "classify":
-    _needs_rotten_tomatoes()
-    config = _shrunk(configs.get("finetune:classify"))
-    config.finetune.train_file = _small_tsv(tmp_path, "train.tsv", 32)
-    config.finetune.dev_file = _small_tsv(tmp_path, "dev.tsv", 16)
+    needs_rotten_tomatoes()
+    config = shrunk(configs.get("finetune:classify"))
+    config.finetune.train_file = small_tsv(tmp_path, "train.tsv", 32)
+    config.finetune.dev_file = small_tsv(tmp_path, "dev.tsv", 16)
   elif task == "similarity":
-    config = _shrunk(configs.get("finetune:similarity"))
-    config.finetune.train_file = _stsb_subset(tmp_path, "train.tsv", 32)
-    config.finetune.dev_file = _stsb_subset(tmp_path, "dev.tsv", 16)
+    config = shrunk(configs.get("finetune:similarity"))
+    config.finetune.train_file = stsb_subset(tmp_path, "train.tsv", 32)
+    config.finetune.dev_file = stsb_subset(tmp_path, "dev.tsv", 16)
   elif task == "tag":
     if not (CONLL / "train.txt").exists():
       pytest.skip(f"the CoNLL-2003 corpus is not at {CONLL}")
-    config = _tag_config(tmp_path, _conll_subset(tmp_path, "train.txt", 32),
-                         _conll_subset(tmp_path, "dev.txt", 16))
+    config = tag_config(conll_subset(tmp_path, "train.txt", 32),
+                         conll_subset(tmp_path, "dev.txt", 16))
   elif task == "qa":
-    squad = _squad_json(tmp_path / "squad.json", QUESTIONS)
-    config = _qa_config(squad, squad)
+    squad = squad_json(tmp_path / "squad.json", QUESTIONS)
+    config = qa_config(squad, squad)
   else:
-    config = _simcse_config(tmp_path, "unsupervised")
+    config = simcse_config(tmp_path, "unsupervised")
   config.train.steps = 2
   config.eval.every_steps = config.checkpoint.every_steps = 2
   return config

@@ -30,7 +30,7 @@ PROBE = ("import json, os, sys\n"
          "                  'steps': os.environ.get('QUICKSTART_STEPS')}))")
 
 
-def _kernel_manager(tmp_path: pathlib.Path, env: dict[str, str]) -> AsyncKernelManager:
+def kernel_manager(tmp_path: pathlib.Path, env: dict[str, str]) -> AsyncKernelManager:
   """A kernel manager whose only kernel spec runs `sys.executable` with `env` added."""
   kernels = tmp_path / "kernels"
   (kernels / KERNEL_NAME).mkdir(parents=True)
@@ -42,13 +42,13 @@ def _kernel_manager(tmp_path: pathlib.Path, env: dict[str, str]) -> AsyncKernelM
                             connection_file=str(tmp_path / "connection.json"))
 
 
-def _cell(nb, tag: str):
+def tagged_cell(nb, tag: str):
   tagged = [c for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
   assert len(tagged) == 1, f"expected one cell tagged {tag!r}, found {len(tagged)}"
   return tagged[0]
 
 
-def _stdout(cell) -> str:
+def cell_text(cell) -> str:
   """What a cell printed, plus the text of its results and displays (such as a progress
   bar's text when ipywidgets renders it), each part on lines of its own."""
   parts = []
@@ -74,7 +74,7 @@ def test_quickstart_notebook_runs(tmp_path):
   env = {"QUICKSTART_STEPS": str(STEPS), "TF_CPP_MIN_LOG_LEVEL": "3",
          "TMPDIR": str(temporary), "IPYTHONDIR": str(tmp_path / "ipython")}
   client = nbclient.NotebookClient(
-      nb, km=_kernel_manager(tmp_path, env), timeout=CELL_TIMEOUT_S,
+      nb, km=kernel_manager(tmp_path, env), timeout=CELL_TIMEOUT_S,
       startup_timeout=120, allow_errors=False,
       resources={"metadata": {"path": str(tmp_path)}})
   client.execute()  # raises CellExecutionError if a cell raises
@@ -84,15 +84,15 @@ def test_quickstart_notebook_runs(tmp_path):
   assert not errors, errors
 
   # The kernel was this interpreter, with the environment the test gave it.
-  probe = json.loads(_stdout(nb.cells[-1]).strip().splitlines()[-1])
+  probe = json.loads(cell_text(nb.cells[-1]).strip().splitlines()[-1])
   assert probe == {"prefix": sys.prefix, "executable": sys.executable,
                    "steps": str(STEPS)}
 
   # encoderx is importable here, so the install cell does nothing (no pip run).
-  assert _cell(nb, "install").outputs == []
-  assert f"training: {STEPS} steps" in _stdout(_cell(nb, "config"))
+  assert tagged_cell(nb, "install").outputs == []
+  assert f"training: {STEPS} steps" in cell_text(tagged_cell(nb, "config"))
 
-  train = _stdout(_cell(nb, "train"))
+  train = cell_text(tagged_cell(nb, "train"))
   assert f"held-out evaluation after {STEPS} steps" in train
   metrics = dict(re.findall(r"^\s+(\w+)\s+(-?[\d.]+|nan|inf)\s*$", train, re.MULTILINE))
   assert {"mlm_accuracy", "mlm_loss", "nsp_accuracy", "nsp_loss"} <= set(metrics), train
@@ -102,11 +102,11 @@ def test_quickstart_notebook_runs(tmp_path):
   assert workdir.parent == temporary
   assert (workdir / "tensorboard").is_dir() and (workdir / "checkpoints").is_dir()
 
-  inspected = _stdout(_cell(nb, "inspect"))
+  inspected = cell_text(tagged_cell(nb, "inspect"))
   assert "[MASK]" in inspected and "predict" in inspected, inspected
   assert "[CLS]" in inspected and "[SEP]" in inspected
 
-  plot = _cell(nb, "plot")
+  plot = tagged_cell(nb, "plot")
   assert any(o.output_type == "display_data" and "image/png" in o.get("data", {})
              for o in plot.outputs), [o.output_type for o in plot.outputs]
 

@@ -171,7 +171,7 @@ def test_best_fit_places_each_sequence_where_it_fits_most_tightly():
 
 def test_best_fit_leaves_less_padding_than_greedy_over_an_epoch_of_the_bundled_corpus(
     tiny_config):
-  from encoderx.tools import padding as padding_tool  # pylint: disable=g-import-not-at-top
+  from encoderx.tools.data import padding as padding_tool  # pylint: disable=g-import-not-at-top
   padding = {}
   for method in packing.PACKINGS:
     config = tiny_config()

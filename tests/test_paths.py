@@ -14,7 +14,7 @@ from encoderx import files, initialize, train
 from encoderx import workdir as workdir_lib
 from encoderx.data import resources
 from encoderx.export import writer
-from encoderx.tools import plot
+from encoderx.tools.figures import plot
 
 ONE_DEVICE = jax.devices()[:1]
 

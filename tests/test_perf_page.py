@@ -1,5 +1,5 @@
-"""python -m encoderx.tools.perf_page: docs/performance.md's tables from the bench's JSON
-records (encoderx/tools/report.py), the newest record of each table and device, every
+"""python -m encoderx.tools.figures.perf_page: docs/performance.md's tables from the bench's JSON
+records (encoderx/tools/figures/report.py), the newest record of each table and device, every
 row with its date, commit, device, malloc and command, the page's prose kept."""
 import json
 import subprocess
@@ -7,7 +7,8 @@ import subprocess
 import pytest
 
 from conftest import REPO
-from encoderx.tools import bench, perf_page, report
+from encoderx.tools.speed import bench
+from encoderx.tools.figures import perf_page, report
 
 PROSE = "# Performance\n\nHow to read the figures: compare the same device only.\n\n"
 
@@ -19,7 +20,7 @@ def _record(device: str, date: str, tokens_per_second: float, model="bert_tiny")
          "torch_tokens_per_second": tokens_per_second / 2, "torch_mfu": 0.07,
          "jax_over_torch": 2.0, "paired_median": 2.01, "paired_min": 1.9,
          "paired_max": 2.2, "pipeline_headroom": 12.0}
-  record = report.record("train_steps", [row], "encoderx.tools.bench",
+  record = report.record("train_steps", [row], "encoderx.tools.speed.bench",
                          ["--models=" + model, "--steps=1"], device=device,
                          peak_flops=1e11, tables={"padding": [
                              {"builder": "sentence_pairs", "padding_at_128": 0.02,
@@ -56,7 +57,7 @@ def test_a_bench_run_json_renders_a_row_with_its_provenance(tmp_path):
   head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
                         text=True, check=True).stdout.strip()
   assert record["kind"] == "train_steps" and record["commit"].startswith(head)
-  assert record["command"] == "python -m encoderx.tools.bench " + " ".join(argv)
+  assert record["command"] == "python -m encoderx.tools.speed.bench " + " ".join(argv)
   assert ("AVX" in record["device"] and "cores" in record["device"]
           and record["malloc"] in ("system", "tcmalloc", "jemalloc", "mimalloc"))
   assert record["peak_gflops"] > 0 and record["date"][4] == "-"

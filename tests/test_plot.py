@@ -1,11 +1,12 @@
-"""python -m encoderx.tools.plot: curves from TensorBoard logs as training writes them (clu's
-default writer, as encoderx/train/loop.py; tests/test_training.py also reads a real run's)."""
+"""python -m encoderx.tools.figures.plot: curves from TensorBoard logs as training writes
+them (clu's default writer, as encoderx/train/loop.py; tests/test_training.py also reads a real
+run's)."""
 import matplotlib.image
 import numpy as np
 import pytest
 from clu import metric_writers
 
-from encoderx.tools import plot
+from encoderx.tools.figures import plot
 
 
 def write_run(directory, train_losses, eval_losses):

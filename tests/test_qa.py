@@ -15,6 +15,7 @@ from encoderx.evaluation import squad as squad_eval
 from encoderx.methods import qa as qa_method
 
 from conftest import VOCABULARY_CONFIGS, vocab_config  # pylint: disable=g-bad-import-order
+from finetune_cases import QUESTIONS, qa_config, squad_json  # pylint: disable=g-bad-import-order
 
 ONE_DEVICE = jax.devices()[:1]
 # Accents, capitals, punctuation against words, LaTeX quotes, several spaces, a tab.
@@ -187,30 +188,19 @@ def test_official_scores_by_hand():
   assert set(v1) == {"exact_match", "f1"} and v1["exact_match"] == 50.0
 
 
-def _squad_json(path, questions, version_2=False):
-  paragraphs = [{"context": context, "qas": [
-      {"id": qid, "question": question,
-       "answers": [{"text": text, "answer_start": start}] if text else [],
-       **({"is_impossible": not text} if version_2 else {})}
-      for qid, question, text, start in qas]} for context, qas in questions]
-  path.write_text(json.dumps({"version": "1.1", "data": [
-      {"title": "t", "paragraphs": paragraphs}]}, indent=1))
-  return str(path)
-
-
 def _line(path, question_id):
   lines = open(path, encoding="utf-8").read().splitlines()
   return next(i + 1 for i, line in enumerate(lines) if f'"{question_id}"' in line)
 
 
 def test_squad_files_with_errors_name_file_and_line(tmp_path):
-  bad = _squad_json(tmp_path / "bad.json", [
+  bad = squad_json(tmp_path / "bad.json", [
       ("Anne went to Bath.", [("a1", "Who?", "Anne", 0), ("a2", "Where?", "Bath", 12)])])
   with pytest.raises(squad.SquadError, match=re.escape(
       f"bad.json' line {_line(bad, 'a2')} (question a2): answer 'Bath' at offset 12 does "
       "not match its context, which has ' Bat' there")):
     squad.read_squad(bad, version_2=False)
-  impossible = _squad_json(tmp_path / "v2.json", [("Anne went.", [("b1", "Who?", "", 0)])],
+  impossible = squad_json(tmp_path / "v2.json", [("Anne went.", [("b1", "Who?", "", 0)])],
                            version_2=True)
   with pytest.raises(squad.SquadError,
                      match=f"v2.json' line {_line(impossible, 'b1')} .*set qa.version_2"):
@@ -222,37 +212,9 @@ def test_squad_files_with_errors_name_file_and_line(tmp_path):
 
 
 # --- runs -----------------------------------------------------------------------------------
-QUESTIONS = [
-    ("Anne Elliot walked to Bath with Lady Russell in the winter, and all the way they "
-     "talked of Kellynch Hall and of the Musgroves at Uppercross.",
-     [("1", "Who walked to Bath?", "Anne Elliot", 0), ("2", "Where did she walk?", "Bath", 22),
-      ("3", "With whom?", "Lady Russell", 32)]),
-    ("Captain Wentworth wrote a letter at the White Hart.",
-     [("4", "Who wrote?", "Captain Wentworth", 0), ("5", "What did he write?", "a letter", 24),
-      ("6", "Where did he write?", "the White Hart", 36)]),
-]
-
-
-def _qa_config(train_file="", dev_file=""):
-  from conftest import _tiny_config  # pylint: disable=g-import-not-at-top
-  from encoderx import configs  # pylint: disable=g-import-not-at-top
-  config = configs.get("finetune:qa")
-  config.finetune.train_file, config.finetune.dev_file = train_file, dev_file
-  for field in ("num_layers", "hidden_size", "num_heads", "intermediate_size"):
-    config.model[field] = _tiny_config().model[field]
-  config.data.seq_length = 20  # short windows: each context is read in several
-  config.qa.max_query_length, config.qa.doc_stride = 8, 4
-  config.train.steps, config.train.batch_size = 3, 4
-  config.optimizer.warmup_steps = 1
-  config.eval.batch_size = 8
-  config.checkpoint.every_steps, config.checkpoint.async_save = 3, False
-  config.train.log_every = 1
-  return config
-
-
 def test_qa_trains_on_squad_json_and_writes_squad_predictions(tmp_path):
-  data = _squad_json(tmp_path / "train.json", QUESTIONS)
-  config = _qa_config(data, data)
+  data = squad_json(tmp_path / "train.json", QUESTIONS)
+  config = qa_config(data, data)
   run = tmp_path / "run"
   result = train.run(config, str(run), show_progress=False, devices=ONE_DEVICE)
   assert {"exact_match", "f1"} <= set(result["eval"])
@@ -295,7 +257,7 @@ class TinySquad(tfds.core.GeneratorBasedBuilder):
 
 def test_qa_reads_a_tfds_squad_dataset(tmp_path):
   TinySquad(data_dir=str(tmp_path)).download_and_prepare()
-  config = _qa_config()
+  config = qa_config()
   config.data.tfds_name, config.data.tfds_data_dir = "tiny_squad:1.0.0", str(tmp_path)
   config.qa.version_2 = True
   config.train.steps = 2

@@ -179,7 +179,7 @@ def test_the_command_scores_a_tiny_bert_end_to_end(tiny_bert, tmp_path):
 
 
 def test_the_stsb_set_takes_distinct_sentences_and_pairs_scored_4_or_more(tmp_path):
-  from encoderx.tools import retrieval_compare  # pylint: disable=g-import-not-at-top
+  from encoderx.tools.parity import retrieval_compare  # pylint: disable=g-import-not-at-top
   pairs = tmp_path / "dev.tsv"
   pairs.write_text("score\ttext_a\ttext_b\n5.0\tA man sings.\tA man is singing.\n"
                    "4.0\tA cat sleeps.\tThe cat is asleep.\n"

@@ -14,7 +14,7 @@ from encoderx import configs
 from encoderx.data import tasks
 from encoderx.models import common, embeddings as embeddings_lib, encoder, heads, pretraining
 from encoderx.objectives import mlm
-from encoderx.tools import batch_inspector
+from encoderx.tools.data import batch_inspector
 from encoderx.train import trainer as trainer_lib
 
 ONE_DEVICE = jax.devices()[:1]

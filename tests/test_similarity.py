@@ -1,7 +1,6 @@
 """Sentence-pair regression (MSE, Pearson / Spearman) and SimCSE (unsupervised and
 supervised contrastive training, evaluated by Spearman on STS-B pairs)."""
 import csv
-import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -13,33 +12,9 @@ from encoderx import errors
 from encoderx import train
 from encoderx.methods import simcse, similarity
 
+from finetune_cases import shrunk, simcse_config, stsb_subset  # pylint: disable=g-bad-import-order
+
 ONE_DEVICE = jax.devices()[:1]
-REPO = pathlib.Path(__file__).resolve().parent.parent
-STSB = REPO.parent / "shared" / "corpora" / "stsb"
-
-
-def _stsb_subset(directory: pathlib.Path, name: str, rows: int) -> str:
-  if not (STSB / name).exists():
-    pytest.skip(f"the stsb corpus is not at {STSB}")
-  lines = (STSB / name).read_text(encoding="utf-8").splitlines()[:rows + 1]
-  path = directory / name
-  path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-  return str(path)
-
-
-def _shrunk(config):
-  from conftest import _tiny_config  # pylint: disable=g-import-not-at-top
-  for field in ("num_layers", "hidden_size", "num_heads", "intermediate_size"):
-    config.model[field] = _tiny_config().model[field]
-  config.data.seq_length = 32
-  config.train.steps, config.train.batch_size = 4, 8
-  config.optimizer.warmup_steps = 1
-  config.eval.every_steps, config.eval.batch_size = 2, 16
-  config.checkpoint.every_steps, config.checkpoint.async_save = 2, False
-  config.train.log_every = 1
-  return config
-
-
 def test_correlations_by_hand():
   gold = np.array([0.0, 1.0, 2.0, 3.0])
   # A monotone but not linear prediction: Spearman 1, Pearson below.
@@ -54,9 +29,9 @@ def test_correlations_by_hand():
 
 def test_regression_on_sts_pairs_reports_correlations_of_its_predictions(tmp_path):
   from encoderx import configs  # pylint: disable=g-import-not-at-top
-  config = _shrunk(configs.get("finetune:similarity"))
-  config.finetune.train_file = _stsb_subset(tmp_path, "train.tsv", 64)
-  config.finetune.dev_file = _stsb_subset(tmp_path, "dev.tsv", 40)
+  config = shrunk(configs.get("finetune:similarity"))
+  config.finetune.train_file = stsb_subset(tmp_path, "train.tsv", 64)
+  config.finetune.dev_file = stsb_subset(tmp_path, "dev.tsv", 40)
   config.eval.every_steps = config.train.steps  # one evaluation: the best is the last
   run = tmp_path / "run"
   result = train.run(config, str(run), show_progress=False, devices=ONE_DEVICE)
@@ -79,7 +54,7 @@ def test_regression_on_sts_pairs_reports_correlations_of_its_predictions(tmp_pat
 
 def test_a_label_column_that_is_not_a_number_names_file_and_line(tmp_path):
   from encoderx import configs  # pylint: disable=g-import-not-at-top
-  config = _shrunk(configs.get("finetune:similarity"))
+  config = shrunk(configs.get("finetune:similarity"))
   bad = tmp_path / "bad.tsv"
   bad.write_text("score\ttext_a\ttext_b\n4.5\ta\tb\nhigh\tc\td\n")
   config.finetune.train_file = config.finetune.dev_file = str(bad)
@@ -102,17 +77,8 @@ def test_contrastive_loss_by_hand():
   np.testing.assert_array_equal(correct, [1.0, 0.0])
 
 
-def _simcse_config(tmp_path, mode):
-  from encoderx import configs  # pylint: disable=g-import-not-at-top
-  config = _shrunk(configs.get("finetune:simcse"))
-  config.simcse.kind = mode
-  config.finetune.train_file = _stsb_subset(tmp_path, "train.tsv", 48)
-  config.finetune.dev_file = _stsb_subset(tmp_path, "dev.tsv", 40)
-  return config
-
-
 def test_unsupervised_simcse_trains_and_its_encoder_embeds(tmp_path):
-  config = _simcse_config(tmp_path, "unsupervised")
+  config = simcse_config(tmp_path, "unsupervised")
   method = simcse.SimCSE(config)
   sentences = method.training_columns()["text"]
   assert len(sentences) == len(set(sentences)) > 48  # both columns' distinct sentences
@@ -135,7 +101,7 @@ def test_unsupervised_simcse_trains_and_its_encoder_embeds(tmp_path):
 
 
 def test_supervised_simcse_takes_pairs_and_hard_negatives(tmp_path):
-  config = _simcse_config(tmp_path, "supervised")
+  config = simcse_config(tmp_path, "supervised")
   config.simcse.hard_negative_column = "text_a"  # any column will do for the shapes
   columns = simcse.SimCSE(config).training_columns()
   assert len(columns["text"]) == len(columns["text_pair"]) == len(

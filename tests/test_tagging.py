@@ -1,7 +1,5 @@
 """Token classification: CoNLL and TFDS input, first-piece labels for the three
 vocabularies, IOB2 repair, seqeval metrics, a run with predictions in CoNLL columns."""
-import pathlib
-
 import jax
 import numpy as np
 import pytest
@@ -13,11 +11,9 @@ from encoderx.evaluation import tags as tags_lib
 from encoderx.methods import tag as tag_method
 
 from conftest import VOCABULARY_CONFIGS, vocab_config  # pylint: disable=g-bad-import-order
+from finetune_cases import CONLL, LABELS, conll_subset, tag_config  # pylint: disable=g-bad-import-order
 
 ONE_DEVICE = jax.devices()[:1]
-REPO = pathlib.Path(__file__).resolve().parent.parent
-CONLL = REPO.parent / "shared" / "corpora" / "conll2003"
-LABELS = ("O", "B-LOC", "B-PER", "I-PER", "B-MISC")
 SENTENCE = tagging.Sentence(1, ["Elizabeth", "Bennet", "visited", "Pemberley",
                                 "unaccountably", "1996-08-22"],
                             ["B-PER", "I-PER", "O", "B-LOC", "O", "B-MISC"])
@@ -114,41 +110,17 @@ def test_conll_files_with_errors_name_file_and_line(tmp_path):
 
 
 # --- a run ----------------------------------------------------------------------------------
-def _conll_subset(directory: pathlib.Path, name: str, sentences: int) -> str:
-  blocks = (CONLL / name).read_text(encoding="utf-8").split("\n\n")[:sentences]
-  path = directory / name
-  path.write_text("\n\n".join(blocks) + "\n")
-  return str(path)
-
-
-def _tag_config(tmp_path, train_file, dev_file):
-  from conftest import _tiny_config  # pylint: disable=g-import-not-at-top
-  from encoderx import configs  # pylint: disable=g-import-not-at-top
-  config = configs.get("finetune:tag")
-  config.finetune.train_file, config.finetune.dev_file = train_file, dev_file
-  for field in ("num_layers", "hidden_size", "num_heads", "intermediate_size"):
-    config.model[field] = _tiny_config().model[field]
-  config.data.seq_length = 32
-  config.train.steps, config.train.batch_size = 4, 8
-  config.optimizer.warmup_steps = 1
-  config.eval.every_steps, config.eval.batch_size = 2, 16
-  config.checkpoint.every_steps, config.checkpoint.async_save = 2, False
-  config.train.log_every = 1
-  del tmp_path
-  return config
-
-
 def _method(tmp_path):
   path = tmp_path / "labels.txt"
   path.write_text("".join(f"w{i}\t{tag}\n" for i, tag in enumerate(LABELS)))
-  return tag_method.Tagging(_tag_config(tmp_path, str(path), str(path)))
+  return tag_method.Tagging(tag_config(str(path), str(path)))
 
 
 def test_tagger_trains_evaluates_and_writes_conll_predictions(tmp_path):
   if not (CONLL / "train.txt").exists():
     pytest.skip(f"the conll2003 corpus is not at {CONLL}")
-  config = _tag_config(tmp_path, _conll_subset(tmp_path, "train.txt", 200),
-                       _conll_subset(tmp_path, "dev.txt", 40))
+  config = tag_config(conll_subset(tmp_path, "train.txt", 200),
+                       conll_subset(tmp_path, "dev.txt", 40))
   run = tmp_path / "run"
   result = train.run(config, str(run), show_progress=False, devices=ONE_DEVICE)
   assert {"f1", "precision", "recall", "accuracy", "loss", "f1_PER"} <= set(result["eval"])
@@ -199,7 +171,7 @@ class TinyNer(tfds.core.GeneratorBasedBuilder):
 
 def test_a_tfds_dataset_of_tokens_and_tags_trains_a_tagger(tmp_path):
   TinyNer(data_dir=str(tmp_path)).download_and_prepare()
-  config = _tag_config(tmp_path, "", "")
+  config = tag_config("", "")
   config.data.tfds_name, config.data.tfds_data_dir = "tiny_ner:1.0.0", str(tmp_path)
   config.train.steps = 2
   config.eval.every_steps = 0

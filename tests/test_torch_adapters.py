@@ -1,4 +1,4 @@
-"""encoderx/tools/torch_adapters.py: the one set of PyTorch counterparts of the training
+"""encoderx/tools/parity/torch_adapters.py: the one set of PyTorch counterparts of the training
 methods, found by method (and family), that the bench, compare and the parity tests share
 (tests/test_training_parity.py holds them to encoderx's step; here: the registry, and
 that each adapter the bench uses trains on a bench batch)."""
@@ -12,7 +12,8 @@ import torch
 from encoderx import config as config_lib
 from encoderx.data import pipeline
 from encoderx.methods import registry
-from encoderx.tools import bench_models, torch_adapters, train_steps
+from encoderx.tools.speed import bench_models, train_steps
+from encoderx.tools.parity import torch_adapters
 
 # The bench's models with a PyTorch column, and the adapter and HF class each gets.
 BENCH_ADAPTERS = [("bert_tiny", "Pretraining", "BertForPreTraining"),

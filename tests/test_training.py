@@ -13,28 +13,13 @@ from jax.sharding import PartitionSpec
 
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import train
-from encoderx.data import pipeline, tasks
 from encoderx.models import embeddings
-from encoderx.tools import plot
+from encoderx.tools.figures import plot
 from encoderx.train import trainer as trainer_lib
 
+from train_steps import pretraining_batches, step_losses  # pylint: disable=g-bad-import-order
+
 ONE_DEVICE = jax.devices()[:1]
-
-
-def _batches(config, count, batch_size=None):
-  task = tasks.register_pretraining_task(config)
-  return pipeline.take_batches(task, "train", config.data.seq_length,
-                               batch_size or config.train.batch_size, count, seed=11)
-
-
-def _losses(trainer, batches):
-  state = trainer.init_state()
-  step = trainer.train_step(0)
-  losses = []
-  for batch in batches:
-    state, metrics = step(state, trainer.device_batch(batch))
-    losses.append(float(metrics["loss"]))
-  return losses, state
 
 
 @pytest.mark.parametrize("name, accumulate", [("bert:tiny", 1), ("bert:tiny", 2),
@@ -47,13 +32,13 @@ def test_mesh_2x2x2_matches_one_device(tiny_config, name, accumulate):
     config.model.vocab_multiple = 8  # 8,001 tokens in 8,008 rows, to split in two
   config.train.grad_accum_steps = accumulate
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
-  batches = _batches(config, 3)
+  batches = pretraining_batches(config, 3)
   sharded = trainer_lib.Trainer(config)
   assert sharded.mesh.devices.shape == (2, 2, 2)
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 1, 1, 1
   single = trainer_lib.Trainer(config, devices=ONE_DEVICE)
-  sharded_losses, sharded_state = _losses(sharded, batches)
-  single_losses, _ = _losses(single, batches)
+  sharded_losses, sharded_state = step_losses(sharded, batches)
+  single_losses, _ = step_losses(single, batches)
   np.testing.assert_allclose(sharded_losses, single_losses, atol=1e-5, rtol=0)
   assert sharded_losses[0] != sharded_losses[2]
   # Parameters really are split: the word embedding over tensor (vocab) and fsdp (embed).
@@ -77,7 +62,7 @@ def test_a_padded_vocabulary_trains_as_the_unpadded_one(tiny_config):
   gradients and stay zero; and they score the lowest float, so that no prediction is a
   padding id even where the padding rows would win."""
   config = tiny_config()
-  batches = _batches(config, 3)
+  batches = pretraining_batches(config, 3)
   plain = trainer_lib.Trainer(config, devices=ONE_DEVICE)
   config.model.vocab_multiple = 128
   padded = trainer_lib.Trainer(config, devices=ONE_DEVICE)
@@ -147,12 +132,12 @@ def test_gradient_accumulation_equals_one_larger_batch(tiny_config):
   config = tiny_config()
   config.model.hidden_dropout = config.model.attention_dropout = 0.0
   config.train.batch_size = 16
-  batches = _batches(config, 2)
+  batches = pretraining_batches(config, 2)
   one = trainer_lib.Trainer(config, devices=ONE_DEVICE)
   config.train.grad_accum_steps = 4
   accumulated = trainer_lib.Trainer(config, devices=ONE_DEVICE)
-  losses_one, state_one = _losses(one, batches)
-  losses_accumulated, state_accumulated = _losses(accumulated, batches)
+  losses_one, state_one = step_losses(one, batches)
+  losses_accumulated, state_accumulated = step_losses(accumulated, batches)
   np.testing.assert_allclose(losses_accumulated, losses_one, rtol=1e-6)
   differences = jax.tree_util.tree_map(lambda a, b: float(np.abs(a - b).max()),
                                        state_one.params, state_accumulated.params)
@@ -204,7 +189,7 @@ def test_tiny_bert_learns_on_the_bundled_corpus(tiny_config, tmp_path):
                                  "mlm_perplexity"}
   assert all("tokens_per_second" in h for h in history[1:])
   assert (tmp_path / "config.json").exists() and any((tmp_path / "tensorboard").iterdir())
-  # python -m encoderx.tools.plot reads the run's logs back: every logged step, and the
+  # python -m encoderx.tools.figures.plot reads the run's logs back: every logged step, and the
   # held-out evaluation at the end.
   curves = plot.curves(str(tmp_path), "mlm_loss")
   np.testing.assert_array_equal(curves["train"][0], [h["step"] for h in history])

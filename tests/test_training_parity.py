@@ -1,7 +1,8 @@
 """Training parity: encoderx's train step and Hugging Face PyTorch, started from the same
 (converted) weights and fed the same batches with the same masks, give the same loss and
-gradient norm at every step and the same weights at the end (encoderx/tools/parity.py, on
-the shared PyTorch adapters of encoderx/tools/torch_adapters.py).
+gradient norm at every step and the same weights at the end
+(encoderx/tools/parity/step_parity.py, on the shared PyTorch adapters of
+encoderx/tools/parity/torch_adapters.py).
 
 Tolerances (fp32, dropout off). The two compute the same sums in different orders. The
 loss agrees to ~1e-7 relative (float32's resolution; observed <= 6e-7 at every step).
@@ -26,7 +27,7 @@ from encoderx import configs
 from encoderx.train import trainer as trainer_lib
 from encoderx.data import pipeline
 from encoderx.hf import engine
-from encoderx.tools import parity, torch_adapters, torch_optim
+from encoderx.tools.parity import step_parity, torch_adapters, torch_optim
 
 STEPS = 20
 LOSS_RTOL, GRAD_NORM_RTOL, PARAM_ATOL = 1e-5, 5e-4, 1e-4
@@ -85,7 +86,7 @@ def parity_config(tiny_config, name: str):
   return config
 
 
-def check(result: parity.Parity, config, name: str, loss_drop: float = 0.05) -> None:
+def check(result: step_parity.Parity, config, name: str, loss_drop: float = 0.05) -> None:
   loss_diff, norm_diff = result.relative(result.losses), result.relative(result.grad_norms)
   print(f"\n{name}, {STEPS} steps ({config.optimizer.name}): loss "
         f"{result.losses[0, 1]:.4f} -> {result.losses[-1, 1]:.4f}; max relative diff "
@@ -115,7 +116,7 @@ def test_loss_grad_norm_and_weights_match_hugging_face_step_for_step(tiny_config
   torch.manual_seed(0)
   adapter = torch_adapters.adapter(trainer.method, head)
   assert isinstance(adapter, torch_adapters.Pretraining)
-  result = parity.step_parity(trainer, adapter, train_batches(trainer, config))
+  result = step_parity.step_parity(trainer, adapter, train_batches(trainer, config))
   check(result, config, f"{name} vs HF {type(adapter.model).__name__}")
 
 
@@ -129,7 +130,7 @@ def test_electra_generator_and_discriminator_match_hugging_face_step_for_step(ti
   torch.manual_seed(0)
   adapter = torch_adapters.adapter(trainer.method)
   assert isinstance(adapter.model, torch_adapters.ElectraPair)
-  result = parity.step_parity(trainer, adapter, train_batches(trainer, config))
+  result = step_parity.step_parity(trainer, adapter, train_batches(trainer, config))
   check(result, config, "electra_tiny vs HF ElectraForMaskedLM + ElectraForPreTraining")
 
 
@@ -144,10 +145,10 @@ def test_mlm_labels_put_each_target_at_its_position():
 
 
 def test_compare_scores_as_the_objective_does():
-  """encoderx.tools.compare scores both frameworks' logits with one numpy function; it gives
-  the MLM objective's own sums."""
+  """encoderx.tools.quality.pretrain_compare scores both frameworks' logits with one numpy
+  function; it gives the MLM objective's own sums."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from encoderx.tools import compare  # pylint: disable=g-import-not-at-top
+  from encoderx.tools.quality import pretrain_compare  # pylint: disable=g-import-not-at-top
   from encoderx.objectives import base  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   logits = rng.normal(size=(3, 4, 50)).astype(np.float32) * 3
@@ -156,9 +157,9 @@ def test_compare_scores_as_the_objective_does():
   batch["masked_ids"][1, :2] = logits[1, :2].argmax(-1)  # some right
   terms = base.classification_terms(jnp.asarray(logits), jnp.asarray(batch["masked_ids"]),
                                     jnp.asarray(batch["masked_weights"]))
-  np.testing.assert_allclose(compare.score(logits, batch),
+  np.testing.assert_allclose(pretrain_compare.score(logits, batch),
                              [terms["loss_sum"], terms["correct"], terms["count"]], rtol=1e-5)
-  assert compare.score(logits, batch)[1] >= 2
+  assert pretrain_compare.score(logits, batch)[1] >= 2
 
 
 @pytest.mark.slow
@@ -178,7 +179,7 @@ def test_xlnet_matches_hugging_face_step_for_step(tiny_config):
   torch.manual_seed(0)
   adapter = torch_adapters.adapter(trainer.method)
   assert type(adapter.model).__name__ == "XLNetLMHeadModel"
-  result = parity.step_parity(trainer, adapter, train_batches(trainer, config))
+  result = step_parity.step_parity(trainer, adapter, train_batches(trainer, config))
   check(result, config, "xlnet_tiny vs HF XLNetLMHeadModel")
 
 
@@ -260,7 +261,7 @@ def test_fine_tuning_matches_hugging_faces_task_classes_step_for_step(tmp_path, 
   torch.manual_seed(0)
   adapter = torch_adapters.adapter(trainer.method)
   assert isinstance(adapter, torch_adapters.FineTuning)
-  result = parity.step_parity(trainer, adapter, train_batches(trainer, config))
+  result = step_parity.step_parity(trainer, adapter, train_batches(trainer, config))
   check(result, config, f"{method} vs HF {type(adapter.model).__name__} "
         f"({adapter.model.config.num_labels} outputs)", LOSS_DROP[method])
 

@@ -21,7 +21,7 @@ import optax
 from encoderx import errors
 from encoderx import files as files_lib
 from encoderx.methods import base as method_lib
-from encoderx.data import classification, labelled, pipeline
+from encoderx.data import labelled
 from encoderx.evaluation import scores
 from encoderx.methods import finetune
 from encoderx.models import finetuning
@@ -74,6 +74,7 @@ class Classification(finetune.ReadsLabelledFiles, finetune.FineTuning):
     return self.labels
 
   def _task(self, files: dict, with_labels: bool = True):
+    from encoderx.data import classification  # pylint: disable=g-import-not-at-top
     return classification.register_task(
         files, self.config.finetune, self.label_list, self.vocabulary,
         self.config.data.vocab.to_dict(), token_types=self.model_config.type_vocab_size > 1,
@@ -84,6 +85,7 @@ class Classification(finetune.ReadsLabelledFiles, finetune.FineTuning):
     return self._task({"train": finetune.train_file, "validation": finetune.dev_file})
 
   def check_data(self) -> None:
+    from encoderx.data import classification  # pylint: disable=g-import-not-at-top
     finetune = self.config.finetune
     for split, path in (("train", finetune.train_file), ("dev", finetune.dev_file)):
       _, examples = classification.read_examples(path, finetune, self.label_list)
@@ -137,6 +139,7 @@ class Classification(finetune.ReadsLabelledFiles, finetune.FineTuning):
             "probability": jnp.max(probabilities, -1)}
 
   def prediction_batches(self, path: str, batch_size: int):
+    from encoderx.data import classification, pipeline  # pylint: disable=g-import-not-at-top
     rows, _ = classification.read_examples(path, self.config.finetune, self.label_list,
                                            with_labels=False)
     task = self._task({"predict": path}, with_labels=False)

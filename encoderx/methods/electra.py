@@ -50,7 +50,6 @@ import ml_collections
 from encoderx import errors
 from encoderx.methods import base as method_lib
 from encoderx import objectives as objectives_lib
-from encoderx.data import tasks
 from encoderx.methods import pretrain
 from encoderx.models import common, pretraining
 from encoderx.objectives import rtd
@@ -136,6 +135,7 @@ class ReplacedTokenDetection(method_lib.Method):
     return {"objective": objectives_lib.config_section(), "rtd": config_section()}
 
   def __init__(self, config, max_predictions: int | None = None):
+    from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
     super().__init__(config)
     self.vocabulary = tasks.build_vocabulary(config.data.vocab)
     # The discriminator's: what export, fine-tuning and --init_from see.
@@ -181,6 +181,7 @@ class ReplacedTokenDetection(method_lib.Method):
 
   # --- data ------------------------------------------------------------------------------
   def task(self):
+    from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
     return tasks.register_pretraining_task(self.config)
 
   def check_data(self) -> None:

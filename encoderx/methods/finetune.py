@@ -22,7 +22,7 @@ import numpy as np
 from encoderx import errors
 from encoderx import files as files_lib
 from encoderx.methods import base as method_lib
-from encoderx.data import labelled, tasks
+from encoderx.data import labelled
 from encoderx.models import pretraining
 
 
@@ -120,6 +120,7 @@ class FineTuning(method_lib.Method):
     return {"finetune": config_section()}
 
   def __init__(self, config):
+    from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
     super().__init__(config)
     self.vocabulary = tasks.build_vocabulary(config.data.vocab)
     self.model_config = method_lib.model_config(config, self.vocabulary)

@@ -18,7 +18,6 @@ from encoderx import errors
 from encoderx import files as files_lib
 from encoderx.methods import base as method_lib
 from encoderx import objectives as objectives_lib
-from encoderx.data import tasks
 from encoderx.models import pretraining
 from encoderx.objectives import mlm
 from encoderx.objectives import sentence as sentence_lib
@@ -56,11 +55,21 @@ def validate_corpus(config) -> None:
     files_lib.resolve_patterns(data.files)
 
 
+# encoderx.data.tasks, and with it the text stack (seqio, tensorflow), is imported where
+# text is read or tokenized, not with this module: a model built from a vocabulary's facts
+# trains on batches made elsewhere without it (encoderx/tools/speed/gpu_bench.py).
+def build_vocabulary(vocab_config):
+  """The vocabulary `config.data.vocab` describes (tasks.build_vocabulary)."""
+  from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
+  return tasks.build_vocabulary(vocab_config)
+
+
 def check_corpus(config, process_count: int = 1, examples: str = "") -> None:
   """What a pretraining run checks before its first batch: the manifest of
   data.preprocessed against the config (as `process_count` processes read it), or the
   text read whole (tasks.check_text_corpus; `examples` names what its documents
   become). Streams are never read whole."""
+  from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
   data = config.data
   if data.preprocessed:
     tasks.preprocessed_source(config, process_count)
@@ -70,6 +79,7 @@ def check_corpus(config, process_count: int = 1, examples: str = "") -> None:
 
 def validate_data(config) -> None:
   """Checks the pretraining data fields (config.data); raises config.ConfigError."""
+  from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
   data, fail = config.data, errors.fail
   errors.check_choice("data.builder", data.builder, tuple(tasks.BUILDERS))
   if not 0.0 <= data.short_seq_prob <= 1.0:
@@ -140,7 +150,7 @@ class Pretraining(method_lib.Method):
 
   def __init__(self, config, max_predictions: int | None = None):
     super().__init__(config)
-    self.vocabulary = tasks.build_vocabulary(config.data.vocab)
+    self.vocabulary = build_vocabulary(config.data.vocab)
     self.model_config = method_lib.model_config(config, self.vocabulary)
     self.objectives = objectives_lib.build(config.objective, self.vocabulary,
                                            max_predictions)
@@ -188,6 +198,7 @@ class Pretraining(method_lib.Method):
 
   # --- data ------------------------------------------------------------------------------
   def task(self):
+    from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
     return tasks.register_pretraining_task(self.config)
 
   def check_data(self) -> None:

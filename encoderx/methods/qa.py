@@ -24,7 +24,6 @@ import optax
 from encoderx import errors
 from encoderx import files as files_lib
 from encoderx.methods import base as method_lib
-from encoderx.data import pipeline, squad
 from encoderx.evaluation import squad as squad_eval
 from encoderx.methods import finetune
 from encoderx.models import finetuning
@@ -81,6 +80,7 @@ class QuestionAnswering(finetune.FineTuning):
   # --- data ------------------------------------------------------------------------------
   def examples(self, split: str) -> list[squad.Example]:
     """The questions of 'train' or 'validation' (read once)."""
+    from encoderx.data import squad  # pylint: disable=g-import-not-at-top
     if split not in self._examples:
       data = self.config.data
       if data.tfds_name:
@@ -92,6 +92,7 @@ class QuestionAnswering(finetune.FineTuning):
     return self._examples[split]
 
   def _windows_of(self, examples: list[squad.Example]) -> list[squad.Window]:
+    from encoderx.data import squad  # pylint: disable=g-import-not-at-top
     qa_config = self.config.qa
     return squad.windows(examples, self.vocabulary, self.config.data.seq_length,
                          qa_config.doc_stride, qa_config.max_query_length,
@@ -103,6 +104,7 @@ class QuestionAnswering(finetune.FineTuning):
     return self._windows[split]
 
   def _task(self, windows_fn: dict, sources: dict):
+    from encoderx.data import squad  # pylint: disable=g-import-not-at-top
     qa_config = self.config.qa
     description = [qa_config.doc_stride, qa_config.max_query_length,
                    qa_config.version_2, self.config.data.vocab.to_dict(),
@@ -180,6 +182,7 @@ class QuestionAnswering(finetune.FineTuning):
 
   # --- predictions -----------------------------------------------------------------------
   def prediction_batches(self, path: str, batch_size: int):
+    from encoderx.data import pipeline, squad  # pylint: disable=g-import-not-at-top
     examples = squad.read_squad(path, self.config.qa.version_2, with_answers=False)
     windows = self._windows_of(examples)
     task = self._task({"predict": lambda: windows}, {"predict": path})

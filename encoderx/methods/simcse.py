@@ -31,7 +31,7 @@ import optax
 
 from encoderx import errors
 from encoderx.methods import base as method_lib
-from encoderx.data import classification, example_tasks, labelled
+from encoderx.data import labelled
 from encoderx.methods import finetune, similarity
 from encoderx.models import finetuning
 
@@ -44,6 +44,7 @@ VIEWS = {"text": "", "text_pair": "pair_", "hard_negative": "negative_"}
 
 def view(batch: dict, prefix: str) -> dict:
   """The model's input features of one view of the batch."""
+  from encoderx.data import example_tasks  # pylint: disable=g-import-not-at-top
   return {name: batch[prefix + name] for name in example_tasks.MODEL_FEATURES}
 
 
@@ -124,11 +125,13 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
 
   def dev_columns(self) -> dict:
     """{'text', 'text_pair', 'label' (the score)} of the dev file."""
+    from encoderx.data import classification  # pylint: disable=g-import-not-at-top
     _, examples = classification.read_examples(self.config.finetune.dev_file,
                                                self.config.finetune, labels=None)
     return examples
 
   def task(self):
+    from encoderx.data import example_tasks  # pylint: disable=g-import-not-at-top
     finetune_config = self.config.finetune
     columns = {"train": self.training_columns, "validation": self.dev_columns}
     prefixes = dict(VIEWS) if self.supervised else {"text": ""}
@@ -185,6 +188,7 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
 
 def _encode_split(dataset, sequence_length, output_features, train_prefixes):
   """Training rows hold the fields of `train_prefixes`; dev rows a scored pair."""
+  from encoderx.data import classification  # pylint: disable=g-import-not-at-top
   if "label" in dataset.element_spec:
     train_prefixes = {"text": "", "text_pair": "pair_"}
   return classification.encode_each(dataset, sequence_length, output_features,

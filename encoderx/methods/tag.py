@@ -24,7 +24,6 @@ import optax
 from encoderx import errors
 from encoderx import files as files_lib
 from encoderx.methods import base as method_lib
-from encoderx.data import pipeline, tagging
 from encoderx.evaluation import tags as tags_lib
 from encoderx.methods import finetune
 from encoderx.models import finetuning
@@ -75,6 +74,7 @@ class Tagging(finetune.FineTuning):
   # --- data ------------------------------------------------------------------------------
   def sentences(self, split: str) -> list[tagging.Sentence]:
     """The sentences of 'train' or 'validation' (read once)."""
+    from encoderx.data import tagging  # pylint: disable=g-import-not-at-top
     if split not in self._sentences:
       finetune_config = self.config.finetune
       if self.config.data.tfds_name:
@@ -89,6 +89,7 @@ class Tagging(finetune.FineTuning):
   def _labels(self) -> tuple[str, ...]:
     """config.finetune.labels; the TFDS dataset's tag names; or the training file's tags,
     O first then sorted."""
+    from encoderx.data import tagging  # pylint: disable=g-import-not-at-top
     finetune_config, data = self.config.finetune, self.config.data
     if finetune_config.labels:
       return tuple(str(label) for label in finetune_config.labels)
@@ -101,6 +102,7 @@ class Tagging(finetune.FineTuning):
     return tuple(sorted(tags, key=lambda tag: (tag != "O", tag)))
 
   def _task(self, sentences: dict, sources: dict):
+    from encoderx.data import tagging  # pylint: disable=g-import-not-at-top
     return tagging.register_task(sentences, self.labels, sources, self.vocabulary,
                                  self.config.data.vocab.to_dict(),
                                  self.config.data.shuffle_buffer)
@@ -111,6 +113,7 @@ class Tagging(finetune.FineTuning):
                       {split: self.source(split) for split in splits})
 
   def check_data(self) -> None:
+    from encoderx.data import tagging  # pylint: disable=g-import-not-at-top
     for split in finetune.SPLIT_FILES:
       sentences = self.sentences(split)
       tagging.columns(sentences, self.labels, self.source(split))  # unknown tags fail
@@ -189,6 +192,7 @@ class Tagging(finetune.FineTuning):
     return {"tags": jnp.argmax(self.apply(params, batch), -1), "word_ids": batch["word_ids"]}
 
   def prediction_batches(self, path: str, batch_size: int):
+    from encoderx.data import pipeline, tagging  # pylint: disable=g-import-not-at-top
     sentences = tagging.read_conll(path, self.config.tag.column, with_tags=False)
     untagged = [tagging.Sentence(s.line, s.words, []) for s in sentences]  # gold: echoed
     task = self._task({"predict": lambda: untagged}, {"predict": path})

@@ -27,7 +27,6 @@ import jax.numpy as jnp
 
 from encoderx import errors
 from encoderx.methods import base as method_lib
-from encoderx.data import tasks
 from encoderx.methods import pretrain
 from encoderx.models import two_stream_attention, xlnet
 from encoderx import objectives as objectives_lib
@@ -39,6 +38,7 @@ MEMORY_AXES = {"hidden": ("activation_batch", None, None, "activation_embed"),
 
 def _process_rows(config) -> int:
   """The rows of the batch this process loads (each process streams its own)."""
+  from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
   return tasks.stream_rows(config, jax.process_count())
 
 
@@ -48,6 +48,7 @@ class PermutationLanguageModelling(method_lib.Method):
   per_example_state = True
 
   def __init__(self, config):
+    from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
     super().__init__(config)
     self.vocabulary = tasks.build_vocabulary(config.data.vocab)
     self.model_config = method_lib.model_config(config, self.vocabulary)
@@ -97,6 +98,7 @@ class PermutationLanguageModelling(method_lib.Method):
 
   # --- data ------------------------------------------------------------------------------
   def task(self):
+    from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
     return tasks.register_stream_task(self.config, jax.process_count())
 
   def check_data(self) -> None:

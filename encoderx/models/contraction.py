@@ -6,7 +6,7 @@ the matmul, and XLA:CPU transposes the operand that comes first. jax's transpose
 always puts g first (dot_general(g, x), then a transpose of the small result), so XLA
 copies g transposed and runs the product in its slower Eigen path. In a feed-forward
 layer's first kernel g is four times the size of x. `contract`'s gradient puts the
-smaller of x and g first; `python -m encoderx.tools.bench --kernel_gradient_cost` times the
+smaller of x and g first; `python -m encoderx.tools.speed.bench --kernel_gradient_cost` times the
 train step both ways (on a 2-core CPU bert_small's took 1.12x as long in jax's order;
 README, "What changed for speed"). The arithmetic is the same contraction; only the
 operands' order differs.

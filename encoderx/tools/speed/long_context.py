@@ -1,7 +1,7 @@
 """Long context on this machine: the tiny ModernBERT's train step at batch 1 over rows of
 1,024 to 8,192 tokens, its time and its peak memory.
 
-    python -m encoderx.tools.long_context [--lengths=1024,4096,8192] [--kernels=auto] \
+    python -m encoderx.tools.speed.long_context [--lengths=1024,4096,8192] [--kernels=auto] \
         [--steps=5] [--json=FILE]
 
 For each kernel (model.attention_kernel; `--kernels=xla,auto` compares XLA's whole-mask
@@ -20,7 +20,7 @@ high-water mark of the whole process: the runtime, the compiled step, the state 
 what the step allocates), XLA's temporaries of the compiled step and whether its program
 holds an [L, L] array. The last line compares the peak at the longest length with the
 shortest's against the bound of issue 36 (8,192 tokens at most 1.5 GB above 1,024).
---json=FILE writes the rows as the bench's record (encoderx/tools/report.py: date,
+--json=FILE writes the rows as the bench's record (encoderx/tools/figures/report.py: date,
 commit, device, malloc, command).
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 
-MODULE = "encoderx.tools.long_context"
+MODULE = "encoderx.tools.speed.long_context"
 KIND = "long_context"
 WARMUP_STEPS = 1
 BOUND_GB = 1.5  # issue 36: the peak at 8,192 tokens at most this above 1,024's
@@ -219,7 +219,7 @@ def main(argv=None) -> None:
     print(RESULT + json.dumps(measure_one(args.measure_one, args.kernels[0], args.steps)),
           flush=True)
     return
-  from encoderx.tools import report  # pylint: disable=g-import-not-at-top
+  from encoderx.tools.figures import report  # pylint: disable=g-import-not-at-top
   print(f"long context: the tiny ModernBERT's train step at batch 1, {WARMUP_STEPS} "
         f"warm-up + {args.steps} timed steps; each row in a fresh process; load average "
         f"{os.getloadavg()[0]:.2f}", flush=True)

@@ -9,9 +9,9 @@ import time
 
 from encoderx import config as config_lib
 from encoderx import configs
-from encoderx.data import packing, pipeline, tasks
+from encoderx.data import packing
 from encoderx.methods import registry as method_registry
-from encoderx.tools import flops as flops_lib
+from encoderx.tools.speed import flops as flops_lib
 
 SEQ_LENGTH = 128
 # ModernBERT-base's model sizes (configs/modernbert.py SIZES, answerdotai/ModernBERT-base).
@@ -78,7 +78,7 @@ def build_config(model_name: str, batch_size: int, seq_length: int | None = None
 
 
 def model_flops_per_token(config, method, scores_every_position: bool = False) -> float:
-  """The step's model FLOPs per token (encoderx/tools/flops.py) for the method's sizes:
+  """The step's model FLOPs per token (encoderx/tools/speed/flops.py) for the method's sizes:
   the MLM head on the config's predictions per row, or on every position (Hugging Face's
   MLM heads); XLNet's on its predictions either way (its target mapping)."""
   seq_length = config.data.seq_length
@@ -94,15 +94,27 @@ def model_flops_per_token(config, method, scores_every_position: bool = False) -
 
 
 # --- data -------------------------------------------------------------------------------
+# The input pipeline (seqio, tensorflow) is imported where batches are made, not with this
+# module: the bench's rows on recorded batches run without it (gpu_bench.py).
 def pretraining_task(config):
   """The Task the config's method trains on (XLNet's row streams for method 'xlnet')."""
   if config.method != "pretrain":
     return method_registry.build(config_lib.validate(config)).task()
+  from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
   return tasks.register_pretraining_task(config)
+
+
+def training_batches(config, count: int) -> list[dict]:
+  """The first `count` training batches of the config's Task, at its data.seq_length and
+  train.batch_size."""
+  from encoderx.data import pipeline  # pylint: disable=g-import-not-at-top
+  return pipeline.take_batches(pretraining_task(config), "train", config.data.seq_length,
+                               config.train.batch_size, count)
 
 
 def measure_pipeline(config, num_batches: int) -> tuple[float, float, list[dict]]:
   """(seconds to the first batch, examples/s after it, the batches pulled)."""
+  from encoderx.data import pipeline  # pylint: disable=g-import-not-at-top
   task = pretraining_task(config)
   batches = pipeline.BatchIterator(task, "train", config.data.seq_length,
                                    config.train.batch_size, seed=0)
@@ -135,8 +147,8 @@ def measure_padding(lengths=(128, 512), num_batches: int = 8) -> list[dict]:
       config = configs.get("bert:tiny")
       config.data.builder, config.objective.names = builder, objectives
       config.data.seq_length = length
-      pulled = pipeline.take_batches(pretraining_task(config), "train", length, 16,
-                                     num_batches)
+      config.train.batch_size = 16
+      pulled = training_batches(config, num_batches)
       row[f"padding_at_{length}"] = float(packing.padding_fraction(pulled))
     rows.append(row)
   return rows

@@ -1,7 +1,7 @@
 """The input pipeline at corpus scale: start-up, memory and resume against corpus size,
 and examples/s per core for each example builder.
 
-    python -m encoderx.tools.bench_data [--scales=1,8,64] [--workdir=DIR] [--on_the_fly]
+    python -m encoderx.tools.data.bench_data [--scales=1,8,64] [--workdir=DIR] [--on_the_fly]
         [--skip_builders | --skip_scales] [--workers=N] [--json=FILE]
 
 1. Corpora 1x, 8x, 64x the bundled one: copy r of each bundled novel, its chapters in an
@@ -37,7 +37,7 @@ Every figure depends on what else runs on the machine; the header prints the loa
 each row of the scale table the 1-minute load average after its measurements.
 
 --json=FILE also writes both tables as numbers, with the date, commit, device, malloc
-and command (encoderx/tools/report.py), for docs/performance.md (tools/perf_page.py).
+and command (encoderx/tools/figures/report.py), for docs/performance.md (tools/perf_page.py).
 """
 from __future__ import annotations
 
@@ -215,7 +215,7 @@ def measure_builder(spec: dict) -> dict:
 
 def _in_fresh_process(function: str, spec: dict) -> dict:
   result = subprocess.run(
-      [sys.executable, "-m", "encoderx.tools.bench_data", f"--{function}", json.dumps(spec)],
+      [sys.executable, "-m", "encoderx.tools.data.bench_data", f"--{function}", json.dumps(spec)],
       capture_output=True, text=True, check=False)
   if result.returncode:
     raise RuntimeError(f"{function} {spec} failed:\n{result.stderr[-3000:]}")
@@ -329,7 +329,7 @@ def main(argv=None) -> None:
   print(f"encoderx bench_data: batch {BATCH_SIZE} x length {SEQ_LENGTH}, in {workdir}\n"
         f"  host: {os.cpu_count()} CPU core(s), load average {os.getloadavg()[0]:.2f} "
         "(other processes on the host skew every figure)", flush=True)
-  from encoderx.tools import report  # pylint: disable=g-import-not-at-top
+  from encoderx.tools.figures import report  # pylint: disable=g-import-not-at-top
   sources = list(SOURCES if args.on_the_fly else SOURCES[:2])
   tables = {}
   try:
@@ -346,7 +346,7 @@ def main(argv=None) -> None:
   if args.json and tables:
     kind, *others = tables
     report.write_json(args.json, report.record(
-        kind, tables[kind], "encoderx.tools.bench_data", argv,
+        kind, tables[kind], "encoderx.tools.data.bench_data", argv,
         tables={other: tables[other] for other in others}))
 
 

@@ -1,7 +1,7 @@
 """Retrieval on STS-B's pairs, two ways on the same weights: encoderx's command, and
 sentence-transformers' embeddings and search scored by the same metric library.
 
-    python -m encoderx.tools.retrieval_compare --init_from=hf:MODEL_DIR \
+    python -m encoderx.tools.parity.retrieval_compare --init_from=hf:MODEL_DIR \
         --data=../shared/corpora/stsb/dev.tsv --output=runs/stsb-retrieval [--max_length=256]
 
 The set (written to --output in BEIR's layout, so that `python -m encoderx.retrieval

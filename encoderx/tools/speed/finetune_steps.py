@@ -1,8 +1,9 @@
-"""The bench's fine-tuning rows (python -m encoderx.tools.bench --finetune): a released
+"""The bench's fine-tuning rows (python -m encoderx.tools.speed.bench --finetune): a released
 encoder fine-tuned on the shared corpora, encoderx against Hugging Face PyTorch on the
 same examples, each side padding them its own way.
 
-    python -m encoderx.tools.bench --finetune [--models=tag_conll2003,classify_rotten_tomatoes]
+    python -m encoderx.tools.speed.bench --finetune \
+        [--models=tag_conll2003,classify_rotten_tomatoes]
         [--finetune_init=hf:MODEL_DIR] [--finetune_data=../shared/corpora]
         [--finetune_end_to_end_steps=300] [--steps=40]
 
@@ -43,9 +44,9 @@ import numpy as np
 
 from encoderx import configs, initialize, train
 from encoderx.data import buckets, labelled, pipeline, tagging
-from encoderx.tools import train_steps
-from encoderx.tools.timing import (WARMUP_STEPS, paired_ratios, paired_summary,
-                                   time_interleaved)
+from encoderx.tools.speed import train_steps
+from encoderx.tools.speed.timing import (WARMUP_STEPS, paired_ratios, paired_summary,
+                                         time_interleaved)
 
 # case -> (configs/finetune.py variant, its corpus under --finetune_data).
 CASES = {"tag_conll2003": ("tag", "conll2003"),
@@ -176,7 +177,7 @@ def torch_end_to_end(case: str, config, steps: int) -> float:
   """Seconds of a plain PyTorch loop of `steps` steps of the case (see the module doc)."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from encoderx.tools import torch_optim  # pylint: disable=g-import-not-at-top
+  from encoderx.tools.parity import torch_optim  # pylint: disable=g-import-not-at-top
   variant = CASES[case][0]
   directory = config.init_from.removeprefix("hf:")
   start = time.perf_counter()

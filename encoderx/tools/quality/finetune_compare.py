@@ -1,7 +1,7 @@
 """Equal-budget fine-tuning: encoderx's classify recipe beside Hugging Face's `Trainer`
 with its defaults, from the same pretrained encoder, the same steps and batch size.
 
-    python -m encoderx.tools.finetune_compare --init_from=hf:MODEL_DIR \
+    python -m encoderx.tools.quality.finetune_compare --init_from=hf:MODEL_DIR \
         --data=../shared/corpora/rotten_tomatoes --seeds=0,1,2 [--steps=700] \
         [--output=compare.json] [--length_buckets=32,48]
 
@@ -33,7 +33,7 @@ from absl import app, flags
 
 from encoderx import configs, train
 from encoderx.evaluation import scores
-from encoderx.tools import finetune_steps
+from encoderx.tools.speed import finetune_steps
 
 FLAGS = flags.FLAGS
 

@@ -1,6 +1,6 @@
 """Print what a model is trained on: a decoded example with its masks, labels, segments.
 
-    from encoderx.tools import batch_inspector
+    from encoderx.tools.data import batch_inspector
     print(batch_inspector.describe(trainer.prepared_batch(batch, step=0), vocabulary))
 
 Works for any objective: it shows the fields a batch has (segments A/B, packed

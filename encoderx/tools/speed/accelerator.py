@@ -1,18 +1,21 @@
 """The bench's --device=gpu|tpu rows: BERT-base and BERT-large train steps in bfloat16
 (float32 parameters) on jax's default device, MFU against the device's published peak,
-PyTorch beside them on GPU (launch/gpu_bench.py runs them on a GPU host without the text
+PyTorch beside them on GPU (gpu_bench.py runs them on a GPU host without the text
 stack)."""
 from __future__ import annotations
 
 import gc
 import itertools
+import os
 
 import jax
 
-from encoderx.data import pipeline
-from encoderx.tools import bench_models, train_steps
-from encoderx.tools.timing import measure_matmul_peak
+from encoderx.tools.speed import bench_models, train_steps
+from encoderx.tools.speed.timing import measure_matmul_peak
 
+# PyTorch runs beside jax on a GPU: jax must not reserve 75% of its memory when its backend
+# starts (at the first device use, after this import).
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 MLM_RATE = 0.15
 # On GPU PyTorch's first steps after these are still slow (cuBLAS and SDPA pick their
 # kernels): a BERT-base step's spread was 293 ms about a 29 ms minimum with 2.
@@ -71,11 +74,13 @@ def accelerator_config(size: str, length: int, batch_size: int,
 
 def accelerator_rows(sizes, lengths, batch_size: int, steps: int, with_torch: bool,
                      attention_dropouts=ACCELERATOR_ATTENTION_DROPOUTS,
-                     attention_kernels=("auto",), peak: float | None = None) -> list[dict]:
+                     attention_kernels=("auto",), peak: float | None = None,
+                     take_batches=bench_models.training_batches) -> list[dict]:
   """BERT train steps in bf16 on jax's default device: MFU against `peak` (None: its
   `device_peak`), with PyTorch on CUDA beside it on GPU (the same attention dropout:
   Hugging Face's SDPA fuses attention with dropout too); a row (numbers,
-  train_steps.model_row) for each attention dropout and `model.attention_kernel`."""
+  train_steps.model_row) for each attention dropout and `model.attention_kernel`, on the
+  batches `take_batches(config, count)` gives (the pipeline's, or gpu_bench's recorded)."""
   if peak is None:
     peak = device_peak()
   torch_device = "cuda" if jax.default_backend() == "gpu" else "cpu"
@@ -83,9 +88,8 @@ def accelerator_rows(sizes, lengths, batch_size: int, steps: int, with_torch: bo
   for size in sizes:
     for length in lengths:
       # The data config is the same whatever the dropout: one set of batches for all.
-      batches = pipeline.take_batches(
-          bench_models.pretraining_task(accelerator_config(size, length, batch_size)),
-          "train", length, batch_size, 1 + ACCELERATOR_WARMUP_STEPS + steps)
+      batches = take_batches(accelerator_config(size, length, batch_size),
+                             1 + ACCELERATOR_WARMUP_STEPS + steps)
       for attention_dropout, kernel in itertools.product(attention_dropouts,
                                                          attention_kernels):
         config = accelerator_config(size, length, batch_size, attention_dropout, kernel)

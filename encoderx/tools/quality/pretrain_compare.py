@@ -1,13 +1,13 @@
 """Equal-budget comparison: encoderx and Hugging Face PyTorch trained on the identical
 batch stream of a pretraining config for N steps, scored on the same held-out batches.
 
-    python -m encoderx.tools.compare --config=configs/bert.py:tiny --steps=600 --seeds=0,1,2 \
-        [--config.<field>=...] [--same_init] [--output=compare.json]
+    python -m encoderx.tools.quality.pretrain_compare --config=configs/bert.py:tiny \
+        --steps=600 --seeds=0,1,2 [--config.<field>=...] [--same_init] [--output=compare.json]
 
 For each seed: the config's batch stream (train.seed = seed) masked by encoderx at every
 step (Trainer.prepared_batch, the train step's own masks) trains encoderx (its train
 step) and the family's HF pretraining class (the pretrain method's PyTorch adapter,
-encoderx/tools/torch_adapters.py: its own loss; torch_optim.py: the same optimizer
+encoderx/tools/parity/torch_adapters.py: its own loss; torch_optim.py: the same optimizer
 settings, clipping and schedule; the same dropout, in train mode). Each starts from its
 own initialization (seeded), or with --same_init both from HF's, converted. Held out:
 config.eval.batches batches of the validation split, masked once with a fixed key; both
@@ -28,7 +28,7 @@ import numpy as np
 
 from encoderx.train import trainer as trainer_lib
 from encoderx.data import pipeline
-from encoderx.tools import torch_adapters, torch_optim
+from encoderx.tools.parity import torch_adapters, torch_optim
 
 HELD_OUT_SEED = 1234  # the key of the held-out masks, the same for every run
 

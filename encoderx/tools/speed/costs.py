@@ -10,12 +10,12 @@ import time
 import jax
 import numpy as np
 
-from encoderx.data import tasks
+from encoderx.methods import pretrain
 from encoderx.models import common, contraction, pretraining
-from encoderx.tools import bench_models, train_steps
-from encoderx.tools.timing import (StepTiming, WARMUP_STEPS, describe_timing,
-                                   paired_ratios, paired_summary, time_interleaved,
-                                   time_steps)
+from encoderx.tools.speed import bench_models, train_steps
+from encoderx.tools.speed.timing import (StepTiming, WARMUP_STEPS, describe_timing,
+                                         paired_ratios, paired_summary, time_interleaved,
+                                         time_steps)
 
 ATTENTION_LENGTHS = (128, 512)
 
@@ -76,7 +76,7 @@ def attention_cost(args) -> list[dict]:
   for model_name in args.models:
     config = bench_models.build_config(model_name, args.batch_size)
     model_config = common.ModelConfig.from_config(
-        config.model, tasks.build_vocabulary(config.data.vocab).vocab_size)
+        config.model, pretrain.build_vocabulary(config.data.vocab).vocab_size)
     for length in ATTENTION_LENGTHS:
       timings = {name: bench_encoder(variant, args.batch_size, length, args.steps)
                  for name, variant in attention_variants(model_config).items()}

@@ -1,7 +1,7 @@
 """STS-B without training, two ways on the same weights: encoderx's embeddings scored by
 encoderx, and sentence-transformers' own evaluation of the same model.
 
-    python -m encoderx.tools.sts_compare --init_from=hf:MODEL_DIR \
+    python -m encoderx.tools.parity.sts_compare --init_from=hf:MODEL_DIR \
         --data=../shared/corpora/stsb/dev.tsv [--pooling=mean] [--max_length=128]
 
 encoderx: `embed.Embedder` (mean pooling and normalization, as the model's

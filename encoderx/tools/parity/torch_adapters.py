@@ -1,5 +1,6 @@
 """The PyTorch counterpart of each training method: one set, shared by the bench
-(encoderx/tools/bench.py), compare and the parity tests (encoderx/tools/parity.py).
+(encoderx/tools/speed/bench.py), the comparisons and the parity tests
+(encoderx/tools/parity/step_parity.py).
 
     adapter = torch_adapters.adapter(trainer.method)    # fresh HF model(s), the method's sizes
     batch = adapter.inputs(prepared)       # a TorchBatch from a prepared (masked) encoderx batch

@@ -1,7 +1,7 @@
 """Training and held-out loss curves of runs, from their TensorBoard logs, overlaid.
 
-    python -m encoderx.tools.plot RUN_DIR [RUN_DIR ...] --output=curves.png [--metric=mlm_loss]
-        [--consecutive]
+    python -m encoderx.tools.figures.plot RUN_DIR [RUN_DIR ...] --output=curves.png \
+        [--metric=mlm_loss] [--consecutive]
 
 A run directory is a `python -m encoderx.train --workdir` (its logs are in
 RUN_DIR/tensorboard). Each run is drawn in its own colour: the training metric (as
@@ -109,7 +109,8 @@ def plot(run_dirs: list[str], output: str, metric: str = "mlm_loss",
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m encoderx.tools.plot", description=__doc__,
+  parser = argparse.ArgumentParser(prog="python -m encoderx.tools.figures.plot",
+                                   description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
   parser.add_argument("--output", required=True, help="image file to write (.png, .svg)")

@@ -4,7 +4,7 @@ writes with --json: the figures as numbers, with what they were measured on.
 
     {"kind": "train_steps", "date": "2026-12-01T10:00:00+00:00", "commit": "abc...+dirty",
      "device": "AMD EPYC, AVX-512, 2 cores", "malloc": "tcmalloc",
-     "command": "python -m encoderx.tools.bench --models=bert_tiny", "peak_gflops": 97.1,
+     "command": "python -m encoderx.tools.speed.bench --models=bert_tiny", "peak_gflops": 97.1,
      "rows": [{"model": "bert_tiny", "jax_tokens_per_second": 61234.0, ...}],
      "tables": {"padding": [...], ...}}
 
@@ -129,7 +129,7 @@ TABLES: dict[str, Table] = {
                 lambda row: f"{row['paired_median']:.3f} ({row['paired_min']:.3f} .. "
                             f"{row['paired_max']:.3f})"))),
     "data_scales": Table(
-        "Input pipeline against corpus size (python -m encoderx.tools.bench_data)",
+        "Input pipeline against corpus size (python -m encoderx.tools.data.bench_data)",
         (Column("source", "source"), Column("corpus", "corpus"),
          Column("start-up s", "start-up s", fixed(2)), Column("memory MB", "memory MB", fixed(0)),
          Column("resume s", "resume s", fixed(2)), Column("load", "load", fixed(1)))),
@@ -142,7 +142,8 @@ TABLES: dict[str, Table] = {
                 lambda s: f"{s:.0f}" if s else "(done before)"))),
     "finetune": Table(
         "Fine-tuning train steps from a released encoder at length 64, encoderx against "
-        "Hugging Face PyTorch on the same batches (python -m encoderx.tools.bench --finetune)",
+        "Hugging Face PyTorch on the same batches "
+        "(python -m encoderx.tools.speed.bench --finetune)",
         (Column("case", "case"), Column("params", "params", millions),
          Column("batch", "batch_size"),
          Column("real tokens", "real_tokens", thousands),
@@ -169,7 +170,7 @@ TABLES: dict[str, Table] = {
          Column("ms/step", "ms_per_step", fixed(2)), Column("share", "share", percent(1)))),
     "long_context": Table(
         "The tiny ModernBERT's train step at batch 1 over long rows (python -m "
-        "encoderx.tools.long_context)",
+        "encoderx.tools.speed.long_context)",
         (Column("kernel", "kernel"), Column("ran", "kernels_run"),
          Column("length", "seq_length", thousands),
          Column("compile s", "compile_seconds", fixed(1)),

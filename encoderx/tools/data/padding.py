@@ -2,7 +2,7 @@
 each packing of builder 'full_sentences' (data.packing: greedy, best_fit), at several
 lengths. The default config reads the bundled corpus.
 
-    python -m encoderx.tools.padding [--config=modernbert:tiny] [--lengths=128,512,1024]
+    python -m encoderx.tools.data.padding [--config=modernbert:tiny] [--lengths=128,512,1024]
 """
 from __future__ import annotations
 

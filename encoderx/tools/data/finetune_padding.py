@@ -1,7 +1,7 @@
 """Tokens a fine-tuning run computes, with and without length buckets: counted from the
 pipeline's training batches, nothing timed.
 
-    python -m encoderx.tools.finetune_padding --init_from=hf:MODEL_DIR \
+    python -m encoderx.tools.data.finetune_padding --init_from=hf:MODEL_DIR \
         --data=../shared/corpora/rotten_tomatoes [--variant=classify] [--batches=100] \
         [--buckets=16,24,32,40,48,56]
 

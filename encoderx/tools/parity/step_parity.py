@@ -11,13 +11,14 @@ optimizer, step for step.
 
 encoderx trains with its own train step (`Trainer.train_step`: masking inside, loss,
 gradients, clipping, optimizer); Hugging Face trains the method's PyTorch counterpart
-(encoderx/tools/torch_adapters.py, strict: the same inputs and loss or an error) on the
+(encoderx/tools/parity/torch_adapters.py, strict: the same inputs and loss or an error) on the
 batches as that step masks them (`Trainer.prepared_batch`: the masks are drawn once, by
 encoderx, with the step's key), the adapter's loss (given the step's loss key, from which
 ELECTRA's samples are drawn as encoderx draws them), `torch.nn.utils.clip_grad_norm_`,
 and an optimizer built from the same `config.optimizer` (torch_optim.py
 `torch_optimizer`: AdamW with transformers' schedule and decay groups, or LAMB). The
-comparison script (encoderx/tools/compare.py) trains Hugging Face with the same pieces.
+comparison script (encoderx/tools/quality/pretrain_compare.py) trains Hugging Face with
+the same pieces.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import jax
 import numpy as np
 
 from encoderx.train import trainer as trainer_lib
-from encoderx.tools import torch_optim
+from encoderx.tools.parity import torch_optim
 
 # The methods whose head has a dropout of its own (finetune.classifier_dropout).
 FINE_TUNING = ("classify", "similarity", "tag")

@@ -10,10 +10,10 @@ import jax
 
 from encoderx.train import trainer as trainer_lib
 from encoderx.data import buckets
-from encoderx.tools import bench_models
-from encoderx.tools.timing import (StepTiming, Stepper, WARMUP_STEPS, describe_timing,
-                                   paired_ratios, paired_summary, time_interleaved,
-                                   time_steps)
+from encoderx.tools.speed import bench_models
+from encoderx.tools.speed.timing import (StepTiming, Stepper, WARMUP_STEPS, describe_timing,
+                                         paired_ratios, paired_summary, time_interleaved,
+                                         time_steps)
 
 
 def encoderx_stepper(config, batches: list[dict]):
@@ -58,7 +58,7 @@ def torch_stepper(config, method, batches: list[dict], device: str = "cpu") -> S
   default), each step synchronized. Raises torch_adapters.NoAdapterError where the
   method has no counterpart."""
   import torch  # pylint: disable=g-import-not-at-top
-  from encoderx.tools import torch_adapters, torch_optim  # pylint: disable=g-import-not-at-top
+  from encoderx.tools.parity import torch_adapters, torch_optim  # pylint: disable=g-import-not-at-top
   torch.manual_seed(0)
   adapter = torch_adapters.adapter(method, strict=False)
   model = adapter.model.train().to(device)
@@ -81,7 +81,7 @@ def torch_stepper(config, method, batches: list[dict], device: str = "cpu") -> S
 
 def torch_refusal(method) -> str | None:
   """Why `method` has no PyTorch counterpart (None: it has one)."""
-  from encoderx.tools import torch_adapters  # pylint: disable=g-import-not-at-top
+  from encoderx.tools.parity import torch_adapters  # pylint: disable=g-import-not-at-top
   try:
     torch_adapters.adapter_class(method)
   except torch_adapters.NoAdapterError as error:

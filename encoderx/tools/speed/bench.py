@@ -1,15 +1,15 @@
 """Throughput of encoderx pretraining on this machine, against Hugging Face PyTorch.
 
-    python -m encoderx.tools.bench [--batch_size=32] [--steps=10] [--json=FILE] \
+    python -m encoderx.tools.speed.bench [--batch_size=32] [--steps=10] [--json=FILE] \
         [--models=bert_tiny,bert_small,roberta_tiny,albert_tiny,spanbert_tiny,deberta_tiny,
                   electra_tiny,electra_small,bert_electra_small,xlnet_tiny,modernbert_tiny,
                   eurobert_tiny] [--skip_torch]
-    python -m encoderx.tools.bench --models=modernbert_base,modernbert_base_1024
-    python -m encoderx.tools.bench --attention_cost [--models=bert_small] [--batch_size=8]
-    python -m encoderx.tools.bench --kernel_gradient_cost [--models=bert_small]
-    python -m encoderx.tools.bench --models=bert_mini --train_loop_steps=60
-    python -m encoderx.tools.bench --device=gpu   # or tpu: BERT-base/large at 128 and 512, bf16
-    python -m encoderx.tools.bench --finetune [--finetune_end_to_end_steps=300]
+    python -m encoderx.tools.speed.bench --models=modernbert_base,modernbert_base_1024
+    python -m encoderx.tools.speed.bench --attention_cost [--models=bert_small] [--batch_size=8]
+    python -m encoderx.tools.speed.bench --kernel_gradient_cost [--models=bert_small]
+    python -m encoderx.tools.speed.bench --models=bert_mini --train_loop_steps=60
+    python -m encoderx.tools.speed.bench --device=gpu  # or tpu: BERT-base/large, 128 and 512, bf16
+    python -m encoderx.tools.speed.bench --finetune [--finetune_end_to_end_steps=300]
 
 The parts: bench_models.py (the MODELS table -> configs, FLOPs per token, the pipeline
 and padding measures), timing.py (timed and interleaved steps, the matmul peak),
@@ -45,7 +45,7 @@ modernbert_base_1024, which, with modernbert_base, runs only when --models names
   machine's speed during the run (a shared host, frequency scaling) reaches both
   alike; the line of each model also gives the ratio of each pair of steps (median and
   range). On GPU they run one after the other (each framework holds its own memory).
-- MFU: model FLOPs per token (encoderx/tools/flops.py, from the config: 6 x the layers'
+- MFU: model FLOPs per token (encoderx/tools/speed/flops.py, from the config: 6 x the layers'
   matmul parameters + attention scores + the MLM head on what each framework scores)
   x tokens/s, over the machine's peak: the best of a few large float32 matmuls
   (PEAK_MATMUL_SIZE square) timed in the same run. "XLA MFLOP/tok" is XLA's own count of
@@ -106,7 +106,7 @@ modernbert_base_1024, which, with modernbert_base, runs only when --models names
   and its batches are shared by the models that read it.
 - --json=FILE: also writes the figures as numbers (report.py: the date, the commit, the
   device, the malloc, the command as run, the peak, the rows of each table), what
-  docs/performance.md is generated from (python -m encoderx.tools.perf_page).
+  docs/performance.md is generated from (python -m encoderx.tools.figures.perf_page).
 
 The two frameworks do not do identical work: encoderx runs the MLM head on the
 gathered masked positions only (config.objective.mlm.max_predictions of them per row)
@@ -122,18 +122,18 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# PyTorch runs beside jax on a GPU: jax must not reserve 75% of its memory up front.
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import jax  # pylint: disable=g-import-not-at-top
 from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
 
 from encoderx import host_allocator  # pylint: disable=g-import-not-at-top
 from encoderx.models import common  # pylint: disable=g-import-not-at-top
-from encoderx.tools import accelerator, bench_models, costs, finetune_steps, report, train_steps  # pylint: disable=g-import-not-at-top
-from encoderx.tools.timing import PEAK_MATMUL_SIZE, WARMUP_STEPS, measure_matmul_peak  # pylint: disable=g-import-not-at-top
+from encoderx.tools.figures import report  # pylint: disable=g-import-not-at-top
+from encoderx.tools.speed import accelerator, bench_models, costs, finetune_steps  # pylint: disable=g-import-not-at-top
+from encoderx.tools.speed import train_steps  # pylint: disable=g-import-not-at-top
+from encoderx.tools.speed.timing import PEAK_MATMUL_SIZE, WARMUP_STEPS, measure_matmul_peak  # pylint: disable=g-import-not-at-top
 
-MODULE = "encoderx.tools.bench"
+MODULE = "encoderx.tools.speed.bench"
 
 
 def header(args) -> str:
@@ -204,7 +204,7 @@ def parse_args(argv=None):
   parser.add_argument("--json", default="", metavar="FILE",
                       help="also write the figures as numbers, with the date, commit, "
                       "device, malloc and this command, to FILE (what python -m "
-                      "encoderx.tools.perf_page makes docs/performance.md from)")
+                      "encoderx.tools.figures.perf_page makes docs/performance.md from)")
   args = parser.parse_args(argv)
   is_accelerator = args.device != "cpu"
   if args.models is None:

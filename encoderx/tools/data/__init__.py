@@ -1,0 +1,1 @@
+"""What the input pipeline makes (padding, a decoded batch) and how fast it makes it."""

@@ -1,0 +1,1 @@
+"""How fast encoderx trains, against Hugging Face PyTorch: the bench and its parts."""
