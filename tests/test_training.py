@@ -16,6 +16,7 @@ from encoderx import train, trainer as trainer_lib
 from encoderx.data import pipeline, tasks
 from encoderx.models import embeddings
 from encoderx.tools import plot
+from encoderx.train import memory
 
 ONE_DEVICE = jax.devices()[:1]
 
@@ -237,8 +238,38 @@ def test_checkpoints_are_never_overwritten_or_misread(tiny_config, tmp_path, mon
     _run(other, tmp_path, resume=True)
   assert _fingerprint(checkpoints) == before
 
-  # A run that crashes after resuming leaves the earlier checkpoint restorable.
+  # A run whose train or evaluation step does not fit in device memory stops in one line
+  # before its first step (on CPU, which has no limit, one injected).
   real_compile = trainer_lib.Trainer.compile_train_step
+  costs, trained = [], []
+
+  def recording_compile(self, state, batch, phase_index=0):
+    step, cost = real_compile(self, state, batch, phase_index)
+    costs.append(cost)
+    return lambda state, batch: trained.append(state) or step(state, batch), cost
+
+  monkeypatch.setattr(trainer_lib.Trainer, "compile_train_step", recording_compile)
+  monkeypatch.setattr(memory, "device_limit", lambda device: 2**20)
+  with pytest.raises(memory.DeviceMemoryError,
+                     match=r"^the train step at length 64, batch 8 needs [0-9.]+ MB per "
+                     r"device, more than the 1\.0 MB of cpu device memory\. Use a smaller "
+                     r"train\.batch_size, more train\.grad_accum_steps"):
+    _run(config, tmp_path, resume=True)
+  # The train step fits; evaluating 64 rows beside the train state does not.
+  monkeypatch.setattr(memory, "device_limit", lambda device: costs[-1].device_bytes)
+  config.eval.batch_size = 64
+  with pytest.raises(memory.DeviceMemoryError,
+                     match=r"^the evaluation step at length 64, batch 64 needs [0-9.]+ MB per "
+                     r"device beside the train state, more than the [0-9.]+ MB of cpu device "
+                     r"memory\. Set a smaller eval\.batch_size \(0: as many tokens as a "
+                     r"training micro-batch\)\.$") as error:
+    _run(config, tmp_path, resume=True)
+  assert "\n" not in str(error.value) and not trained
+  assert _fingerprint(checkpoints) == before
+  config.eval.batch_size = 8
+  monkeypatch.undo()
+
+  # A run that crashes after resuming leaves the earlier checkpoint restorable.
 
   def crashing_compile(self, state, batch, phase_index=0):
     step, cost = real_compile(self, state, batch, phase_index)
@@ -257,6 +288,24 @@ def test_checkpoints_are_never_overwritten_or_misread(tiny_config, tmp_path, mon
   assert _fingerprint(checkpoints) == before
   finished = _run(config, tmp_path, resume=True)
   assert finished["step"] == 6 and finished["eval"]
+
+
+def test_the_default_evaluation_batch_holds_a_training_micro_batchs_tokens(tiny_config):
+  """eval.batch_size=0: the rows of the largest training micro-batch at the evaluation's
+  length (the long phase's at its length; every phase's where none trains at it), at
+  least one per data-parallel device; a batch set by hand is kept."""
+  config = tiny_config()
+  config.eval.batch_size = 0
+  config.train.steps, config.train.batch_size, config.train.grad_accum_steps = 10, 32, 2
+  config.train.batch_size_schedule = ((2, 16),)
+  config.train.long_fraction, config.train.long_seq_length = 0.5, 128
+  trainer = trainer_lib.Trainer(config)  # 8 data-parallel devices
+  assert [(p.seq_length, p.batch_size) for p in trainer.phases] == [(64, 16), (64, 32),
+                                                                     (128, 32)]
+  sizes = {length: trainer.evaluation_batch_size(length) for length in (64, 128, 16, 2048)}
+  assert sizes == {64: 16, 128: 16, 16: 128, 2048: 8}
+  config.eval.batch_size = 24
+  assert trainer_lib.Trainer(config).evaluation_batch_size(128) == 24
 
 
 def test_long_sequence_phase_switches_length_and_prediction_cap(tiny_config, tmp_path,

@@ -37,14 +37,18 @@ def bytes_per_device(tree) -> int:
       for x in jax.tree_util.tree_leaves(tree) if hasattr(x, "sharding"))
 
 
-def check(what: str, needed: int, advice: str, device: jax.Device) -> None:
-  """A DeviceMemoryError saying `what` needs `needed` bytes per device and `advice`, when
-  that is more than the device's limit (nothing where it has none: device_limit)."""
+def _size(count: int) -> str:
+  return f"{count / 2**30:,.2f} GB" if count >= 2**30 else f"{count / 2**20:,.1f} MB"
+
+
+def check(what: str, needed: int, advice: str, device: jax.Device, beside: str = "") -> None:
+  """A DeviceMemoryError saying `what` needs `needed` bytes per device (`beside` what) and
+  `advice`, when that is more than the device's limit (nothing where it has none:
+  device_limit)."""
   limit = device_limit(device)
   if limit is not None and needed > limit:
-    gb = lambda n: f"{n / 2**30:,.2f} GB"
-    raise DeviceMemoryError(f"{what} needs {gb(needed)} per device, more than the "
-                            f"{gb(limit)} of {device.platform} device memory. {advice}")
+    raise DeviceMemoryError(f"{what} needs {_size(needed)} per device{beside}, more than "
+                            f"the {_size(limit)} of {device.platform} device memory. {advice}")
 
 
 def check_train_step(trainer: trainer_lib.Trainer, cost: trainer_lib.StepCost,
@@ -64,5 +68,6 @@ def check_evaluation_step(trainer: trainer_lib.Trainer, cost: trainer_lib.StepCo
             if trainer.config.eval.batch_size else
             "Use a smaller train.batch_size or more train.grad_accum_steps (eval.batch_size"
             "=0 evaluates as many tokens as a training micro-batch), or more devices.")
-  check(f"the evaluation step at length {length}, batch {rows}, beside the train state",
-        cost.device_bytes + max(0, resident), advice, trainer.mesh.devices.flat[0])
+  check(f"the evaluation step at length {length}, batch {rows}",
+        cost.device_bytes + max(0, resident), advice, trainer.mesh.devices.flat[0],
+        beside=" beside the train state")
