@@ -66,10 +66,9 @@ class StepCost:
 
   @property
   def device_bytes(self) -> int:
-    """What the step holds on a device: its arguments, temporaries (XLA's buffer
-    assignment, already packed by liveness) and the outputs not written over donated
-    arguments. (XLA's peak_memory_in_bytes is not that: on CPU it is below the
-    temporaries.)"""
+    """What the step holds on a device: arguments, temporaries (packed by liveness) and
+    outputs not written over donated arguments (XLA's peak_memory_in_bytes is less than
+    the temporaries on CPU)."""
     return self.argument_bytes + self.temp_bytes + self.output_bytes - self.alias_bytes
 
   @classmethod
@@ -257,11 +256,9 @@ class Trainer:
 
   def evaluation_batch_size(self, seq_length: int) -> int:
     """The global batch of an evaluation (or prediction) at `seq_length`: eval.batch_size,
-    or with 0 (the default) as many rows as hold the tokens of the largest training
-    micro-batch at that length (of every phase's where none trains at it), rounded down
-    to the data-parallel devices (at least one row each). An evaluation then never holds
-    more tokens than a training micro-batch, which holds gradients besides: a run that
-    trains at 8,192 tokens in batches of 1 evaluates in batches of 1."""
+    or with 0 (the default) the rows of the largest training micro-batch's tokens at that
+    length (at any, where none trains at it), rounded down to the data-parallel devices
+    (one row each at least): never more tokens than training holds with its gradients."""
     if self.config.eval.batch_size:
       return self.config.eval.batch_size
     accumulate = self.config.train.grad_accum_steps
@@ -493,9 +490,13 @@ class Trainer:
     """(the phase's train step compiled ahead of time for `state` and `batch`'s shapes,
     its StepCost). It computes what `train_step(phase_index)` computes; a batch of other
     shapes is an error instead of a recompilation."""
+    return self._compiled(self.train_step(phase_index), state, batch)
+
+  def _compiled(self, step, *args):
+    """(a jitted `step` compiled ahead of time for `args`' shapes, its StepCost)."""
     start = time.perf_counter()
     with self._context():
-      compiled = self.train_step(phase_index).__wrapped__.lower(state, batch).compile()
+      compiled = step.__wrapped__.lower(*args).compile()
     return self._in_context(compiled), StepCost.of(compiled, time.perf_counter() - start)
 
   def prepared_batch(self, batch: dict, step: int, phase_index: int = 0) -> dict:
@@ -529,11 +530,7 @@ class Trainer:
     """(the phase's evaluation step compiled ahead of time for these arguments' shapes,
     its StepCost): what `evaluate_step(phase_index)` then runs for batches of these
     shapes, without compiling again."""
-    start = time.perf_counter()
-    with self._context():
-      compiled = self.evaluate_step(phase_index).__wrapped__.lower(
-          params, method_state, batch, key).compile()
-    return self._in_context(compiled), StepCost.of(compiled, time.perf_counter() - start)
+    return self._compiled(self.evaluate_step(phase_index), params, method_state, batch, key)
 
   @_cached_per_trainer
   def predict_step(self):
