@@ -246,7 +246,11 @@ def test_checkpoints_are_never_overwritten_or_misread(tiny_config, tmp_path, mon
   def recording_compile(self, state, batch, phase_index=0):
     step, cost = real_compile(self, state, batch, phase_index)
     costs.append(cost)
-    return lambda state, batch: trained.append(state) or step(state, batch), cost
+
+    def counted(state, batch):
+      trained.append(int(state.step))
+      return step(state, batch)
+    return counted, cost
 
   monkeypatch.setattr(trainer_lib.Trainer, "compile_train_step", recording_compile)
   monkeypatch.setattr(memory, "device_limit", lambda device: 2**20)
@@ -317,17 +321,20 @@ def test_long_sequence_phase_switches_length_and_prediction_cap(tiny_config, tmp
   config.objective.mlm.long_max_predictions = 12
   config.data.seq_length = 32
   config.objective.mlm.max_predictions = 5
-  shapes = []
+  shapes = {"train": [], "eval": []}
   real_device_batch = trainer_lib.Trainer.device_batch
 
   def recording_device_batch(self, batch):
-    shapes.append(batch["input_ids"].shape)
+    shapes["eval" if "example_weight" in batch else "train"].append(batch["input_ids"].shape)
     return real_device_batch(self, batch)
 
   monkeypatch.setattr(trainer_lib.Trainer, "device_batch", recording_device_batch)
   result = _run(config, tmp_path)
   assert result["step"] == 4 and result["eval"]
-  assert shapes[:4] == [(8, 32)] * 2 + [(8, 64)] * 2
+  assert shapes["train"] == [(8, 32)] * 2 + [(8, 64)] * 2
+  # The final evaluation at the long phase's length (its first batch also compiled before
+  # the first step).
+  assert shapes["eval"] == [(8, 64)] * (1 + config.eval.batches)
   trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
   assert [(p.start, p.end, p.seq_length) for p in trainer.phases] == [(0, 2, 32), (2, 4, 64)]
   assert [m.objectives[0].config.max_predictions for m in trainer.methods.values()] == [5, 12]
