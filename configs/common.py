@@ -61,7 +61,7 @@ def large_sizes(config):
 def bundled_demo(config):
   """The bundled Austen text at length 128 and the demo's schedule: 1,000 steps of
   32 x 128 tokens (AdamW at 2e-3 after 100 warmup steps, beta2 0.98), held-out chapters
-  evaluated at the end."""
+  evaluated at the end in batches of as many tokens (eval.batch_size=0)."""
   config.model.max_position_embeddings = 128
   config.data.files = resources.BUNDLED_CORPUS
   config.data.document_marker = AUSTEN_CHAPTERS
@@ -75,7 +75,7 @@ def bundled_demo(config):
   config.train.batch_size = 32
   config.train.log_every = 20
   config.eval.batches = 10
-  config.eval.batch_size = 32
+  config.eval.batch_size = 0  # a training micro-batch's tokens: 32 rows here
   config.checkpoint.every_steps = 250
   return config
 

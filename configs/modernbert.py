@@ -154,6 +154,7 @@ def context_extension(config, size: str):
   config.train.batch_size = 576
   config.train.batch_size_schedule = ()
   config.train.seed = 2998  # ModernBERT's shuffle seed of the later phases
+  config.eval.batch_size = 0  # 576 rows of 8,192 (phase 1's 1,024 rows would not fit)
   if size == "tiny":
     config.data.seq_length = 512
     config.model.max_position_embeddings = 512
@@ -161,7 +162,6 @@ def context_extension(config, size: str):
     config.optimizer.learning_rate = 1e-3
     config.train.steps = 200
     config.train.batch_size = 8
-    config.eval.batch_size = 8
     config.eval.every_steps = 50
     config.checkpoint.every_steps = 50
   return config

@@ -64,7 +64,11 @@ def _core_sections() -> dict[str, ml_collections.ConfigDict]:
       )),
       eval=ml_collections.ConfigDict(dict(
           batches=20,  # held-out batches per evaluation; 0: the whole split.
-          batch_size=64,
+          # Global batch of evaluations and predictions; 0: as many rows as hold the
+          # tokens of a training micro-batch at the evaluation's length (train.batch_size
+          # / train.grad_accum_steps rows at data.seq_length), so that an evaluation never
+          # holds more than training does (Trainer.evaluation_batch_size).
+          batch_size=0,
           every_steps=0,  # 0: only at the end of the run.
           # A metric of the evaluation (e.g. "accuracy") to keep the best checkpoint by,
           # in best/ of the work directory; "": no best checkpoint.
@@ -202,8 +206,7 @@ def _validate_run(config) -> None:
   """The core's own sections, and what spans sections (lengths against positions)."""
   model, data, train = config.model, config.data, config.train
   errors.check_positive(config, "train.steps", "train.batch_size", "train.grad_accum_steps",
-                        "train.log_every", "eval.batch_size", "checkpoint.every_steps",
-                        "checkpoint.keep")
+                        "train.log_every", "checkpoint.every_steps", "checkpoint.keep")
   longest = max(data.seq_length, train.long_seq_length if train.long_fraction else 0)
   if ((model.position_embedding == "absolute" or model.enhanced_mask_decoder)
       and longest + model.position_offset > model.max_position_embeddings):
@@ -226,6 +229,9 @@ def _validate_run(config) -> None:
   if not 0.0 <= train.ema_decay < 1.0:
     errors.fail("train.ema_decay", f"must be in [0, 1) (0: no moving average), got "
                 f"{train.ema_decay}.")
+  if config.eval.batch_size < 0:
+    errors.fail("eval.batch_size", f"must be >= 0, got {config.eval.batch_size}.",
+                "Use 0 (a training micro-batch's tokens) or a number of rows.")
   if config.eval.batches < 0:
     errors.fail("eval.batches", f"must be >= 0 (0: the whole split), got "
                 f"{config.eval.batches}.")

@@ -56,6 +56,8 @@ def test_unknown_field_in_an_unlocked_config_is_reported():
     ("data.process_split", "hosts", r"data\.process_split.*hosts"),
     ("objective.mlm.rate", 1.5, r"objective\.mlm\.rate"),
     ("train.batch_size", 30, r"train\.batch_size.*grad_accum_steps=4"),
+    ("eval.batch_size", -1, r"eval\.batch_size': must be >= 0, got -1\. Use 0 \(a training "
+                            r"micro-batch's tokens\)"),
 ])
 def test_invalid_values_name_the_field(field, value, message):
   config = configs.get("bert:tiny")

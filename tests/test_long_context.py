@@ -2,8 +2,9 @@
 encoderx/models/attention_kernels.py inside a tiny ModernBERT, against its 'xla' attention
 (forward and every parameter's gradient, float32), padded, packed and windowed rows,
 grouped-query heads, the scanned stack; what "auto" picks on each backend; the one-line
-errors before compiling; the 8,192-token train step without an [L, L] array; the
-measuring tool (encoderx/tools/speed/long_context.py)."""
+errors before compiling; the 8,192-token train step without an [L, L] array; a long run's
+evaluation no larger than its training micro-batch; the measuring tool
+(encoderx/tools/speed/long_context.py)."""
 import dataclasses
 import functools
 import json
@@ -16,6 +17,7 @@ import pytest
 
 from encoderx import config as config_lib
 from encoderx import errors
+from encoderx import train
 from encoderx.train import trainer as trainer_lib
 from encoderx.hf import engine
 from encoderx.models import attention_kernels, common, encoder as encoder_lib, pretraining
@@ -282,6 +284,38 @@ def test_an_8192_token_row_trains_without_an_l_by_l_array():
   assert found == {8192: False, 1024: True}
   assert np.isfinite(loss)
   assert temp_mb < 1024  # one [8192, 8192] float32 is 256 MB
+
+
+def test_a_long_run_evaluates_no_more_tokens_than_a_training_micro_batch(monkeypatch,
+                                                                        tmp_path):
+  """The tiny ModernBERT (configs/modernbert.py:tiny, its own eval.batch_size) trained at
+  batch 1 on rows of 512 tokens: its held-out evaluation, compiled before the first step,
+  reads batches of 1 row, not the demo's 32 (at 8,192 tokens the evaluation was the run's
+  memory peak: 5.6 GB against 2.1 GB)."""
+  config = long_context.long_config(512, "auto")
+  config.train.steps, config.train.log_every, config.optimizer.warmup_steps = 2, 1, 1
+  config.eval.batches, config.checkpoint.async_save = 2, False
+  events = []
+  real_device_batch = trainer_lib.Trainer.device_batch
+  real_compile = trainer_lib.Trainer.compile_evaluate_step
+
+  def recording_device_batch(self, batch):
+    kind = "eval" if "example_weight" in batch else "train"
+    events.append((kind, batch["input_ids"].shape))
+    return real_device_batch(self, batch)
+
+  def recording_compile(self, *args):
+    events.append(("compile eval", args[2]["input_ids"].shape))
+    return real_compile(self, *args)
+
+  monkeypatch.setattr(trainer_lib.Trainer, "device_batch", recording_device_batch)
+  monkeypatch.setattr(trainer_lib.Trainer, "compile_evaluate_step", recording_compile)
+  result = train.run(config, str(tmp_path), show_progress=False, devices=jax.devices()[:1])
+  assert result["step"] == 2 and np.isfinite(result["eval"]["mlm_loss"])
+  # The first train batch, then the evaluation's first batch compiled, then training.
+  assert events[:4] == [("train", (1, 512)), ("eval", (1, 512)), ("compile eval", (1, 512)),
+                        ("train", (1, 512))]
+  assert [shape for kind, shape in events if kind == "eval"] == [(1, 512)] * 3
 
 
 def test_the_measuring_tool(monkeypatch, tmp_path, capsys):

@@ -87,7 +87,8 @@ def _recorded_batches(monkeypatch) -> list:
   real_device_batch = trainer_lib.Trainer.device_batch
 
   def recording(self, batch):
-    recorded.append(batch["input_ids"])
+    if "example_weight" not in batch:  # not an evaluation's
+      recorded.append(batch["input_ids"])
     return real_device_batch(self, batch)
 
   monkeypatch.setattr(trainer_lib.Trainer, "device_batch", recording)

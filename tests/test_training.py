@@ -15,6 +15,7 @@ from encoderx import checkpoint as checkpoint_lib
 from encoderx import train
 from encoderx.models import embeddings
 from encoderx.tools.figures import plot
+from encoderx.train import memory
 from encoderx.train import trainer as trainer_lib
 
 from train_steps import pretraining_batches, step_losses  # pylint: disable=g-bad-import-order
@@ -223,8 +224,42 @@ def test_checkpoints_are_never_overwritten_or_misread(tiny_config, tmp_path, mon
     _run(other, tmp_path, resume=True)
   assert _fingerprint(checkpoints) == before
 
-  # A run that crashes after resuming leaves the earlier checkpoint restorable.
+  # A run whose train or evaluation step does not fit in device memory stops in one line
+  # before its first step (on CPU, which has no limit, one injected).
   real_compile = trainer_lib.Trainer.compile_train_step
+  costs, trained = [], []
+
+  def recording_compile(self, state, batch, phase_index=0):
+    step, cost = real_compile(self, state, batch, phase_index)
+    costs.append(cost)
+
+    def counted(state, batch):
+      trained.append(int(state.step))
+      return step(state, batch)
+    return counted, cost
+
+  monkeypatch.setattr(trainer_lib.Trainer, "compile_train_step", recording_compile)
+  monkeypatch.setattr(memory, "device_limit", lambda device: 2**20)
+  with pytest.raises(memory.DeviceMemoryError,
+                     match=r"^the train step at length 64, batch 8 needs [0-9.]+ MB per "
+                     r"device, more than the 1\.0 MB of cpu device memory\. Use a smaller "
+                     r"train\.batch_size, more train\.grad_accum_steps"):
+    _run(config, tmp_path, resume=True)
+  # The train step fits; evaluating 64 rows beside the train state does not.
+  monkeypatch.setattr(memory, "device_limit", lambda device: costs[-1].device_bytes)
+  config.eval.batch_size = 64
+  with pytest.raises(memory.DeviceMemoryError,
+                     match=r"^the evaluation step at length 64, batch 64 needs [0-9.]+ MB per "
+                     r"device beside the train state, more than the [0-9.]+ MB of cpu device "
+                     r"memory\. Set a smaller eval\.batch_size \(0: as many tokens as a "
+                     r"training micro-batch\)\.$") as error:
+    _run(config, tmp_path, resume=True)
+  assert "\n" not in str(error.value) and not trained
+  assert _fingerprint(checkpoints) == before
+  config.eval.batch_size = 8
+  monkeypatch.undo()
+
+  # A run that crashes after resuming leaves the earlier checkpoint restorable.
 
   def crashing_compile(self, state, batch, phase_index=0):
     step, cost = real_compile(self, state, batch, phase_index)
@@ -245,6 +280,24 @@ def test_checkpoints_are_never_overwritten_or_misread(tiny_config, tmp_path, mon
   assert finished["step"] == 6 and finished["eval"]
 
 
+def test_the_default_evaluation_batch_holds_a_training_micro_batchs_tokens(tiny_config):
+  """eval.batch_size=0: the rows of the largest training micro-batch at the evaluation's
+  length (the long phase's at its length; every phase's where none trains at it), at
+  least one per data-parallel device; a batch set by hand is kept."""
+  config = tiny_config()
+  config.eval.batch_size = 0
+  config.train.steps, config.train.batch_size, config.train.grad_accum_steps = 10, 32, 2
+  config.train.batch_size_schedule = ((2, 16),)
+  config.train.long_fraction, config.train.long_seq_length = 0.5, 128
+  trainer = trainer_lib.Trainer(config)  # 8 data-parallel devices
+  assert [(p.seq_length, p.batch_size) for p in trainer.phases] == [(64, 16), (64, 32),
+                                                                     (128, 32)]
+  sizes = {length: trainer.evaluation_batch_size(length) for length in (64, 128, 16, 2048)}
+  assert sizes == {64: 16, 128: 16, 16: 128, 2048: 8}
+  config.eval.batch_size = 24
+  assert trainer_lib.Trainer(config).evaluation_batch_size(128) == 24
+
+
 def test_long_sequence_phase_switches_length_and_prediction_cap(tiny_config, tmp_path,
                                                                monkeypatch):
   config = tiny_config()
@@ -254,17 +307,20 @@ def test_long_sequence_phase_switches_length_and_prediction_cap(tiny_config, tmp
   config.objective.mlm.long_max_predictions = 12
   config.data.seq_length = 32
   config.objective.mlm.max_predictions = 5
-  shapes = []
+  shapes = {"train": [], "eval": []}
   real_device_batch = trainer_lib.Trainer.device_batch
 
   def recording_device_batch(self, batch):
-    shapes.append(batch["input_ids"].shape)
+    shapes["eval" if "example_weight" in batch else "train"].append(batch["input_ids"].shape)
     return real_device_batch(self, batch)
 
   monkeypatch.setattr(trainer_lib.Trainer, "device_batch", recording_device_batch)
   result = _run(config, tmp_path)
   assert result["step"] == 4 and result["eval"]
-  assert shapes[:4] == [(8, 32)] * 2 + [(8, 64)] * 2
+  assert shapes["train"] == [(8, 32)] * 2 + [(8, 64)] * 2
+  # The final evaluation at the long phase's length (its first batch also compiled before
+  # the first step).
+  assert shapes["eval"] == [(8, 64)] * (1 + config.eval.batches)
   trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
   assert [(p.start, p.end, p.seq_length) for p in trainer.phases] == [(0, 2, 32), (2, 4, 64)]
   assert [m.objectives[0].config.max_predictions for m in trainer.methods.values()] == [5, 12]

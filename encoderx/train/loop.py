@@ -31,6 +31,7 @@ from encoderx import initialize
 from encoderx.train import trainer as trainer_lib
 from encoderx import workdir as workdir_lib
 from encoderx.data import buckets, pipeline
+from encoderx.train import memory
 from encoderx.train import progress
 from encoderx.train import skips as skips_lib
 from encoderx.train import stop as stop_lib
@@ -83,29 +84,69 @@ def _joined(batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
   return {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
 
 
-def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, state,
-             phase: trainer_lib.Phase) -> dict[str, float]:
-  """The method's held-out metrics: over `eval.batches` batches of the validation split
-  (the same examples and masks at every evaluation of a run), or, with eval.batches=0,
-  over every example of it once."""
+def _evaluation_batches(trainer: trainer_lib.Trainer, task: seqio.Task,
+                        phase: trainer_lib.Phase) -> Iterator[dict[str, np.ndarray]]:
+  """What an evaluation at `phase`'s length reads, before any cut to length buckets:
+  `eval.batches` batches of the validation split (the same examples at every evaluation
+  of a run), or, with eval.batches=0, every example of it once."""
   config = trainer.config
-  batch_size = _local_batch_size(config, config.eval.batch_size)
+  batch_size = _local_batch_size(config, trainer.evaluation_batch_size(phase.seq_length))
   batches = pipeline.evaluation_batches(
       task, "validation", phase.seq_length, batch_size, count=config.eval.batches,
       seed=config.train.seed, shard_info=_shard_info(config))
   if not config.eval.batches:  # each process's shard has its own number of batches
     batches = _padded_to_every_process(batches, lambda: next(pipeline.whole_split(
         task, "validation", phase.seq_length, batch_size, config.train.seed)))
+  return batches
+
+
+def _evaluation_key(config) -> jax.Array:
+  """The key of an evaluation's first batch (batch i: fold_in(key, i)), e.g. its masks."""
+  return jax.random.key(config.train.seed + 1)
+
+
+def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, state,
+             phase: trainer_lib.Phase) -> dict[str, float]:
+  """The method's held-out metrics over the batches of _evaluation_batches (the same
+  examples and masks at every evaluation of a run)."""
+  config = trainer.config
   # Cut to finetune.length_buckets after the padding to every process (one process only).
   batches = (buckets.cut(batch, config.finetune.length_buckets, phase.seq_length)
-             for batch in batches)
+             for batch in _evaluation_batches(trainer, task, phase))
   evaluate_step = trainer.evaluate_step(phase.index)
-  key = jax.random.key(config.train.seed + 1)
+  key = _evaluation_key(config)
   weights = trainer.weights(state)
   outputs = [evaluate_step(weights, state.method_state, _device_batch(trainer, batch),
                            jax.random.fold_in(key, index))
              for index, batch in enumerate(batches)]
   return trainer.methods[phase.index].summarize_evaluation(jax.device_get(outputs))
+
+
+def _compile_evaluations(trainer: trainer_lib.Trainer, task: seqio.Task, state) -> None:
+  """Compiles, before the first train step, the evaluation step of each length the run
+  evaluates at (the last phase's; with eval.every_steps every phase's) for its first
+  batch, at full length, logs XLA's figures and stops in one line where one does not fit
+  in device memory beside the train state (train/memory.py)."""
+  config = trainer.config
+  evaluated = trainer.phases if config.eval.every_steps else trainer.phases[-1:]
+  by_length = {phase.seq_length: phase for phase in evaluated}  # the last of each length
+  weights = trainer.weights(state)
+  for length, phase in by_length.items():
+    batches = _evaluation_batches(trainer, task, phase)
+    try:
+      first = next(batches, None)
+    finally:
+      batches.close()
+    if first is None:  # an empty split: nothing to evaluate, nothing to compile
+      continue
+    batch = _device_batch(trainer, first)
+    rows = trainer.evaluation_batch_size(length)
+    _, cost = trainer.compile_evaluate_step(
+        weights, state.method_state, batch, jax.random.fold_in(_evaluation_key(config), 0),
+        phase.index)
+    logger.info("evaluation step at length %d, batch %d %s", length, rows,
+                cost.describe("weights, batch"))
+    memory.check_evaluation_step(trainer, cost, state, weights, rows, length)
 
 
 def _padded_to_every_process(batches, split_batch) -> Iterator[dict[str, np.ndarray]]:
@@ -246,6 +287,7 @@ def _run_in(trainer: trainer_lib.Trainer, init: initialize.InitSource, task: seq
                                 desc=progress_label or config.method,
                                 dynamic_ncols=True) as bar:
       batches = stream = None
+      evaluations_compiled = False
       try:
         for phase in trainer.phases:
           if step >= phase.end:
@@ -277,6 +319,14 @@ def _run_in(trainer: trainer_lib.Trainer, init: initialize.InitSource, task: seq
               logger.info("train step at length %d, batch %d %s",
                           _length(batch, phase.seq_length), phase.batch_size,
                           cost.describe())
+              # Before any step trains. Every process computes the same figures, so
+              # each stops with the same error (no agreement: reading whole splits to
+              # compile the evaluations enters collectives).
+              memory.check_train_step(trainer, cost, phase.batch_size,
+                                      _length(batch, phase.seq_length))
+              if not evaluations_compiled:
+                _compile_evaluations(trainer, task, state)
+                evaluations_compiled = True
             state, metrics = train_steps[shapes](state, batch)
             step += 1
             bar.update(1)
@@ -332,7 +382,8 @@ def predict(config: ml_collections.ConfigDict, workdir: str, input_path: str,
     config = initialize.resolve_config(config)
     trainer = trainer_lib.Trainer(config, devices=devices)
     workdir = str(files_lib.path(workdir))
-    rows, batches = trainer.method.prediction_batches(input_path, config.eval.batch_size)
+    rows, batches = trainer.method.prediction_batches(
+        input_path, trainer.evaluation_batch_size(config.data.seq_length))
   with distributed.agreement(USER_ERRORS):  # see run(): fails on every process or none
     params, method_state = checkpoint_lib.restore_for_inference(
         workdir, trainer.describe(), trainer.abstract_state_with_shardings(),

@@ -5,6 +5,7 @@
     step = trainer.train_step(phase)   # one jax.jit: prepare -> loss -> gradients -> update
     state, metrics = step(state, trainer.device_batch(batch))
     step, cost = trainer.compile_train_step(state, batch, phase)  # ahead of time
+    rows = trainer.evaluation_batch_size(phase.seq_length)  # eval.batch_size, resolved
 
 The trainer knows no objective, head or model family: those belong to the training
 method (`config.method`, see encoderx/methods/base.py). The train step is a single jitted
@@ -61,6 +62,14 @@ class StepCost:
   output_bytes: int
   temp_bytes: int
   compile_seconds: float
+  alias_bytes: int = 0  # outputs written over donated arguments
+
+  @property
+  def device_bytes(self) -> int:
+    """What the step holds on a device: arguments, temporaries (packed by liveness) and
+    outputs not written over donated arguments (XLA's peak_memory_in_bytes is less than
+    the temporaries on CPU)."""
+    return self.argument_bytes + self.temp_bytes + self.output_bytes - self.alias_bytes
 
   @classmethod
   def of(cls, compiled, compile_seconds: float) -> "StepCost":
@@ -72,14 +81,17 @@ class StepCost:
                bytes_accessed=float(cost.get("bytes accessed", 0.0)),
                argument_bytes=size("argument_size_in_bytes"),
                output_bytes=size("output_size_in_bytes"),
-               temp_bytes=size("temp_size_in_bytes"), compile_seconds=compile_seconds)
+               temp_bytes=size("temp_size_in_bytes"), compile_seconds=compile_seconds,
+               alias_bytes=size("alias_size_in_bytes"))
 
-  def describe(self) -> str:
+  def describe(self, arguments: str = "state, batch") -> str:
     mb = lambda n: f"{n / 2**20:,.0f} MB"
+    donated = " (the state's donated)" if self.alias_bytes else ""
     return (f"compiled in {self.compile_seconds:.1f} s: {self.flops / 1e9:,.1f} GFLOP and "
             f"{self.bytes_accessed / 1e9:,.1f} GB accessed per step and device; memory "
-            f"{mb(self.argument_bytes)} in (state, batch), {mb(self.temp_bytes)} "
-            f"temporaries, {mb(self.output_bytes)} out (the state's donated)")
+            f"{mb(self.argument_bytes)} in ({arguments}), {mb(self.temp_bytes)} "
+            f"temporaries, {mb(self.output_bytes)} out{donated}: "
+            f"{mb(self.device_bytes)} in all")
 
 
 class NonFiniteError(errors.UserError, RuntimeError):
@@ -224,8 +236,9 @@ class Trainer:
     train, hosts = self.config.train, jax.process_count()
     devices = (f"the {parallel} data-parallel devices (mesh "
                + " x ".join(f"{a}={self.mesh.shape[a]}" for a in sharding.BATCH_AXES) + ")")
-    sizes = [("train.batch_size", train.batch_size),
-             ("eval.batch_size", self.config.eval.batch_size)]
+    sizes = [("train.batch_size", train.batch_size)]
+    if self.config.eval.batch_size:  # 0: a micro-batch's tokens, divisible by construction
+      sizes.append(("eval.batch_size", self.config.eval.batch_size))
     sizes += [("train.batch_size_schedule", int(size))
               for _, size in train.batch_size_schedule]
     for field, size in sizes:
@@ -240,6 +253,19 @@ class Trainer:
                         f"into micro-batches of {micro}, which is not divisible by "
                         f"{devices}.", f"Use fewer micro-batches, or a batch of "
                         f"{parallel} x {train.grad_accum_steps} x n.")
+
+  def evaluation_batch_size(self, seq_length: int) -> int:
+    """The global batch of an evaluation (or prediction) at `seq_length`: eval.batch_size,
+    or with 0 (the default) the rows of the largest training micro-batch's tokens at that
+    length (at any, where none trains at it), rounded down to the data-parallel devices
+    (one row each at least): never more tokens than training holds with its gradients."""
+    if self.config.eval.batch_size:
+      return self.config.eval.batch_size
+    accumulate = self.config.train.grad_accum_steps
+    trained = [p for p in self.phases if p.seq_length == seq_length] or self.phases
+    tokens = max(p.batch_size // accumulate * p.seq_length for p in trained)
+    parallel = sharding.data_parallel_size(self.mesh)
+    return max(1, tokens // seq_length // parallel) * parallel
 
   # --- state ----------------------------------------------------------------------------
   def describe(self) -> dict:
@@ -464,9 +490,13 @@ class Trainer:
     """(the phase's train step compiled ahead of time for `state` and `batch`'s shapes,
     its StepCost). It computes what `train_step(phase_index)` computes; a batch of other
     shapes is an error instead of a recompilation."""
+    return self._compiled(self.train_step(phase_index), state, batch)
+
+  def _compiled(self, step, *args):
+    """(a jitted `step` compiled ahead of time for `args`' shapes, its StepCost)."""
     start = time.perf_counter()
     with self._context():
-      compiled = self.train_step(phase_index).__wrapped__.lower(state, batch).compile()
+      compiled = step.__wrapped__.lower(*args).compile()
     return self._in_context(compiled), StepCost.of(compiled, time.perf_counter() - start)
 
   def prepared_batch(self, batch: dict, step: int, phase_index: int = 0) -> dict:
@@ -494,6 +524,13 @@ class Trainer:
                                      sharding.replicated(self.mesh)),
                        out_shardings=sharding.replicated(self.mesh))
     return self._in_context(evaluate)
+
+  def compile_evaluate_step(self, params, method_state, batch: dict[str, jax.Array],
+                            key: jax.Array, phase_index: int = 0):
+    """(the phase's evaluation step compiled ahead of time for these arguments' shapes,
+    its StepCost): what `evaluate_step(phase_index)` then runs for batches of these
+    shapes, without compiling again."""
+    return self._compiled(self.evaluate_step(phase_index), params, method_state, batch, key)
 
   @_cached_per_trainer
   def predict_step(self):

@@ -36,8 +36,9 @@ HELD_OUT_SEED = 1234  # the key of the held-out masks, the same for every run
 def held_out_batches(trainer) -> list[dict]:
   """config.eval.batches validation batches, masked once (numpy)."""
   config = trainer.config
-  batches = pipeline.take_batches(trainer.method.task(), "validation", config.data.seq_length,
-                                  config.eval.batch_size, config.eval.batches, seed=0)
+  batches = pipeline.take_batches(
+      trainer.method.task(), "validation", config.data.seq_length,
+      trainer.evaluation_batch_size(config.data.seq_length), config.eval.batches, seed=0)
   key = jax.random.key(HELD_OUT_SEED)
   prepare = jax.jit(trainer.method.prepare)
   return [jax.device_get(prepare({k: jnp.asarray(v) for k, v in b.items()},
