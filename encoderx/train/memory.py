@@ -13,7 +13,7 @@ import math
 import jax
 
 from encoderx import errors
-from encoderx import trainer as trainer_lib
+from encoderx.train import trainer as trainer_lib
 
 
 class DeviceMemoryError(errors.UserError, RuntimeError):
