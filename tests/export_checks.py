@@ -203,7 +203,7 @@ def check_export_parity(method, params, exported: writer.Exported, pad_id: int,
   the method's transferable ones; `flax_model`: the method's model that computes them."""
   model_config = method.model_config
   real, batch = padded_batch(model_config.vocab_size, pad_id=pad_id, two_segments=(
-      model_config.type_vocab_size > 1 or model_config.family == "xlnet"))
+      model_config.embeddings.type_vocab_size > 1 or model_config.family == "xlnet"))
   batch = {k: jnp.asarray(v) for k, v in batch.items()}
   encoder = pretraining.EncoderModel(model_config, with_pooler=False)
   hidden = np.asarray(encoder.apply({"params": {

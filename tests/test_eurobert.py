@@ -67,7 +67,7 @@ def converted(model, config, head=None):
     ids=["gqa-2", "mha-biases-scanned", "mqa-sdpa", "tied"])
 def test_mlm_logits_and_hidden_states_match_on_padded_batches(changes, scan):
   torch_model, config = reference(**changes)
-  config = dataclasses.replace(config, scan_layers=scan)
+  config = config.replace(layout=dict(scan=scan))
   real, batch = padded_batch(VOCAB, two_segments=False)
   logits, hidden = mlm_and_hidden_states(config, converted(torch_model, config), batch)
   theirs = hf_forward(torch_model, batch["input_ids"], batch["segment_ids"])
@@ -148,7 +148,7 @@ def test_hf_config_round_trips():
 def test_scanned_stack_equals_the_loop():
   torch_model, config = reference(**BIASES)
   params = converted(torch_model, config)
-  scanned = dataclasses.replace(config, scan_layers=True, remat=True)
+  scanned = config.replace(layout=dict(scan=True, remat=True))
   stacked = encoder_lib.stack_layers(params)
   assert set(stacked["encoder_model"]["encoder"]) == {"layers", "final_layer_norm"}
   real, batch = padded_batch(VOCAB, two_segments=False)
@@ -162,8 +162,7 @@ def test_scanned_stack_equals_the_loop():
 @pytest.mark.parametrize("scan", [False, True])
 def test_a_train_step_gives_finite_gradients_to_every_parameter(scan):
   _, config = reference(**BIASES)
-  config = dataclasses.replace(config, hidden_dropout=0.1, attention_dropout=0.1,
-                               scan_layers=scan)
+  config = config.replace(hidden_dropout=0.1, attention=dict(dropout=0.1), layout=dict(scan=scan))
   _, batch = packed_batch(VOCAB, rows=((12, 20), (10, 9, 7)), length=32)
   value, grads = mlm_train_step_gradients(config, batch)
   assert np.isfinite(value)
@@ -196,12 +195,12 @@ def test_initialization_statistics_equal_hugging_faces():
 # --- errors ------------------------------------------------------------------------------------
 def test_key_value_heads_that_do_not_divide_the_heads_are_refused():
   config = config_lib.default_config()
-  config.model.num_kv_heads = 5  # of 12 heads
-  with pytest.raises(errors.ConfigError, match=r"^config field 'model.num_kv_heads': 5: "
+  config.model.attention.num_kv_heads = 5  # of 12 heads
+  with pytest.raises(errors.ConfigError, match=r"^config field 'model.attention.num_kv_heads': 5: "
                      r"model.num_heads=12 must be a multiple of it"):
     config_lib.validate(config)
-  config.model.update(num_kv_heads=4, norm="rms_norm")
-  with pytest.raises(errors.ConfigError, match=r"model.norm_bias'?: RMSNorm has no bias"):
+  config.model.update(attention=dict(num_kv_heads=4), norm=dict(kind="rms_norm"))
+  with pytest.raises(errors.ConfigError, match=r"model.norm.bias'?: RMSNorm has no bias"):
     config_lib.validate(config)
 
 
@@ -216,10 +215,10 @@ def test_conversion_refuses_other_families_and_unrepresentable_configs():
     engine.model_fields({**hf_config().to_dict(), "head_dim": 16})
   _, config = reference()
   with pytest.raises(hf_base.ConversionError, match=r"decoder_bias=True != mlp_bias=False"):
-    engine.to_hf({}, dataclasses.replace(config, decoder_bias=True), FAMILY)
+    engine.to_hf({}, config.replace(heads=dict(decoder_bias=True)), FAMILY)
   with pytest.raises(hf_base.ConversionError, match=r"\{'local_attention': 8\} have no Hugging "
                      "Face EuroBERT"):
-    engine.to_hf({}, dataclasses.replace(config, local_attention=8), FAMILY)
+    engine.to_hf({}, config.replace(attention=dict(window=8)), FAMILY)
 
 
 # --- the fields compose -----------------------------------------------------------------------
@@ -228,10 +227,7 @@ def test_the_new_fields_compose_on_a_post_norm_bert():
   key-value heads and local layers: no family branch, so it runs; rotary positions make
   it see distances only (a shift of every position changes nothing), packed documents
   equal the documents alone, and it trains."""
-  config = small_model(position_embedding="rotary", norm="rms_norm", norm_bias=False,
-                       feed_forward="gated", hidden_act="silu", num_kv_heads=2,
-                       local_attention=8, global_attention_every=2, local_rope_theta=100.0,
-                       hidden_dropout=0.0, attention_dropout=0.0)
+  config = small_model(embeddings=dict(position="rotary", local_rope_theta=100.0), norm=dict(kind="rms_norm", bias=False), feed_forward=dict(kind="gated"), hidden_act="silu", attention=dict(num_kv_heads=2, window=8, global_every=2, dropout=0.0), hidden_dropout=0.0)
   common.validate_model(config)
   model = pretraining.PretrainingModel(config, heads=("mlm", "sentence"))
   params = flax.linen.unbox(model.init(jax.random.key(0), pretraining.init_batch(1, 8))[

@@ -40,7 +40,7 @@ CLASSES = {"bert": "BertForPreTraining", "spanbert": "BertForMaskedLM",
 
 def _config(name: str, **model):
   config = _tiny_config(name)
-  config.model.initializer_range = 0.2  # logits of O(1-10): 1e-4 means something
+  config.model.init.range = 0.2  # logits of O(1-10): 1e-4 means something
   for field, value in model.items():
     config.model[field] = value
   return config
@@ -195,7 +195,7 @@ def test_a_fine_tuning_config_takes_a_rotary_sources_thetas_a_rotary_run_its_own
     config = configs.get(name)
     config.init_from = f"hf:{saved}"
     config = initialize.resolve_config(config)
-    assert (config.model.rope_theta, config.model.local_rope_theta) == thetas, name
+    assert (config.model.embeddings.rope_theta, config.model.embeddings.local_rope_theta) == thetas, name
 
 
 def test_a_directory_of_another_family_is_refused_in_one_line(tmp_path):
@@ -344,13 +344,13 @@ def test_electra_over_modernbert_trains_and_exports_its_discriminator(tmp_path, 
 
 def test_a_pooler_of_another_activation_is_refused():
   """ELECTRA's classifier applies GELU where BERT's pooler applies tanh
-  (model.pooler_act): neither family's class takes the other's."""
+  (model.heads.pooler_act): neither family's class takes the other's."""
   model = small_model()
   params = engine.from_hf(engine.hf_model(model, "bert", "sequence_classification",
                                           num_labels=2).state_dict(), model)
   with pytest.raises(base.ConversionError, match="pooler_act='gelu': "
                      "BertForSequenceClassification's pooler applies tanh"):
-    engine.to_hf(params, dataclasses.replace(model, pooler_act="gelu"))
+    engine.to_hf(params, model.replace(heads=dict(pooler_act="gelu")))
 
 
 def test_weights_and_parameters_left_over_are_named():
@@ -421,7 +421,7 @@ def test_a_fine_tuned_tagger_and_qa_model_export_with_their_heads(tmp_path):
   for name, config, hf_class in (
       ("tag", _tag_config(tmp_path, str(tags), str(tags)), "BertForTokenClassification"),
       ("qa", _qa_config(squad_file, squad_file), "BertForQuestionAnswering")):
-    config.model.initializer_range = 0.2
+    config.model.init.range = 0.2
     method, params = make_run(config, str(tmp_path / name))
     exported = writer.export_hf(str(tmp_path / name), str(tmp_path / f"hf_{name}"))
     assert (exported.hf_class, exported.left_out) == (hf_class, [])

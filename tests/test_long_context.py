@@ -18,7 +18,8 @@ from encoderx import config as config_lib
 from encoderx import errors
 from encoderx import trainer as trainer_lib
 from encoderx.hf import engine
-from encoderx.models import attention_kernels, common, encoder as encoder_lib, pretraining
+from encoderx.models import model_config
+from encoderx.models import attention_kernels, encoder as encoder_lib, pretraining
 from encoderx.tools import long_context, report
 
 from reference_models import packed_batch  # pylint: disable=g-bad-import-order
@@ -28,7 +29,7 @@ LENGTH = 128  # a multiple of the Pallas kernel's 64 and of splash's 128
 # ModernBERT's fields (Hugging Face's defaults, read as --init_from reads them) at a tiny
 # size: heads of 16 (the Pallas kernel's smallest), 2 kv heads for 4 query heads, three
 # layers (global, local with a window of 32 tokens, global).
-MODEL = dataclasses.replace(common.ModelConfig(), **{
+MODEL = dataclasses.replace(model_config.ModelConfig(), **{
     **engine.model_fields(dict(
         model_type="modernbert", vocab_size=99, hidden_size=64, num_hidden_layers=3,
         num_attention_heads=4, intermediate_size=96, local_attention=32,
@@ -48,8 +49,8 @@ def _params(scan: bool = False):
 @functools.lru_cache(maxsize=None)
 def outputs_and_gradients(kernel: str, scan: bool = False):
   """The hidden states [2, LENGTH, 64] and the gradient of sum(hidden * weights) with
-  respect to every parameter, with model.attention_kernel=`kernel`."""
-  config = dataclasses.replace(MODEL, attention_kernel=kernel, scan_layers=scan)
+  respect to every parameter, with model.attention.kernel=`kernel`."""
+  config = MODEL.replace(attention=dict(kernel=kernel), layout=dict(scan=scan))
   model = pretraining.EncoderModel(config, with_pooler=False)
   weights = jax.random.normal(jax.random.key(1), (2, LENGTH, config.hidden_size))
 
@@ -107,7 +108,7 @@ def test_auto_on_a_tpu_runs_splash_and_gives_the_models_attention(monkeypatch):
 def test_the_window_matters_in_these_rows():
   """Without the local window (every layer global) the outputs differ: the cases above
   check the window."""
-  unwindowed = pretraining.EncoderModel(dataclasses.replace(MODEL, local_attention=0),
+  unwindowed = pretraining.EncoderModel(MODEL.replace(attention=dict(window=0)),
                                         with_pooler=False)
   hidden = jax.jit(unwindowed.apply)({"params": _params()}, BATCH)["hidden"]
   assert float(jnp.abs(hidden - outputs_and_gradients("xla")[0]).max()) > 1e-3
@@ -135,7 +136,7 @@ def test_auto_picks_as_documented():
   bf16 = functools.partial(heads, dtype=jnp.bfloat16)
 
   def choose(backend, q, window=0, dropout=False, query_given=False, kernel="auto"):
-    config = dataclasses.replace(MODEL, attention_kernel=kernel)
+    config = MODEL.replace(attention=dict(kernel=kernel))
     return attention_kernels.choose(config, q, q, q, window, query_given, dropout, backend)
 
   long = attention_kernels.LONG_ROW
@@ -165,7 +166,7 @@ def test_auto_in_the_model_on_each_backend(monkeypatch):
   assert _chosen(monkeypatch, "cpu", MODEL, length=1024) == ["blockwise"] * 3
   assert _chosen(monkeypatch, "tpu", MODEL) == ["splash"] * 3
   assert _chosen(monkeypatch, "gpu", MODEL) == ["xla"] * 3
-  dropped = dataclasses.replace(MODEL, attention_dropout=0.1, dtype="bfloat16")
+  dropped = MODEL.replace(attention=dict(dropout=0.1), dtype="bfloat16")
   assert _chosen(monkeypatch, "tpu", dropped, deterministic=False) == ["xla"] * 3
   assert _chosen(monkeypatch, "gpu", dropped, deterministic=False) == ["pallas"] * 3
   assert _chosen(monkeypatch, "tpu", dropped) == ["splash"] * 3  # evaluation: no dropout
@@ -183,13 +184,13 @@ def _config(**model):
 @pytest.mark.parametrize("changes, message", [
     (dict(data=dict(seq_length=64), model=dict(attention_kernel="blockwise")),
      r"'data.seq_length': 64 tokens is shorter than the local window "
-     r"model.local_attention=128, which model.attention_kernel='blockwise' cannot take\. "
+     r"model.attention.window=128, which model.attention.kernel='blockwise' cannot take\. "
      r"Use rows of at least 128"),
     (dict(train=dict(long_fraction=0.1, long_seq_length=100),
           model=dict(attention_kernel="splash")),
      r"'train.long_seq_length': 100 tokens is shorter than the local window"),
     (dict(model=dict(attention_kernel="blockwise", attention_dropout=0.1)),
-     r"'model.attention_kernel': 'blockwise' has no attention dropout"),
+     r"'model.attention.kernel': 'blockwise' has no attention dropout"),
     (dict(model=dict(attention_kernel="splash", attention_dropout=0.1)),
      r"'splash' has no attention dropout"),
     (dict(model=dict(attention_kernel="pallas", hidden_size=96)),
@@ -197,10 +198,10 @@ def _config(**model):
      r"num_heads = 24: .*power of 2"),
     (dict(model=dict(attention_kernel="pallas"), data=dict(seq_length=520)),
      r"'pallas' cannot run rows of data.seq_length=520 .* multiple of 64"),
-    (dict(model=dict(attention_kernel="flash")), r"'model.attention_kernel': .*flash"),
+    (dict(model=dict(attention_kernel="flash")), r"'model.attention.kernel': .*flash"),
     (dict(model=dict(attention_kernel="blockwise", position_embedding="absolute",
                      local_attention=0, enhanced_mask_decoder=True)),
-     r"'blockwise' takes self-attention over whole rows; model.enhanced_mask_decoder"),
+     r"'blockwise' takes self-attention over whole rows; model.heads.enhanced_mask_decoder"),
 ])
 def test_bad_settings_stop_in_one_line_before_compiling(changes, message):
   config = _config()
@@ -223,7 +224,7 @@ def test_rows_shorter_than_the_window_are_taken_where_the_kernel_can(kernel):
 def test_a_kernel_that_does_not_run_on_this_backend_stops_in_one_line(monkeypatch):
   """'pallas' (Triton) on a TPU: refused by the config's validation, before tracing."""
   monkeypatch.setattr(attention_kernels, "backend", lambda: "tpu")
-  with pytest.raises(errors.ConfigError, match=r"'model.attention_kernel': 'pallas' is a "
+  with pytest.raises(errors.ConfigError, match=r"'model.attention.kernel': 'pallas' is a "
                      r"GPU \(Triton\) kernel and does not run on TPU\. Use 'auto' or "
                      r"'splash'") as error:
     config_lib.validate(_config(attention_kernel="pallas"))
@@ -231,7 +232,7 @@ def test_a_kernel_that_does_not_run_on_this_backend_stops_in_one_line(monkeypatc
   config_lib.validate(_config(attention_kernel="splash"))
 
 
-@pytest.mark.parametrize("kernel", common.ATTENTION_KERNELS)
+@pytest.mark.parametrize("kernel", attention_kernels.ATTENTION_KERNELS)
 def test_every_kernel_takes_a_window(kernel):
   """'pallas' with a local window is allowed now, as every kernel is; a window as long
   as the row too, and any window where every layer is global."""

@@ -30,7 +30,7 @@ from encoderx.data import fields as data_fields
 from encoderx.methods import base as method_lib
 from encoderx.methods import registry as method_registry
 from encoderx.hf import base, engine, families, tokenizer_files
-from encoderx.models import common
+from encoderx.models import model_config
 
 
 class ExportError(errors.UserError, ValueError):
@@ -57,7 +57,7 @@ class Exported:
 class _Run:
   config: object
   method: method_lib.Method
-  model_config: common.ModelConfig
+  model_config: model_config.ModelConfig
   params: dict  # transferable, unscanned numpy arrays, no vocabulary padding rows
 
 
@@ -73,8 +73,7 @@ def _load_run(workdir: str, step: int | None) -> _Run:
     raise ExportError(str(error).replace("--init_from", "export")) from None
   config = initialize.run_config(os.path.join(workdir, "config.json"))
   method = method_registry.build(config)
-  model_config = dataclasses.replace(method.model_config, scan_layers=False)
-  return _Run(config, method, model_config, params)
+  return _Run(config, method, method.model_config.replace(layout=dict(scan=False)), params)
 
 
 def _output_directory(output: str) -> str:
@@ -165,8 +164,8 @@ def export_hf(workdir: str, output: str, step: int | None = None,
   try:
     model.save_pretrained(staging, safe_serialization=True)
     tokenizer_files.write(vocab, fam.tokenizer_class, staging,
-                          run.model_config.max_position_embeddings
-                          - run.model_config.position_offset)
+                          run.model_config.embeddings.max_positions
+                          - run.model_config.embeddings.position_offset)
     files = sorted(os.listdir(staging))
     _publish(staging, output)
   finally:
