@@ -20,7 +20,7 @@ from encoderx.data import corpus, pipeline, preprocessors, segment_pairs, tasks
 from encoderx.data import sentencepiece_vocabulary as spm_lib
 from encoderx.data.vocabulary import VocabularyError
 from encoderx.hf import engine
-from encoderx.models import model_config
+from encoderx.models import model_config as model_config_lib
 from encoderx.models import pretraining
 from encoderx.data import resources
 
@@ -300,7 +300,7 @@ def _parameter_count(model_config) -> int:
 def test_albert_base_has_about_12m_parameters():
   config = configs.get("albert:base")
   config_lib.validate(config)
-  model_config = model_config.ModelConfig.from_config(config.model)
+  model_config = model_config_lib.ModelConfig.from_config(config.model)
   counts = {sharing: _parameter_count(model_config.replace(layout=dict(sharing=sharing)))
             for sharing in ("all", "ffn", "attention", "none")}
   print("albert_base parameters: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))

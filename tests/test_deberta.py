@@ -2,7 +2,6 @@
 enhanced mask decoder against DeBERTa's own (built from Hugging Face's layers) and on
 its own terms, log buckets, conversion both ways, Hugging Face directories, the
 SentencePiece layout against DebertaV2Tokenizer, configs and a tiny pretraining run."""
-import dataclasses
 import shutil
 import unicodedata
 
@@ -36,9 +35,12 @@ ONE_DEVICE = jax.devices()[:1]
 # DeBERTa's model fields at the reference models' sizes. Buckets of 8 (exact distances
 # up to 4, log-shrunk up to 24) so that the padded batch's 40-token rows reach far past
 # both the bucket boundary and max_relative_positions.
-MODEL = small_model(attention=dict(variant="disentangled", position_buckets=8, max_relative_positions=24), embeddings=dict(position="none", type_vocab_size=0, max_positions=64), norm=dict(eps=1e-7))
-V3_DEFAULTS = dict(position_buckets=256, max_relative_positions=512,
-                   max_position_embeddings=512)
+MODEL = small_model(
+    attention=dict(variant="disentangled", position_buckets=8, max_relative_positions=24),
+    embeddings=dict(position="none", type_vocab_size=0, max_positions=64),
+    norm=dict(eps=1e-7))
+V3_DEFAULTS = dict(attention=dict(position_buckets=256, max_relative_positions=512),
+                   embeddings=dict(max_positions=512))
 
 
 def _reference(config):
@@ -58,7 +60,8 @@ def test_log_buckets_equal_hugging_face(buckets, max_position):
   np.testing.assert_array_equal(disentangled.log_buckets(distance, buckets, max_position),
                                 theirs)
   # Each row of a 600-token input reads the table row Hugging Face's c2p gathers.
-  config = MODEL.replace(attention=dict(position_buckets=buckets, max_relative_positions=max_position))
+  config = MODEL.replace(attention=dict(position_buckets=buckets,
+                                        max_relative_positions=max_position))
   relative = modeling_deberta_v2.build_relative_position(
       torch.zeros(600, 1), torch.zeros(600, 1), buckets, max_position)
   their_rows = torch.clamp(relative + buckets, 0, 2 * buckets - 1)[0].numpy()
@@ -78,13 +81,13 @@ def test_relative_distances_restart_with_each_packed_sequence():
 # --- parity with DebertaV2ForMaskedLM ------------------------------------------------------
 @pytest.mark.parametrize("changes, lengths", [
     (dict(), (40, 31, 17, 6)),
-    (dict(share_att_key=False, scan_layers=True), (40, 31, 17, 6)),
-    (dict(relative_attention_terms=("c2p",)), (40, 31, 17, 6)),
-    (dict(share_att_key=False, relative_attention_terms=("p2c",)), (40, 31, 17, 6)),
+    (dict(attention=dict(share_att_key=False), layout=dict(scan=True)), (40, 31, 17, 6)),
+    (dict(attention=dict(relative_terms=("c2p",))), (40, 31, 17, 6)),
+    (dict(attention=dict(share_att_key=False, relative_terms=("p2c",))), (40, 31, 17, 6)),
     (V3_DEFAULTS, (160, 131, 40, 6)),  # v2/v3's buckets, rows past the 128 boundary
 ], ids=["shared", "own-projections-scanned", "c2p", "p2c", "v3-defaults-160"])
 def test_mlm_logits_match_pytorch_on_padded_batches(changes, lengths):
-  config = dataclasses.replace(MODEL, **changes)
+  config = MODEL.replace(**changes)
   torch_model = _reference(config.replace(layout=dict(scan=False)))
   model, params = flax_from_torch(config, torch_model, family=FAMILY, heads=("mlm",))
   real, batch = padded_batch(config.vocab_size, lengths=lengths, two_segments=False)
@@ -272,7 +275,8 @@ def _hf_directory(directory, config):
 def test_pretraining_starts_from_a_hugging_face_deberta_directory(tiny_config, tmp_path,
                                                                  caplog):
   directory = tmp_path / "hf"
-  source = MODEL.replace(vocab_size=8001, hidden_size=32, embeddings=dict(size=32, max_positions=128), intermediate_size=64, num_layers=2, num_heads=2)
+  source = MODEL.replace(vocab_size=8001, hidden_size=32, intermediate_size=64, num_layers=2,
+                         num_heads=2, embeddings=dict(size=32, max_positions=128))
   torch_model = _hf_directory(directory, source)
   config = tiny_config("deberta:tiny")
   config.init_from = f"hf:{directory}"
@@ -316,7 +320,7 @@ def test_the_decoders_position_table_of_released_checkpoints_is_skipped():
 ])
 def test_unsupported_deberta_configs_are_named(change, message):
   fields = engine.hf_config(MODEL, FAMILY).to_dict()
-  assert engine.model_fields(fields)[1]["attention"] == "disentangled"
+  assert engine.model_fields(fields)[1]["attention.variant"] == "disentangled"
   with pytest.raises(ValueError, match=message):
     engine.model_fields({**fields, **change})
 

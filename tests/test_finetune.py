@@ -16,7 +16,7 @@ from encoderx import checkpoint, initialize, train, trainer as trainer_lib
 from encoderx.train import progress
 from encoderx.data import labelled, resources
 from encoderx.hf import engine
-from encoderx.models import model_config
+from encoderx.models import model_config as model_config_lib
 from encoderx.models import embeddings, pretraining
 
 ONE_DEVICE = jax.devices()[:1]
@@ -285,8 +285,8 @@ def test_bad_init_from_sources_are_clear_errors(tmp_path, pretrained_run):
   config_json.write_text(config_json.read_text().replace('"num_hidden_layers": 2',
                                                          '"num_hidden_layers": 3'))
   source = initialize.open_source(f"hf:{directory}")
-  model_config = model_config.ModelConfig.from_config(
-      {**model_config.ModelConfig().__dict__, **source.model})
+  model_config = model_config_lib.ModelConfig.from_config(
+      {**model_config_lib.ModelConfig().__dict__, **source.model})
   shapes = flax.linen.unbox(jax.eval_shape(
       pretraining.PretrainingModel(model_config).init, jax.random.key(0),
       pretraining.init_batch(1, 8, 2))["params"])

@@ -7,7 +7,7 @@ import pytest
 
 from encoderx import configs
 from encoderx.hf import engine
-from encoderx.models import model_config
+from encoderx.models import model_config as model_config_lib
 
 from reference_models import (  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
     check_round_trip, flax_from_torch, mlm_logits, padded_batch, torch_outputs,
@@ -17,7 +17,7 @@ PAD = 1  # <pad> of RoBERTa vocabularies; Hugging Face numbers positions from PA
 
 # roberta_tiny's model fields (offset 2, one token type, LayerNorm eps 1e-5), smaller, and
 # a larger initializer_range so that logits are O(1-10).
-MODEL = model_config.ModelConfig.from_config(dict(
+MODEL = model_config_lib.ModelConfig.from_config(dict(
     configs.get("roberta:tiny").model, vocab_size=99, hidden_size=48, num_layers=3,
     num_heads=4, intermediate_size=80, max_position_embeddings=42, initializer_range=0.2))
 

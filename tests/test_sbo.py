@@ -12,7 +12,7 @@ from encoderx import errors
 from encoderx import config as config_lib, train, trainer as trainer_lib
 from encoderx import configs
 from encoderx.data import tasks
-from encoderx.models import model_config
+from encoderx.models import model_config as model_config_lib
 from encoderx.models import embeddings as embeddings_lib, encoder, heads, pretraining
 from encoderx.objectives import mlm
 from encoderx.tools import batch_inspector
@@ -34,7 +34,7 @@ def _span_config(tiny_config, **mlm_fields):
 
 class _HeadWithEmbeddings(nn.Module):
   """SboHead alone, with the token embedding it scores against."""
-  config: model_config.ModelConfig
+  config: model_config_lib.ModelConfig
 
   @nn.compact
   def __call__(self, hidden, left, right, offsets):
@@ -44,7 +44,7 @@ class _HeadWithEmbeddings(nn.Module):
 
 
 def test_sbo_head_reads_only_the_boundaries_and_the_offset(tiny_config):
-  model_config = model_config.ModelConfig.from_config(tiny_config().model, vocab_size=300)
+  model_config = model_config_lib.ModelConfig.from_config(tiny_config().model, vocab_size=300)
   head = _HeadWithEmbeddings(model_config)
   hidden = jax.random.normal(jax.random.key(0), (2, 16, model_config.hidden_size))
   # Row 0: a unit at tokens 5..8 (boundaries 4 and 9), its four tokens at offsets 0..3.

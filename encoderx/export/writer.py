@@ -30,7 +30,7 @@ from encoderx.data import fields as data_fields
 from encoderx.methods import base as method_lib
 from encoderx.methods import registry as method_registry
 from encoderx.hf import base, engine, families, tokenizer_files
-from encoderx.models import model_config
+from encoderx.models import model_config as model_config_lib
 
 
 class ExportError(errors.UserError, ValueError):
@@ -57,7 +57,7 @@ class Exported:
 class _Run:
   config: object
   method: method_lib.Method
-  model_config: model_config.ModelConfig
+  model_config: model_config_lib.ModelConfig
   params: dict  # transferable, unscanned numpy arrays, no vocabulary padding rows
 
 

@@ -180,10 +180,12 @@ def config_section() -> ml_collections.ConfigDict:
 
 
 def validate(model) -> None:
-  """Checks config.model: its own fields here, each group's beside the group (which
-  also checks how it combines with the others); raises errors.ConfigError."""
-  errors.check_positive(model, "hidden_size", "num_layers", "num_heads",
-                        "intermediate_size")
+  """Checks config.model (or a ModelConfig): its own fields here, each group's beside
+  the group (which also checks how it combines with the others); raises
+  errors.ConfigError."""
+  for field in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
+    if getattr(model, field) <= 0:
+      errors.fail(f"model.{field}", f"must be positive, got {getattr(model, field)}.")
   if model.hidden_size % model.num_heads:
     errors.fail("model.hidden_size", f"{model.hidden_size} is not divisible by "
                 f"model.num_heads={model.num_heads}.")

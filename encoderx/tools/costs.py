@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from encoderx.data import tasks
-from encoderx.models import model_config
+from encoderx.models import model_config as model_config_lib
 from encoderx.models import contraction, pretraining
 from encoderx.tools import bench_models, train_steps
 from encoderx.tools.timing import (StepTiming, WARMUP_STEPS, describe_timing,
@@ -22,7 +22,7 @@ ATTENTION_LENGTHS = (128, 512)
 
 
 # --- attention cost ---------------------------------------------------------------------
-def attention_variants(model: model_config.ModelConfig) -> dict[str, model_config.ModelConfig]:
+def attention_variants(model: model_config_lib.ModelConfig) -> dict[str, model_config_lib.ModelConfig]:
   """BERT's attention (absolute positions) and DeBERTa v2/v3's disentangled attention
   (relative positions only), otherwise the same model."""
   longest = max(ATTENTION_LENGTHS)
@@ -38,7 +38,7 @@ def attention_variants(model: model_config.ModelConfig) -> dict[str, model_confi
           heads=dict(enhanced_mask_decoder=False))}
 
 
-def bench_encoder(model_config: model_config.ModelConfig, batch_size: int, length: int,
+def bench_encoder(model_config: model_config_lib.ModelConfig, batch_size: int, length: int,
                   steps: int) -> StepTiming:
   """The jitted gradient of the encoder's mean squared output: [batch, length] rows of
   random tokens, one sequence each, dropout on."""
@@ -76,7 +76,7 @@ def attention_cost(args) -> list[dict]:
   rows = []
   for model_name in args.models:
     config = bench_models.build_config(model_name, args.batch_size)
-    model_config = model_config.ModelConfig.from_config(
+    model_config = model_config_lib.ModelConfig.from_config(
         config.model, tasks.build_vocabulary(config.data.vocab).vocab_size)
     for length in ATTENTION_LENGTHS:
       timings = {name: bench_encoder(variant, args.batch_size, length, args.steps)
