@@ -286,7 +286,7 @@ def test_bad_init_from_sources_are_clear_errors(tmp_path, pretrained_run):
                                                          '"num_hidden_layers": 3'))
   source = initialize.open_source(f"hf:{directory}")
   model_config = model_config_lib.ModelConfig.from_config(
-      {**model_config_lib.ModelConfig().__dict__, **source.model})
+      model_config_lib.nested(source.model))
   shapes = flax.linen.unbox(jax.eval_shape(
       pretraining.PretrainingModel(model_config).init, jax.random.key(0),
       pretraining.init_batch(1, 8, 2))["params"])

@@ -215,7 +215,7 @@ def test_kernels_compile_to_gpu_code_that_fits_an_h100():
 def test_config_refuses_the_kernel_for_other_attentions(tiny_config):
   config = tiny_config("deberta:tiny")
   config.model.attention.kernel = "pallas"
-  with pytest.raises(errors.ConfigError, match="attention_kernel"):
+  with pytest.raises(errors.ConfigError, match="attention.kernel"):
     config_lib.validate(config)
   config.model.attention.kernel = "triton"
   with pytest.raises(errors.ConfigError, match="'auto', 'xla', 'pallas'"):

@@ -73,13 +73,15 @@ def test_overlong_sentences_are_split_not_dropped():
 
 # DeBERTa: relative distances (restarting in each sequence, as positions do) and absolute
 # positions only in the enhanced mask decoder.
-DEBERTA = dict(attention="disentangled", position_embedding="none",
-               enhanced_mask_decoder=True, position_buckets=8, max_relative_positions=16)
+DEBERTA = dict(attention=dict(variant="disentangled", position_buckets=8,
+                              max_relative_positions=16),
+               embeddings=dict(position="none"), heads=dict(enhanced_mask_decoder=True))
 
 
 @pytest.mark.parametrize("family", [{}, DEBERTA], ids=["bert", "deberta"])
 def test_packed_rows_compute_what_their_documents_compute_alone(family):
-  config = small_model(vocab_size=120, hidden_size=32, embeddings=dict(size=32, max_positions=64), num_layers=2, intermediate_size=64, **family)
+  config = small_model(vocab_size=120, hidden_size=32, num_layers=2, intermediate_size=64,
+                       embeddings=dict(size=32, max_positions=64)).replace(**family)
   model = pretraining.PretrainingModel(config, heads=("mlm",))
   rng = np.random.default_rng(1)
   lengths = [7, 12, 5, 19]  # four sequences packed into one row of 48

@@ -36,15 +36,15 @@ def test_positions_plus_offset_must_fit_the_table():
   config = configs.get("roberta:base")
   config.model.embeddings.max_positions = 512
   with pytest.raises(errors.ConfigError,
-                     match=r"data\.seq_length.*512 \+ model\.position_offset=2 exceeds "
-                           r"model\.max_position_embeddings=512"):
+                     match=r"data\.seq_length.*512 \+ model\.embeddings\.position_offset=2 "
+                           r"exceeds model\.embeddings\.max_positions=512"):
     config_lib.validate(config)
   config.model.embeddings.position_offset = -1
-  with pytest.raises(errors.ConfigError, match=r"model\.position_offset"):
+  with pytest.raises(errors.ConfigError, match=r"model\.embeddings\.position_offset"):
     config_lib.validate(config)
   pairs = configs.get("roberta:tiny")  # one token type cannot embed segment B
   pairs.data.builder, pairs.objective.names = "sentence_pairs", ("mlm", "nsp")
-  with pytest.raises(errors.ConfigError, match=r"model\.type_vocab_size"):
+  with pytest.raises(errors.ConfigError, match=r"model\.embeddings\.type_vocab_size"):
     config_lib.validate(pairs)
 
 

@@ -17,9 +17,11 @@ PAD = 1  # <pad> of RoBERTa vocabularies; Hugging Face numbers positions from PA
 
 # roberta_tiny's model fields (offset 2, one token type, LayerNorm eps 1e-5), smaller, and
 # a larger initializer_range so that logits are O(1-10).
-MODEL = model_config_lib.ModelConfig.from_config(dict(
-    configs.get("roberta:tiny").model, vocab_size=99, hidden_size=48, num_layers=3,
-    num_heads=4, intermediate_size=80, max_position_embeddings=42, initializer_range=0.2))
+_FIELDS = configs.get("roberta:tiny").model
+_FIELDS.update(dict(vocab_size=99, hidden_size=48, num_layers=3, num_heads=4,
+                    intermediate_size=80, embeddings=dict(max_positions=42),
+                    init=dict(range=0.2)))
+MODEL = model_config_lib.ModelConfig.from_config(_FIELDS)
 
 
 @pytest.fixture(scope="module")

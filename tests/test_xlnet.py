@@ -464,10 +464,11 @@ def test_stop_and_resume_equals_running_straight_and_the_tiny_xlnet_learns(tmp_p
 
 # --- configs ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("change,message", [
-    (lambda c: setattr(c.model, "attention", "standard"), "xlnet needs 'two_stream_relative'"),
+    (lambda c: setattr(c.model.attention, "variant", "standard"),
+     "xlnet needs 'two_stream_relative'"),
     (lambda c: setattr(c.objective.plm, "reuse_len", 61), "leaves no room"),
     (lambda c: setattr(c.train, "batch_size", 7), "must be even"),
-    (lambda c: setattr(c.model, "type_vocab_size", 2), "3 token types"),
+    (lambda c: setattr(c.model.embeddings, "type_vocab_size", 2), "3 token types"),
     (lambda c: setattr(c.train, "long_fraction", 0.1), "one length"),
 ])
 def test_bad_xlnet_settings_fail_with_the_field(change, message):
