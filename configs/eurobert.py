@@ -36,7 +36,8 @@ def eurobert_choices(config):
   """What makes a config EuroBERT: its model fields, vocabulary and MLM."""
   model = config.model
   model.family = "eurobert"
-  model.update(model_config.nested(hf_eurobert.MODEL))  # rotary, pre-norm RMSNorm, SwiGLU, no token types
+  # Rotary, pre-norm RMSNorm, SwiGLU, no token types.
+  model.update(model_config.nested(hf_eurobert.MODEL))
   model.hidden_act = "silu"
   model.attention.bias = model.feed_forward.bias = model.heads.decoder_bias = False
   model.heads.tie_word_embeddings = False

@@ -67,14 +67,16 @@ def modernbert_choices(config):
   """What makes a config ModernBERT: its model fields, vocabulary and MLM."""
   model = config.model
   model.family = "modernbert"
-  model.update(model_config.nested(hf_modernbert.MODEL))  # rotary, pre-norm LayerNorm, GeGLU, no token types
+  # Rotary, pre-norm LayerNorm, GeGLU, no token types.
+  model.update(model_config.nested(hf_modernbert.MODEL))
   model.hidden_act = model.heads.pooler_act = "gelu"
   model.attention.bias = model.feed_forward.bias = model.norm.bias = False
   model.heads.classifier_bias = False
   model.heads.decoder_bias = True
   model.heads.tie_word_embeddings = True
   model.norm.eps = 1e-5
-  model.embeddings.rope_theta, model.embeddings.local_rope_theta = 10_000.0, 0.0  # 0: the global theta
+  model.embeddings.rope_theta = 10_000.0
+  model.embeddings.local_rope_theta = 0.0  # 0: the global theta
   model.attention.window = 128
   model.attention.global_every = 3
   model.init.scheme = "megatron"

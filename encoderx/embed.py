@@ -60,7 +60,8 @@ class Embedder:
               "vocab_multiple": 1, "attention.kernel": "auto"}
     self.model_config = model_config.ModelConfig.from_config(model_config.nested(fields),
                                                              self.vocabulary.vocab_size)
-    limit = self.model_config.embeddings.max_positions - self.model_config.embeddings.position_offset
+    positions = self.model_config.embeddings
+    limit = positions.max_positions - positions.position_offset
     self.max_length = min(max_length, limit)
     self.batch_size = batch_size
     self.normalize = normalize

@@ -34,7 +34,8 @@ def encoder(config: model_config.ModelConfig, hf: str) -> list[base.Rule]:
     encoder_rules += [(f"{hf}encoder.rel_embeddings.weight",
                        f"{relative}/relative_embeddings", rules.COPY)] + rules.layer_norm(
                            f"{hf}encoder.LayerNorm", f"{relative}/layer_norm")
-  own_projections = [] if config.attention.share_att_key or config.attention.variant != "disentangled" else [
+  own_projections = [] if (config.attention.share_att_key
+                           or config.attention.variant != "disentangled") else [
       (name, projection) for term, name, projection in (
           ("c2p", "pos_key_proj", "position_key"), ("p2c", "pos_query_proj", "position_query"))
       if term in config.attention.relative_terms]
@@ -57,7 +58,8 @@ def _check(config: model_config.ModelConfig) -> None:
   if config.layout.sharing != "none":
     raise base.ConversionError(f"model.layout.sharing={config.layout.sharing!r} has no "
                                "Hugging Face DeBERTa equivalent (its layers are distinct).")
-  if config.attention.variant not in ("disentangled", "standard") or config.embeddings.position_offset:
+  if (config.attention.variant not in ("disentangled", "standard")
+      or config.embeddings.position_offset):
     raise base.ConversionError(
         f"model.attention.variant={config.attention.variant!r} / position_offset="
         f"{config.embeddings.position_offset}: Hugging Face DeBERTa has "

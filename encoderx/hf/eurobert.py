@@ -117,7 +117,8 @@ def check(config: model_config.ModelConfig) -> None:
                              "Hugging Face EuroBERT has no embedding projection.")
   if config.heads.decoder_bias != config.feed_forward.bias:
     raise base.ConversionError(f"model.heads.decoder_bias={config.heads.decoder_bias} != mlp_bias="
-                             f"{config.feed_forward.bias}: Hugging Face EuroBERT's lm_head has a bias "
+                             f"{config.feed_forward.bias}: Hugging Face EuroBERT's lm_head has "
+                             "a bias "
                              "exactly when its feed-forward has (mlp_bias).")
 
 
@@ -125,7 +126,8 @@ def hf_fields(config: model_config.ModelConfig) -> dict:
   """EuroBertConfig's fields beyond FIELD_NAMES; the special token ids are the
   vocabulary's (left unset)."""
   return dict(num_key_value_heads=config.kv_heads, head_dim=config.head_dim,
-              rope_parameters={"rope_type": "default", "rope_theta": float(config.embeddings.rope_theta)},
+              rope_parameters={"rope_type": "default",
+                               "rope_theta": float(config.embeddings.rope_theta)},
               classifier_pooling={v: k for k, v in POOLINGS.items()}[config.heads.pooling],
               pad_token_id=None, bos_token_id=None, eos_token_id=None)
 

@@ -78,7 +78,8 @@ def encoder(config: model_config.ModelConfig, prefix: str) -> list[base.Rule]:
   """The token embedding and its norm, the layers (Wqkv fused: query, key, value rows;
   Wi fused: the activated `intermediate` rows, then the `linear` ones), the final
   norm. Weights under `prefix` ('model.' or '')."""
-  norm_bias, attention_bias, mlp_bias = config.norm.bias, config.attention.bias, config.feed_forward.bias
+  norm_bias, attention_bias = config.norm.bias, config.attention.bias
+  mlp_bias = config.feed_forward.bias
   embeddings = "encoder_model/embeddings"
   rules = [(f"{prefix}embeddings.tok_embeddings.weight",
             f"{embeddings}/word_embeddings/embedding", hf_rules.COPY)]
@@ -119,7 +120,8 @@ def _task(classifier: str):
   """A task class's rules: its ModernBertPredictionHead (our pooler) and `classifier`
   (our `classifier`, or the QA head's `qa_outputs`)."""
   return lambda config: (
-      hf_rules.dense("head.dense", "encoder_model/pooler/dense", use_bias=config.heads.classifier_bias)
+      hf_rules.dense("head.dense", "encoder_model/pooler/dense",
+                     use_bias=config.heads.classifier_bias)
       + hf_rules.layer_norm("head.norm", "encoder_model/pooler/layer_norm", config.norm.bias)
       + hf_rules.dense("classifier", classifier))
 
@@ -163,7 +165,8 @@ def hf_fields(config: model_config.ModelConfig) -> dict:
   layer_types = [GLOBAL if config.is_global_layer(i) else LOCAL
                  for i in range(config.num_layers)]
   rope = {kind: {"rope_type": "default", "rope_theta": float(theta)} for kind, theta in (
-      (GLOBAL, config.embeddings.rope_theta), (LOCAL, config.embeddings.local_rope_theta or config.embeddings.rope_theta))}
+      (GLOBAL, config.embeddings.rope_theta),
+      (LOCAL, config.embeddings.local_rope_theta or config.embeddings.rope_theta))}
   return dict(layer_types=layer_types, rope_parameters=rope,
               global_attn_every_n_layers=config.attention.global_every,
               classifier_pooling={v: k for k, v in POOLINGS.items()}[

@@ -9,8 +9,8 @@ from encoderx.models import model_config
 def _check(config: model_config.ModelConfig) -> None:
   if config.embeddings.position_offset < 1:
     raise base.ConversionError("Hugging Face RoBERTa numbers positions from pad_token_id "
-                               "+ 1; model.embeddings.position_offset must be at least 1 (RoBERTa's "
-                               "is 2).")
+                               "+ 1; model.embeddings.position_offset must be at least 1 "
+                               "(RoBERTa's is 2).")
   rules.refuse_unless_plain(config, "RoBERTa", offset=config.embeddings.position_offset)
 
 
@@ -33,8 +33,8 @@ FAMILY = base.Family(
         "base": base.Head("RobertaModel", base_prefix=False),
     },
     # Positions start after the padding id: pad_token_id is position_offset - 1.
-    hf_fields=lambda config: dict(pad_token_id=config.embeddings.position_offset - 1, bos_token_id=0,
-                                  eos_token_id=2),
+    hf_fields=lambda config: dict(pad_token_id=config.embeddings.position_offset - 1,
+                                  bos_token_id=0, eos_token_id=2),
     model_fields=lambda hf_config: {
         "embeddings.position_offset": int(hf_config.get("pad_token_id", 1)) + 1},
     check=_check)

@@ -74,7 +74,8 @@ def distance_rows(config: model_config.ModelConfig, length: int) -> np.ndarray:
   length-1 (bucketed, shifted by span, clipped into the table)."""
   distance = np.arange(-(length - 1), length, dtype=np.int32)
   if config.attention.position_buckets > 0:
-    distance = log_buckets(distance, config.attention.position_buckets, config.attention.max_relative_positions)
+    distance = log_buckets(distance, config.attention.position_buckets,
+                           config.attention.max_relative_positions)
   width = span(config)
   return np.clip(distance + width, 0, 2 * width - 1).astype(np.int32)
 

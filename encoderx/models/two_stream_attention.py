@@ -112,8 +112,9 @@ def relative_encodings(config: model_config.ModelConfig, length: int, key_length
   +-clamp_len when that is positive; the backward direction negates them."""
   distances = jnp.arange(key_length, -length, -1, dtype=jnp.float32)
   directions = [distances, -distances] if both_directions else [distances]
-  if config.attention.clamp_len > 0:
-    directions = [jnp.clip(d, -config.attention.clamp_len, config.attention.clamp_len) for d in directions]
+  clamp = config.attention.clamp_len
+  if clamp > 0:
+    directions = [jnp.clip(d, -clamp, clamp) for d in directions]
   return jnp.stack([sinusoid_encodings(d, config.hidden_size) for d in directions])
 
 

@@ -224,7 +224,8 @@ def parse_args(argv=None):
     parser.error(f"--lengths: comma-separated integers, got {args.lengths!r}")
   args.attention_kernels = [k.strip() for k in args.attention_kernels.split(",")]
   if set(args.attention_kernels) - set(attention_kernels.ATTENTION_KERNELS):
-    parser.error(f"--attention_kernels: among {', '.join(attention_kernels.ATTENTION_KERNELS)}, got "
+    parser.error(f"--attention_kernels: among "
+                 f"{', '.join(attention_kernels.ATTENTION_KERNELS)}, got "
                  f"{','.join(args.attention_kernels)}")
   if (args.steps < 1 or args.batch_size < 1 or args.train_loop_steps < 0
       or args.finetune_end_to_end_steps < 0 or min(args.lengths) < 8):

@@ -22,7 +22,8 @@ ATTENTION_LENGTHS = (128, 512)
 
 
 # --- attention cost ---------------------------------------------------------------------
-def attention_variants(model: model_config_lib.ModelConfig) -> dict[str, model_config_lib.ModelConfig]:
+def attention_variants(model: model_config_lib.ModelConfig
+                       ) -> dict[str, model_config_lib.ModelConfig]:
   """BERT's attention (absolute positions) and DeBERTa v2/v3's disentangled attention
   (relative positions only), otherwise the same model."""
   longest = max(ATTENTION_LENGTHS)
