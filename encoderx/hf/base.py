@@ -60,7 +60,8 @@ class Head:
     return self.tied(config) if callable(self.tied) else self.tied
 
 
-# encoderx model field -> the name of the same field in Hugging Face configs.
+# encoderx model field, by path (ModelConfig.field: "norm.eps") -> the name of the same field
+# in Hugging Face configs.
 HF_FIELD_NAMES = {
     "vocab_size": "vocab_size",
     "hidden_size": "hidden_size",
@@ -87,7 +88,7 @@ class Family:
   `heads`: the classes by head name, most complete first ('pretraining', 'mlm',
   'sequence_classification', 'base'; the 'downstream' heads add 'token_classification'
   and 'question_answering').
-  `field_names`: encoderx model field -> config.json field (HF_FIELD_NAMES, the
+  `field_names`: encoderx model field by path -> config.json field (HF_FIELD_NAMES, the
   BERT-like names, unless the family names them its own way). `hf_fields(config)` /
   `model_fields(hf_config)`: the family's own config.json fields beyond those, both ways.
   `check(config)`: raises ConversionError for

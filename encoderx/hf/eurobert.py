@@ -22,7 +22,7 @@ from encoderx.hf import base
 from encoderx.hf import rules as hf_rules
 from encoderx.models import model_config
 
-# encoderx model field -> EuroBertConfig field.
+# encoderx model field (by path) -> EuroBertConfig field.
 FIELD_NAMES = {
     "vocab_size": "vocab_size",
     "hidden_size": "hidden_size",

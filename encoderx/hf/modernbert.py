@@ -24,7 +24,7 @@ from encoderx.hf import base
 from encoderx.hf import rules as hf_rules
 from encoderx.models import model_config
 
-# encoderx model field -> ModernBertConfig field.
+# encoderx model field (by path) -> ModernBertConfig field.
 FIELD_NAMES = {
     "vocab_size": "vocab_size",
     "hidden_size": "hidden_size",
