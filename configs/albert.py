@@ -25,7 +25,7 @@ def albert_choices(config):
   """What makes a config ALBERT: shared layers, gelu_new, SentencePiece, n-gram MLM +
   SOP, LAMB."""
   config.model.family = "albert"
-  config.model.layer_sharing = "all"
+  config.model.layout.sharing = "all"
   config.model.hidden_act = "gelu_new"
   config.data.vocab.kind = "sentencepiece"
   config.data.vocab.path = resources.BUNDLED_SENTENCEPIECE_VOCAB
@@ -41,21 +41,21 @@ def get_config(arg: str = "tiny"):
   config = albert_choices(common.default_config())
   if variant == "tiny":
     common.bundled_demo(common.tiny_sizes(config))
-    config.model.embedding_size = 64
+    config.model.embeddings.size = 64
     config.model.num_layers = 4
     config.objective.mlm.max_predictions = 24  # 15% of 128 plus room for the last n-gram
     config.optimizer.learning_rate = 2e-2
     return config
   config.model.vocab_size = 30000
   config.model.vocab_multiple = 128  # 30,080 rows: splits over a tensor axis
-  config.model.embedding_size = 128
+  config.model.embeddings.size = 128
   config.model.hidden_size = 768
   config.model.num_layers = 12
   config.model.num_heads = 12
   config.model.intermediate_size = 3072
-  config.model.max_position_embeddings = 512
+  config.model.embeddings.max_positions = 512
   config.model.hidden_dropout = 0.0
-  config.model.attention_dropout = 0.0
+  config.model.attention.dropout = 0.0
   config.model.dtype = "bfloat16"
   config.data.seq_length = 512
   config.data.short_seq_prob = 0.1

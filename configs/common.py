@@ -53,8 +53,8 @@ def large_sizes(config):
   config.model.num_layers = 24
   config.model.num_heads = 16
   config.model.intermediate_size = 4096
-  config.model.scan_layers = True
-  config.model.remat = True
+  config.model.layout.scan = True
+  config.model.layout.remat = True
   return config
 
 
@@ -62,7 +62,7 @@ def bundled_demo(config):
   """The bundled Austen text at length 128 and the demo's schedule: 1,000 steps of
   32 x 128 tokens (AdamW at 2e-3 after 100 warmup steps, beta2 0.98), held-out chapters
   evaluated at the end in batches of as many tokens (eval.batch_size=0)."""
-  config.model.max_position_embeddings = 128
+  config.model.embeddings.max_positions = 128
   config.data.files = resources.BUNDLED_CORPUS
   config.data.document_marker = AUSTEN_CHAPTERS
   config.data.seq_length = 128

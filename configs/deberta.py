@@ -42,11 +42,11 @@ VARIANTS = ("tiny", "base", "v3_tiny", "v3_base")
 def deberta_choices(config):
   """What makes a config DeBERTa (v2): its attention, positions, vocabulary and MLM."""
   config.model.family = "deberta-v2"
-  config.model.attention = "disentangled"
-  config.model.position_embedding = "none"
-  config.model.enhanced_mask_decoder = True
-  config.model.type_vocab_size = 0
-  config.model.layer_norm_eps = 1e-7
+  config.model.attention.variant = "disentangled"
+  config.model.embeddings.position = "none"
+  config.model.heads.enhanced_mask_decoder = True
+  config.model.embeddings.type_vocab_size = 0
+  config.model.norm.eps = 1e-7
   config.data.vocab.kind = "sentencepiece"
   config.data.vocab.layout = "deberta"
   config.data.vocab.path = resources.BUNDLED_DEBERTA_SENTENCEPIECE_VOCAB
@@ -75,8 +75,8 @@ def get_config(arg: str = "tiny"):
   size = variant.removeprefix("v3_")
   if size == "tiny":
     config = deberta_choices(bert.get_config("tiny"))
-    config.model.position_buckets = 64
-    config.model.max_relative_positions = 128
+    config.model.attention.position_buckets = 64
+    config.model.attention.max_relative_positions = 128
     config.objective.mlm.max_predictions = 24  # 15% of 128 plus room for the last n-gram
   else:
     config = deberta_choices(common.default_config())
@@ -86,11 +86,11 @@ def get_config(arg: str = "tiny"):
     config.model.num_layers = 12
     config.model.num_heads = 12
     config.model.intermediate_size = 3072
-    config.model.max_position_embeddings = 512
-    config.model.relative_attention_terms = ("c2p", "p2c")
-    config.model.position_buckets = 256
-    config.model.max_relative_positions = 512
-    config.model.share_att_key = True
+    config.model.embeddings.max_positions = 512
+    config.model.attention.relative_terms = ("c2p", "p2c")
+    config.model.attention.position_buckets = 256
+    config.model.attention.max_relative_positions = 512
+    config.model.attention.share_att_key = True
     config.model.dtype = "bfloat16"
     config.data.seq_length = 512
     config.objective.mlm.max_predictions = 80

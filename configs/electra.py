@@ -53,17 +53,17 @@ def get_config(arg: str = "tiny"):
   variant, _ = common.parse_arg(arg, VARIANTS)
   config = use_electra(common.default_config(), generator_width=0.25)
   config.model.family = "electra"
-  config.model.pooler_act = "gelu"  # a classifier's head, as ELECTRA fine-tunes
+  config.model.heads.pooler_act = "gelu"  # a classifier's head, as ELECTRA fine-tunes
   if variant == "tiny":
     return common.bundled_demo(common.tiny_sizes(config))
   config.model.vocab_size = 30522
   config.model.vocab_multiple = 128  # 30,592 rows: splits over a tensor axis
-  config.model.embedding_size = 128
+  config.model.embeddings.size = 128
   config.model.hidden_size = 256
   config.model.num_layers = 12
   config.model.num_heads = 4
   config.model.intermediate_size = 1024
-  config.model.max_position_embeddings = 512
+  config.model.embeddings.max_positions = 512
   config.data.seq_length = 128
   config.objective.mlm.max_predictions = 19
   config.optimizer.learning_rate = 5e-4
@@ -74,7 +74,7 @@ def get_config(arg: str = "tiny"):
   config.train.batch_size = 128
   if variant == "base":
     config.rtd.generator_width = 1 / 3
-    config.model.embedding_size = 768
+    config.model.embeddings.size = 768
     config.model.hidden_size = 768
     config.model.num_heads = 12
     config.model.intermediate_size = 3072

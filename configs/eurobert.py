@@ -1,6 +1,6 @@
 """EuroBERT (Boizard et al., 2025, "EuroBERT: Scaling Multilingual Encoders for European
 Languages"): a Llama-style encoder, pre-norm RMSNorm (eps 1e-5) without an embedding
-norm, grouped-query attention (model.num_kv_heads), a SwiGLU feed-forward, rotary
+norm, grouped-query attention (model.attention.num_kv_heads), a SwiGLU feed-forward, rotary
 positions with theta 250,000, no biases, an MLM head scoring with a table of its own
 (untied, no transform); byte-level BPE with Llama 3's special tokens
 (<|begin_of_text|> A <|end_of_text|>, <|mask|>); MLM only on rows packed with whole
@@ -27,6 +27,7 @@ tiny  2 layers, 128 hidden, 2 query heads sharing 1 key-value head, SwiGLU of 51
 from encoderx.configs import common
 from encoderx.data import resources
 from encoderx.hf import eurobert as hf_eurobert
+from encoderx.models import model_config
 
 VARIANTS = ("tiny", "210m")
 
@@ -35,16 +36,17 @@ def eurobert_choices(config):
   """What makes a config EuroBERT: its model fields, vocabulary and MLM."""
   model = config.model
   model.family = "eurobert"
-  model.update(hf_eurobert.MODEL)  # rotary, pre-norm RMSNorm, SwiGLU, no token types
+  # Rotary, pre-norm RMSNorm, SwiGLU, no token types.
+  model.update(model_config.nested(hf_eurobert.MODEL))
   model.hidden_act = "silu"
-  model.attention_bias = model.mlp_bias = model.decoder_bias = False
-  model.tie_word_embeddings = False
-  model.layer_norm_eps = 1e-5
-  model.rope_theta = 250_000.0
-  model.classifier_pooling = "late"  # EuroBertConfig's default
-  model.initializer = "bert"
-  model.initializer_cutoff = 0.0  # EuroBertPreTrainedModel: normal(0, 0.02), untruncated
-  model.hidden_dropout = model.attention_dropout = 0.0
+  model.attention.bias = model.feed_forward.bias = model.heads.decoder_bias = False
+  model.heads.tie_word_embeddings = False
+  model.norm.eps = 1e-5
+  model.embeddings.rope_theta = 250_000.0
+  model.heads.pooling = "late"  # EuroBertConfig's default
+  model.init.scheme = "bert"
+  model.init.cutoff = 0.0  # EuroBertPreTrainedModel: normal(0, 0.02), untruncated
+  model.hidden_dropout = model.attention.dropout = 0.0
   config.data.vocab.kind = "byte_bpe"
   config.data.vocab.layout = "eurobert"
   config.data.vocab.path = resources.BUNDLED_EUROBERT_BPE_VOCAB
@@ -66,18 +68,18 @@ def get_config(arg: str = "tiny"):
   model = config.model
   if variant == "tiny":
     common.bundled_demo(common.tiny_sizes(config))
-    model.num_kv_heads = 1  # grouped-query attention: 2 query heads per key-value head
-    model.max_position_embeddings = 128
+    model.attention.num_kv_heads = 1  # grouped-query attention: 2 query heads per key-value head
+    model.embeddings.max_positions = 128
     config.objective.mlm.max_predictions = 68  # 50% of 128 is 64
     config.optimizer.b2 = 0.95
     return config
   model.num_layers, model.hidden_size, model.num_heads, model.intermediate_size = (
       12, 768, 12, 3072)
-  model.num_kv_heads = 12
+  model.attention.num_kv_heads = 12
   model.vocab_size = 128256
-  model.max_position_embeddings = 8192
+  model.embeddings.max_positions = 8192
   model.dtype = "bfloat16"
-  model.scan_layers = True
+  model.layout.scan = True
   config.data.seq_length = 2048
   config.objective.mlm.max_predictions = 1040  # 50% of 2,048 is 1,024
   config.train.batch_size = 4608

@@ -53,6 +53,7 @@ ELECTRA over ModernBERT:
 from encoderx.configs import common, deberta
 from encoderx.data import resources
 from encoderx.hf import modernbert as hf_modernbert
+from encoderx.models import model_config
 
 PHASES = ("", "context_extension", "decay")
 VARIANTS = (tuple(size + (f"_{phase}" if phase else "") for size in ("tiny", "base")
@@ -66,19 +67,21 @@ def modernbert_choices(config):
   """What makes a config ModernBERT: its model fields, vocabulary and MLM."""
   model = config.model
   model.family = "modernbert"
-  model.update(hf_modernbert.MODEL)  # rotary, pre-norm LayerNorm, GeGLU, no token types
-  model.hidden_act = model.pooler_act = "gelu"
-  model.attention_bias = model.mlp_bias = model.norm_bias = False
-  model.classifier_bias = False
-  model.decoder_bias = True
-  model.tie_word_embeddings = True
-  model.layer_norm_eps = 1e-5
-  model.rope_theta, model.local_rope_theta = 10_000.0, 0.0  # 0: the global theta
-  model.local_attention = 128
-  model.global_attention_every = 3
-  model.initializer = "megatron"
-  model.initializer_cutoff = 2.0
-  model.hidden_dropout = model.attention_dropout = 0.0
+  # Rotary, pre-norm LayerNorm, GeGLU, no token types.
+  model.update(model_config.nested(hf_modernbert.MODEL))
+  model.hidden_act = model.heads.pooler_act = "gelu"
+  model.attention.bias = model.feed_forward.bias = model.norm.bias = False
+  model.heads.classifier_bias = False
+  model.heads.decoder_bias = True
+  model.heads.tie_word_embeddings = True
+  model.norm.eps = 1e-5
+  model.embeddings.rope_theta = 10_000.0
+  model.embeddings.local_rope_theta = 0.0  # 0: the global theta
+  model.attention.window = 128
+  model.attention.global_every = 3
+  model.init.scheme = "megatron"
+  model.init.cutoff = 2.0
+  model.hidden_dropout = model.attention.dropout = 0.0
   config.data.vocab.kind = "byte_bpe"
   config.data.vocab.layout = "bert"
   config.data.vocab.path = resources.BUNDLED_MODERNBERT_BPE_VOCAB
@@ -94,14 +97,14 @@ def model_size(config, size: str):
   model = config.model
   if size == "tiny":
     common.tiny_sizes(config)
-    model.local_attention = 64  # the window of 128 would see all of 128 tokens
-    model.max_position_embeddings = 128
+    model.attention.window = 64  # the window of 128 would see all of 128 tokens
+    model.embeddings.max_positions = 128
     return config
   model.num_layers, model.hidden_size, model.num_heads, model.intermediate_size = SIZES[size]
   model.vocab_size = 50368
-  model.max_position_embeddings = 8192
+  model.embeddings.max_positions = 8192
   model.dtype = "bfloat16"
-  model.scan_layers = True
+  model.layout.scan = True
   return config
 
 
@@ -146,7 +149,7 @@ def context_extension(config, size: str):
   pretrain(config, size)
   config.init_from_optimizer = True  # and a one-line error without --init_from
   config.data.seq_length = 8192
-  config.model.rope_theta, config.model.local_rope_theta = 160_000.0, 10_000.0
+  config.model.embeddings.rope_theta, config.model.embeddings.local_rope_theta = 160_000.0, 10_000.0
   config.objective.mlm.max_predictions = 2464  # 30% of 8,192 is 2,458
   config.optimizer.learning_rate = 3e-4
   config.optimizer.warmup_steps = 0  # constant: wsd without warmup or decay
@@ -157,7 +160,7 @@ def context_extension(config, size: str):
   config.eval.batch_size = 0  # 576 rows of 8,192 (phase 1's 1,024 rows would not fit)
   if size == "tiny":
     config.data.seq_length = 512
-    config.model.max_position_embeddings = 512
+    config.model.embeddings.max_positions = 512
     config.objective.mlm.max_predictions = 160  # 30% of 512 is 154
     config.optimizer.learning_rate = 1e-3
     config.train.steps = 200

@@ -36,10 +36,10 @@ def use_xlnet(config):
   """The model fields and method every XLNet shares."""
   config.method = "xlnet"
   config.model.family = "xlnet"  # Hugging Face's XLNetLMHeadModel on export
-  config.model.attention = "two_stream_relative"
-  config.model.position_embedding = "none"  # relative positions, in the attention
-  config.model.type_vocab_size = 0  # segments enter the attention only
-  config.model.embedding_layer_norm = False
+  config.model.attention.variant = "two_stream_relative"
+  config.model.embeddings.position = "none"  # relative positions, in the attention
+  config.model.embeddings.type_vocab_size = 0  # segments enter the attention only
+  config.model.embeddings.layer_norm = False
   config.data.vocab.kind = "sentencepiece"
   config.data.vocab.path = resources.BUNDLED_SENTENCEPIECE_VOCAB  # replace with a 32k model
   return config

@@ -270,7 +270,8 @@ class Checkpoints:
         "directory; encoderx does not overwrite a run's checkpoints.")
 
   def _check_model(self, step: int, stored: dict, description: dict) -> None:
-    model = {k: v for k, v in stored.items() if k != TRAINING}
+    # An older checkpoint's model fields are flat (model.local_attention): migrated.
+    model = config_lib.migrate_fields({k: v for k, v in stored.items() if k != TRAINING})
     current = {k: v for k, v in _as_stored(description).items() if k != TRAINING}
     differences = _differences(model, current)
     if differences:

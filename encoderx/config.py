@@ -2,7 +2,7 @@
 
 Each section is declared by the code that reads it, and assembled here:
 
-    model               encoderx/models/common.py (ModelConfig)
+    model               encoderx/models/model_config.py (ModelConfig, its groups)
     data                encoderx/data/fields.py
     optimizer           encoderx/optim.py
     mesh                encoderx/sharding.py
@@ -32,7 +32,7 @@ from encoderx import optim, sharding
 from encoderx.data import fields as data_fields
 from encoderx.hf import families
 from encoderx.methods import registry
-from encoderx.models import attention, attention_kernels, common
+from encoderx.models import attention_kernels, model_config
 
 
 def _core_sections() -> dict[str, ml_collections.ConfigDict]:
@@ -107,7 +107,7 @@ def _schema_of(methods: tuple) -> ml_collections.ConfigDict:
   # context extension and decay phases continue the optimizer. It needs the same
   # method, model, heads, scan layout, optimizer and train.ema_decay.
   config.init_from_optimizer = False
-  config.model = common.config_section()
+  config.model = model_config.config_section()
   config.data = data_fields.config_section()
   config.optimizer = optim.config_section()
   for name, section in {**registry.config_fields(), **_core_sections()}.items():
@@ -123,10 +123,16 @@ def default_config() -> ml_collections.ConfigDict:
   return config
 
 
+def _became_group(old: str, new: str) -> bool:
+  """A field that became a group of the same name ('model.attention' ->
+  'model.attention.variant'): only its old leaf value moved, not the fields under it."""
+  return new.startswith(old + ".")
+
+
 def _moved(path: str) -> str | None:
   """The field `path` (or a field under it) became, or None."""
   for old, new in moved.MOVED["field"].items():
-    if path == old or path.startswith(old + "."):
+    if path == old or (path.startswith(old + ".") and not _became_group(old, new)):
       return new + path[len(old):]
   return None
 
@@ -143,7 +149,9 @@ def _unknown_fields(config, schema, prefix=""):
       yield f"unknown field '{name}'{hint}"
     elif isinstance(schema[key], ml_collections.ConfigDict):
       if not isinstance(config[key], ml_collections.ConfigDict):
-        yield f"field '{name}' must be a group of fields, got {config[key]!r}"
+        moved = _moved(name)
+        yield (f"field '{name}' is now '{moved}'" if moved else
+               f"field '{name}' must be a group of fields, got {config[key]!r}")
       else:
         yield from _unknown_fields(config[key], schema[key], prefix=f"{name}.")
 
@@ -168,12 +176,14 @@ def migrate_fields(values: dict) -> dict:
   """A nested dict of config values (an older run's config.json, a checkpoint's training
   description) with the fields that moved (moved.MOVED) at their new paths."""
   values = copy.deepcopy(values)
-  for old, new in moved.MOVED["field"].items():
+  # A field that became a group moves first, so that the group's other fields find it.
+  for old, new in sorted(moved.MOVED["field"].items(), key=lambda item: not _became_group(*item)):
     *old_parents, old_name = old.split(".")
     parent = values
     for part in old_parents:
       parent = parent.get(part) if isinstance(parent, dict) else None
-    if not isinstance(parent, dict) or old_name not in parent:
+    if (not isinstance(parent, dict) or old_name not in parent
+        or isinstance(parent[old_name], dict)):  # absent, or already the new group
       continue
     value = parent.pop(old_name)
     *new_parents, new_name = new.split(".")
@@ -208,13 +218,14 @@ def _validate_run(config) -> None:
   errors.check_positive(config, "train.steps", "train.batch_size", "train.grad_accum_steps",
                         "train.log_every", "checkpoint.every_steps", "checkpoint.keep")
   longest = max(data.seq_length, train.long_seq_length if train.long_fraction else 0)
-  if ((model.position_embedding == "absolute" or model.enhanced_mask_decoder)
-      and longest + model.position_offset > model.max_position_embeddings):
-    offset = (f" + model.position_offset={model.position_offset}"
-              if model.position_offset else "")
+  positions = model.embeddings
+  if ((positions.position == "absolute" or model.heads.enhanced_mask_decoder)
+      and longest + positions.position_offset > positions.max_positions):
+    offset = (f" + model.embeddings.position_offset={positions.position_offset}"
+              if positions.position_offset else "")
     errors.fail("data.seq_length" if longest == data.seq_length else "train.long_seq_length",
-                f"{longest}{offset} exceeds model.max_position_embeddings="
-                f"{model.max_position_embeddings}.")
+                f"{longest}{offset} exceeds model.embeddings.max_positions="
+                f"{positions.max_positions}.")
   errors.check_fraction("train.long_fraction", train.long_fraction)
   lengths = {"data.seq_length": data.seq_length}
   if train.long_fraction:
@@ -273,8 +284,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if problems:
     raise errors.ConfigError("; ".join(problems))
   errors.check_choice("method", config.method, tuple(registry.REGISTRY))
-  common.validate(config.model)
-  attention.validate(config.model)
+  model_config.validate(config.model)
   errors.check_choice("model.family", config.model.family, families.names())
   data_fields.validate(config.data)
   _validate_run(config)

@@ -47,18 +47,19 @@ from encoderx import optim
 from encoderx.data import fields as data_fields
 from encoderx.methods import registry as method_registry
 from encoderx.hf import directory as hf_directory
-from encoderx.models import common, embeddings, encoder
+from encoderx.models import embeddings, encoder, model_config
 
 logger = logging.getLogger("encoderx")
 
 HF_PREFIX = "hf:"
 # Model fields a run keeps from its own config when it starts from another's weights
 # (the source's vocabulary padding is dropped and the run's added: vocab_multiple).
-RUN_MODEL_FIELDS = ("hidden_dropout", "attention_dropout", "attention_kernel", "dtype",
-                    "param_dtype", "scan_layers", "remat", "vocab_multiple")
+RUN_MODEL_FIELDS = ("hidden_dropout", "attention.dropout", "attention.kernel", "dtype",
+                    "param_dtype", "layout.scan", "layout.remat", "vocab_multiple")
 # And, for a rotary run from a rotary source, the fields no weight depends on that a
 # context extension changes (ModernBERT: 1,024 -> 8,192 tokens, global theta 10,000 -> 160,000).
-ROTARY_RUN_FIELDS = ("rope_theta", "local_rope_theta", "max_position_embeddings")
+ROTARY_RUN_FIELDS = ("embeddings.rope_theta", "embeddings.local_rope_theta",
+                     "embeddings.max_positions")
 # Parameters of the encoder proper; everything else (pooler, heads) may be new or unused.
 ENCODER_SCOPES = (("encoder_model", "embeddings"), ("encoder_model", "encoder"))
 
@@ -72,7 +73,7 @@ class InitError(errors.UserError, ValueError):
 class Source:
   """Where init_from points: its architecture, vocabulary and parameters."""
   name: str
-  model: dict  # config.model fields
+  model: dict  # config.model fields by path ('attention.window': model_config.flat)
   vocab: dict  # config.data.vocab fields
   # () -> transferable params (unscanned, without vocabulary padding rows), numpy arrays
   load_params: callable
@@ -111,9 +112,9 @@ def run_config(path: str) -> ml_collections.ConfigDict:
   return config
 
 
-def _unscanned(params, model_fields: dict):
-  if model_fields.get("scan_layers"):
-    return encoder.unstack_layers(params, model_fields["num_layers"])
+def _unscanned(params, model):
+  if model.layout.scan:
+    return encoder.unstack_layers(params, model.num_layers)
   return params
 
 
@@ -137,7 +138,7 @@ def _run_source(path: str) -> Source:
   def load_params():
     source_method = method_registry.build(config)
     _, params = run_weights(workdir, step, config, source_method)
-    params = _unscanned(source_method.transferable_params(params), dict(config.model))
+    params = _unscanned(source_method.transferable_params(params), config.model)
     return embeddings.resize_vocabulary(params, source_method.model_config.vocab_size)
 
   def load_optimizer_state(abstract_opt_state):
@@ -149,7 +150,8 @@ def _run_source(path: str) -> Source:
           f"(init_from_optimizer needs the same method, model, heads, scan layout, "
           f"optimizer and train.ema_decay): {' '.join(str(error).split())[:300]}") from None
 
-  return Source(name=workdir, model=dict(config.model), vocab=dict(config.data.vocab),
+  return Source(name=workdir, model=model_config.flat(config.model),
+                vocab=dict(config.data.vocab),
                 load_params=load_params, load_optimizer_state=load_optimizer_state)
 
 
@@ -217,11 +219,10 @@ def _hf_source(path: str) -> Source:
     raise InitError(str(error)) from None
 
   def load_params():
-    model_config = common.ModelConfig.from_config(
-        {**dataclasses.asdict(common.ModelConfig()), **fields})
+    model = model_config.ModelConfig.from_config(model_config.nested(fields))
     try:
       params, unused = hf_directory.convert(hf_directory.read_state_dict(directory),
-                                            model_config, family,
+                                            model, family,
                                             hf_directory.architecture(directory))
     except hf_directory.HfDirectoryError as error:
       raise InitError(str(error)) from None
@@ -264,13 +265,19 @@ def _with_source_fields(config, source: Source) -> ml_collections.ConfigDict:
   changed = []
   # A rotary run from a rotary source keeps its own thetas and length (a context
   # extension); another run (a fine-tuning config's) takes the source's.
-  rotary = source.model.get("position_embedding") == config.model.position_embedding == "rotary"
+  rotary = (source.model.get("embeddings.position") == config.model.embeddings.position
+            == "rotary")
   kept = RUN_MODEL_FIELDS + (ROTARY_RUN_FIELDS if rotary else ())
+  run_fields = model_config.flat(resolved.model)
   for field, value in source.model.items():
-    if field not in kept and field in resolved.model:
-      if resolved.model[field] != value:
+    if field not in kept and field in run_fields:
+      if run_fields[field] != value:
         changed.append(f"model.{field}={value!r}")
-      resolved.model[field] = value
+      *groups, name = field.split(".")
+      section = resolved.model
+      for group in groups:
+        section = section[group]
+      section[name] = value
   for field, value in source.vocab.items():
     resolved.data.vocab[field] = value
   logger.info("init_from %s: taking its encoder's fields%s and vocabulary %s",
@@ -352,11 +359,11 @@ def initial_state(trainer, init: InitSource | None = None):
     return trainer.init_state()
   fresh = jax.device_get(trainer.init_params())
   method = trainer.method
-  run_params = _unscanned(method.transferable_params(fresh), dict(config.model))
+  run_params = _unscanned(method.transferable_params(fresh), config.model)
   source_params = embeddings.resize_vocabulary(source.load_params(),
                                                method.model_config.padded_vocab_size)
   merged, report = merge(run_params, source_params)
-  if config.model.scan_layers:
+  if config.model.layout.scan:
     merged = encoder.stack_layers(merged)
   logger.info("init_from %s: %s", source.name, report.summary())
   state = trainer.init_state(method.with_transferable_params(fresh, merged))

@@ -47,7 +47,8 @@ ATOL = 1e-4
 
 @dataclasses.dataclass(frozen=True)
 class FamilyCase:
-  """One family under test. `model`: changes to reference_models.SMALL that make it a
+  """One family under test. `model`: changes to reference_models.SMALL (model fields by
+  path, 'attention.window') that make it a
   model of the family; `config`: the configs/ module whose shrunk copy (conftest's
   tiny_config) is the family's run; `refused`: model changes the family's classes cannot
   represent, and a regex of the error; `run`: model changes to the configs/ module's run
@@ -66,54 +67,60 @@ class FamilyCase:
 
 
 CASES = [
-    FamilyCase("bert", "bert", "bert:tiny", {}, {"layer_sharing": "all"},
-               r"layer_sharing='all' has no Hugging Face BERT equivalent"),
+    FamilyCase("bert", "bert", "bert:tiny", {}, {"layout.sharing": "all"},
+               r"layout.sharing='all' has no Hugging Face BERT equivalent"),
     # SpanBERT is a BERT without NSP: it exports as BertForMaskedLM, its SBO head left out.
-    FamilyCase("spanbert", "bert", "spanbert:tiny", {}, {"embedding_size": 16},
-               r"embedding_size=16 != hidden_size"),
+    FamilyCase("spanbert", "bert", "spanbert:tiny", {}, {"embeddings.size": 16},
+               r"embeddings.size=16 != hidden_size"),
     FamilyCase("roberta", "roberta", "roberta:tiny",
-               dict(position_offset=2, type_vocab_size=1, layer_norm_eps=1e-5,
-                    max_position_embeddings=42),
-               {"layer_sharing": "ffn"}, r"layer_sharing='ffn' has no Hugging Face RoBERTa"),
+               {"embeddings.position_offset": 2, "embeddings.type_vocab_size": 1,
+                "norm.eps": 1e-5, "embeddings.max_positions": 42},
+               {"layout.sharing": "ffn"}, r"layout.sharing='ffn' has no Hugging Face RoBERTa"),
     FamilyCase("albert", "albert", "albert:tiny",
-               dict(embedding_size=16, layer_sharing="all", hidden_act="gelu_new"),
-               {"layer_sharing": "attention"},
-               r"layer_sharing='attention' has no Hugging Face ALBERT equivalent"),
+               {"embeddings.size": 16, "layout.sharing": "all", "hidden_act": "gelu_new"},
+               {"layout.sharing": "attention"},
+               r"layout.sharing='attention' has no Hugging Face ALBERT equivalent"),
     # DeBERTa v2/v3 (tests/test_deberta.py's sizes): disentangled attention in log
     # buckets, no absolute positions, no token types. Hugging Face has no enhanced mask
     # decoder: the run exported is deberta_tiny without it.
     FamilyCase("deberta-v2", "deberta-v2", "deberta:tiny",
-               dict(attention="disentangled", position_embedding="none", type_vocab_size=0,
-                    layer_norm_eps=1e-7, position_buckets=8, max_relative_positions=24,
-                    max_position_embeddings=64, share_att_key=False),
-               {"embedding_size": 16}, r"embedding_size=16 != hidden_size: Hugging Face "
-               r"DeBERTa", run=dict(enhanced_mask_decoder=False)),
+               {"attention.variant": "disentangled", "embeddings.position": "none",
+                "embeddings.type_vocab_size": 0, "norm.eps": 1e-7,
+                "attention.position_buckets": 8, "attention.max_relative_positions": 24,
+                "embeddings.max_positions": 64, "attention.share_att_key": False},
+               {"embeddings.size": 16}, r"embeddings.size=16 != hidden_size: Hugging Face "
+               r"DeBERTa", run={"heads.enhanced_mask_decoder": False}),
     # ELECTRA's discriminator (the electra method's run), embeddings projected to the
     # hidden size; the generator's class (ElectraForMaskedLM) in the round trip.
-    FamilyCase("electra", "electra", "electra:tiny", dict(embedding_size=32, pooler_act="gelu"),
-               {"layer_sharing": "all"}, r"layer_sharing='all' has no Hugging Face ELECTRA",
+    FamilyCase("electra", "electra", "electra:tiny",
+               {"embeddings.size": 32, "heads.pooler_act": "gelu"},
+               {"layout.sharing": "all"}, r"layout.sharing='all' has no Hugging Face ELECTRA",
                flax_model="discriminator"),
     # XLNet: relative two-stream attention, segments in the attention only; the export
     # parity compares the content stream (the query stream's is tests/test_xlnet.py's).
     FamilyCase("xlnet", "xlnet", "xlnet:tiny",
-               dict(attention="two_stream_relative", position_embedding="none",
-                    type_vocab_size=0, embedding_layer_norm=False, max_position_embeddings=0),
-               {"layer_sharing": "all"}, r"have no Hugging Face XLNet equivalent",
+               {"attention.variant": "two_stream_relative", "embeddings.position": "none",
+                "embeddings.type_vocab_size": 0, "embeddings.layer_norm": False,
+                "embeddings.max_positions": 0},
+               {"layout.sharing": "all"}, r"have no Hugging Face XLNet equivalent",
                flax_model=None),
     # ModernBERT (tests/test_modernbert.py's model): rotary positions with a theta per
     # layer kind, a local window of 8 in every second layer, pre-norm, GeGLU, every bias on.
-    FamilyCase("modernbert", "modernbert", "modernbert:tiny", dict(
-        family="modernbert", **hf_modernbert.MODEL, pooler_act="gelu", local_attention=8,
-        global_attention_every=2, rope_theta=160_000.0, local_rope_theta=10_000.0,
-        initializer="megatron", attention_bias=True, mlp_bias=True, norm_bias=True,
-        classifier_bias=True), {"norm": "rms_norm"}, r"\{'norm': 'rms_norm'"),
+    FamilyCase("modernbert", "modernbert", "modernbert:tiny", {
+        "family": "modernbert", **hf_modernbert.MODEL, "heads.pooler_act": "gelu",
+        "attention.window": 8, "attention.global_every": 2,
+        "embeddings.rope_theta": 160_000.0, "embeddings.local_rope_theta": 10_000.0,
+        "init.scheme": "megatron", "attention.bias": True, "feed_forward.bias": True,
+        "norm.bias": True, "heads.classifier_bias": True},
+        {"norm.kind": "rms_norm"}, r"\{'norm.kind': 'rms_norm'"),
     # EuroBERT (tests/test_eurobert.py's): RMSNorm, grouped-query attention, SwiGLU, no
     # biases, an untied decoder.
-    FamilyCase("eurobert", "eurobert", "eurobert:tiny", dict(
-        family="eurobert", **hf_eurobert.MODEL, num_kv_heads=2, rope_theta=250_000.0,
-        initializer_cutoff=0.0, tie_word_embeddings=False, attention_bias=False,
-        mlp_bias=False, decoder_bias=False), {"local_attention": 8},
-        r"\{'local_attention': 8\} have no Hugging Face EuroBERT"),
+    FamilyCase("eurobert", "eurobert", "eurobert:tiny", {
+        "family": "eurobert", **hf_eurobert.MODEL, "attention.num_kv_heads": 2,
+        "embeddings.rope_theta": 250_000.0, "init.cutoff": 0.0,
+        "heads.tie_word_embeddings": False, "attention.bias": False,
+        "feed_forward.bias": False, "heads.decoder_bias": False},
+        {"attention.window": 8}, r"\{'attention.window': 8\} have no Hugging Face EuroBERT"),
 ]
 
 
@@ -127,7 +134,7 @@ def perturbed(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def check_hf_round_trip(case: FamilyCase, directory) -> None:
-  config = small_model(**case.model)
+  config = small_model().with_fields(case.model)
   fam = families.family_named(case.family)
   for head, spec in fam.heads.items():
     torch.manual_seed(1)
@@ -205,7 +212,7 @@ def check_export_parity(method, params, exported: writer.Exported, pad_id: int,
   the method's transferable ones; `flax_model`: the method's model that computes them."""
   model_config = method.model_config
   real, batch = padded_batch(model_config.vocab_size, pad_id=pad_id, two_segments=(
-      model_config.type_vocab_size > 1 or model_config.family == "xlnet"))
+      model_config.embeddings.type_vocab_size > 1 or model_config.family == "xlnet"))
   batch = {k: jnp.asarray(v) for k, v in batch.items()}
   encoder = pretraining.EncoderModel(model_config, with_pooler=False)
   hidden = np.asarray(encoder.apply({"params": {

@@ -1,5 +1,4 @@
 """Hugging Face (PyTorch) reference models and inputs for the parity tests."""
-import dataclasses
 
 import flax
 import jax
@@ -9,20 +8,22 @@ import optax
 import torch
 
 from encoderx.hf import engine
-from encoderx.models import common, pretraining
+from encoderx.models import model_config
+from encoderx.models import pretraining
 
 # Small enough to run in a second. initializer_range is larger than BERT's 0.02 so that
 # logits are O(1-10) and a 1e-4 bound means something.
-SMALL = common.ModelConfig(
+SMALL = model_config.ModelConfig().replace(
     vocab_size=99, hidden_size=48, num_layers=3, num_heads=4, intermediate_size=80,
-    embedding_size=48, hidden_act="gelu", max_position_embeddings=40, type_vocab_size=2,
-    hidden_dropout=0.1, attention_dropout=0.1, layer_norm_eps=1e-12,
-    initializer_range=0.2, layer_sharing="none", scan_layers=False, remat=False,
-    dtype="float32", param_dtype="float32")
+    hidden_act="gelu", hidden_dropout=0.1, dtype="float32", param_dtype="float32",
+    embeddings=dict(size=48, max_positions=40, type_vocab_size=2),
+    attention=dict(dropout=0.1), norm=dict(eps=1e-12), init=dict(range=0.2),
+    layout=dict(sharing="none", scan=False, remat=False))
 
 
-def small_model(**changes) -> common.ModelConfig:
-  return dataclasses.replace(SMALL, **changes)
+def small_model(**changes) -> model_config.ModelConfig:
+  """SMALL with `changes` (a group's as a dict: small_model(layout=dict(scan=True)))."""
+  return SMALL.replace(**changes)
 
 
 def perturb(model):
@@ -37,19 +38,19 @@ def perturb(model):
   return model.eval()
 
 
-def torch_reference(config: common.ModelConfig, family: str = "bert"):
+def torch_reference(config: model_config.ModelConfig, family: str = "bert"):
   """The family's PyTorch pretraining model, seeded, in eval mode, with biases and
   norms perturbed (`perturb`)."""
   torch.manual_seed(0)
   return perturb(engine.hf_pretraining_model(config, family))
 
 
-def model_config_from_hf(hf_config, **changes) -> common.ModelConfig:
+def model_config_from_hf(hf_config, **changes) -> model_config.ModelConfig:
   """The encoderx ModelConfig of a transformers config (engine.model_fields, as --init_from
   reads a config.json), with `changes`."""
   _, fields = engine.model_fields(hf_config.to_dict())
-  config = dataclasses.replace(common.ModelConfig(), **fields)
-  return dataclasses.replace(config, embedding_size=config.hidden_size, **changes)
+  config = model_config.ModelConfig().with_fields(fields)
+  return config.with_fields({"embeddings.size": config.hidden_size}).replace(**changes)
 
 
 def hf_forward(model, input_ids, attention_mask=None, **arguments):
@@ -115,7 +116,7 @@ def mlm_logits(outputs) -> np.ndarray:
   return (outputs.logits if logits is None else logits).numpy()
 
 
-def flax_from_torch(config: common.ModelConfig, torch_model, family: str = "bert",
+def flax_from_torch(config: model_config.ModelConfig, torch_model, family: str = "bert",
                     heads=("mlm", "sentence")):
   """(Flax model, params converted from `torch_model`); every weight must fit."""
   model = pretraining.PretrainingModel(config, heads=heads)
@@ -125,7 +126,7 @@ def flax_from_torch(config: common.ModelConfig, torch_model, family: str = "bert
                                expected=expected)
 
 
-def check_round_trip(state_dict, torch_model, config: common.ModelConfig, family: str,
+def check_round_trip(state_dict, torch_model, config: model_config.ModelConfig, family: str,
                      tied: set[str], pad_id: int = 0) -> None:
   """`state_dict` (from to_hf) equals `torch_model`'s bit for bit but for the `tied`
   weights, and loaded into a fresh model it computes what `torch_model` does."""
@@ -138,12 +139,12 @@ def check_round_trip(state_dict, torch_model, config: common.ModelConfig, family
       {k: torch.from_numpy(v) for k, v in state_dict.items()}, strict=False)
   assert set(missing) <= tied and not unexpected
   _, batch = padded_batch(config.vocab_size, seed=2, pad_id=pad_id,
-                         two_segments=config.type_vocab_size > 1)
+                         two_segments=config.embeddings.type_vocab_size > 1)
   np.testing.assert_allclose(mlm_logits(torch_outputs(fresh, batch)),
                              mlm_logits(torch_outputs(torch_model, batch)), atol=1e-6)
 
 
-def mlm_and_hidden_states(config: common.ModelConfig, params, batch):
+def mlm_and_hidden_states(config: model_config.ModelConfig, params, batch):
   """encoderx's MLM logits [batch, length, vocab] and hidden states: what entered each
   layer, then the encoder's output (Hugging Face's hidden_states)."""
   logits = pretraining.PretrainingModel(config, heads=("mlm",)).apply(

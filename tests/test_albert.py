@@ -20,7 +20,8 @@ from encoderx.data import corpus, example_builders, pipeline, segment_pairs, tas
 from encoderx.data import sentencepiece_vocabulary as spm_lib
 from encoderx.data.vocabulary import VocabularyError
 from encoderx.hf import engine
-from encoderx.models import common, pretraining
+from encoderx.models import model_config as model_config_lib
+from encoderx.models import pretraining
 from encoderx.data import resources
 
 from reference_models import (  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
@@ -254,12 +255,12 @@ def test_sop_objective_selects_sop_pairs_in_the_task(tiny_config, write_corpus):
 
 
 # --- Parity with Hugging Face AlbertForPreTraining ------------------------------------------
-MODEL = small_model(embedding_size=16, hidden_act="gelu_new", layer_sharing="all")
+MODEL = small_model(embeddings=dict(size=16), hidden_act="gelu_new", layout=dict(sharing="all"))
 
 
 @pytest.mark.parametrize("layer_sharing", ["all", "none"])
 def test_mlm_and_sop_logits_match_albert_for_pretraining(layer_sharing):
-  model_config = dataclasses.replace(MODEL, layer_sharing=layer_sharing)
+  model_config = MODEL.replace(layout=dict(sharing=layer_sharing))
   torch_model = torch_reference(model_config, "albert")
   model, params = flax_from_torch(model_config, torch_model, family="albert")
   shared = params["encoder_model"]["encoder"]
@@ -283,7 +284,7 @@ def test_albert_conversion_round_trips_exactly():
   check_round_trip(engine.to_hf(params, MODEL, family="albert"), torch_model, MODEL,
                    "albert", tied={"predictions.decoder.weight", "predictions.decoder.bias"})
   with pytest.raises(ValueError, match="no Hugging Face ALBERT equivalent"):
-    engine.to_hf(params, dataclasses.replace(MODEL, layer_sharing="ffn"), family="albert")
+    engine.to_hf(params, MODEL.replace(layout=dict(sharing="ffn")), family="albert")
   with pytest.raises(ValueError, match="no Hugging Face conversion rules for family 'albret'"):
     engine.to_hf(params, MODEL, family="albret")
 
@@ -299,9 +300,8 @@ def _parameter_count(model_config) -> int:
 def test_albert_base_has_about_12m_parameters():
   config = configs.get("albert:base")
   config_lib.validate(config)
-  model_config = common.ModelConfig.from_config(config.model)
-  counts = {sharing: _parameter_count(dataclasses.replace(model_config,
-                                                          layer_sharing=sharing))
+  model_config = model_config_lib.ModelConfig.from_config(config.model)
+  counts = {sharing: _parameter_count(model_config.replace(layout=dict(sharing=sharing)))
             for sharing in ("all", "ffn", "attention", "none")}
   print("albert_base parameters: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
   assert 11_000_000 < counts["all"] < 12_500_000
@@ -313,9 +313,9 @@ def test_albert_base_has_about_12m_parameters():
 def test_albert_configs_carry_the_paper_recipe():
   config = config_lib.validate(configs.get("albert:base"))
   model = config.model
-  assert (model.vocab_size, model.embedding_size, model.hidden_size, model.num_layers,
+  assert (model.vocab_size, model.embeddings.size, model.hidden_size, model.num_layers,
           model.num_heads, model.intermediate_size) == (30000, 128, 768, 12, 12, 3072)
-  assert (model.layer_sharing, model.hidden_act, model.max_position_embeddings) == (
+  assert (model.layout.sharing, model.hidden_act, model.embeddings.max_positions) == (
       "all", "gelu_new", 512)
   assert (config.data.vocab.kind, config.data.seq_length) == ("sentencepiece", 512)
   assert (config.train.batch_size, config.train.steps) == (4096, 125_000)
@@ -358,7 +358,7 @@ def test_lamb_scales_each_update_to_the_learning_rate_times_the_weight_norm_but_
 # --- Pretraining -----------------------------------------------------------------------------
 def test_tiny_albert_pretrains_on_the_bundled_corpus(tiny_config, tmp_path):
   config = tiny_config("albert:tiny")
-  config.model.embedding_size = 16
+  config.model.embeddings.size = 16
   config.train.steps = 30
   config.optimizer.warmup_steps = 3
   config.optimizer.learning_rate = 0.1  # LAMB: steps of 10% of a layer's norm

@@ -63,7 +63,7 @@ def test_classify_with_buckets_trains_as_without_on_fewer_padded_tokens(tmp_path
     (tmp_path / name).mkdir()
     config = classify_config(tmp_path / name, train_rows=96, dev_rows=40)
     config_common.tiny_sizes(config)
-    config.model.hidden_dropout = config.model.attention_dropout = 0.0
+    config.model.hidden_dropout = config.model.attention.dropout = 0.0
     config.finetune.classifier_dropout = 0.0
     config.data.seq_length, config.finetune.length_buckets = 96, chosen
     config.finetune.group_by_length = name == "grouped"
@@ -100,7 +100,7 @@ def test_tag_with_buckets_evaluates_per_token_outputs_of_several_lengths(tmp_pat
     (tmp_path / name).mkdir()
     config = tag_config(conll_subset(tmp_path / name, "train.txt", 64),
                          conll_subset(tmp_path / name, "dev.txt", 40))
-    config.model.hidden_dropout = config.model.attention_dropout = 0.0
+    config.model.hidden_dropout = config.model.attention.dropout = 0.0
     config.finetune.classifier_dropout = 0.0
     config.finetune.length_buckets = chosen
     results[name] = train.run(config, str(tmp_path / name / "run"), show_progress=False,

@@ -23,7 +23,7 @@ def test_shipped_configs_are_valid_with_paper_sizes():
   assert (large.model.num_layers, large.model.hidden_size, large.model.num_heads) == (24, 1024, 16)
   for config in (base, large):
     assert config.model.vocab_size == 30522
-    assert config.model.max_position_embeddings == 512
+    assert config.model.embeddings.max_positions == 512
     assert config.optimizer.learning_rate == 1e-4
     assert config.optimizer.warmup_steps == 10_000
     assert config.optimizer.weight_decay == 0.01
@@ -49,7 +49,7 @@ def test_unknown_field_in_an_unlocked_config_is_reported():
     ("model.num_heads", 3, r"model\.hidden_size.*not divisible by model\.num_heads=3"),
     ("data.files", "/no/such/dir/*.txt", r"data\.files.*matches no file"),
     ("data.vocab.path", "/no/such/vocab.txt", r"data\.vocab\.path.*does not exist"),
-    ("data.seq_length", 1024, r"data\.seq_length.*max_position_embeddings"),
+    ("data.seq_length", 1024, r"data\.seq_length.*model\.embeddings\.max_positions=128"),
     ("model.hidden_act", "swish2", r"model\.hidden_act"),
     ("model.vocab_multiple", 0, r"model\.vocab_multiple': must be >= 1 \(1: no padding "
                                 r"rows\), got 0"),
@@ -130,6 +130,13 @@ def test_command_line_errors_are_one_paragraph_not_tracebacks(tmp_path):
   assert renamed.stderr.strip().splitlines()[-1] == (
       "encoderx: error: config field 'data.length_buckets' is now "
       "'finetune.length_buckets' (docs/migration.md)")
+  # A flat model field that became a group of the same name (model.attention).
+  grouped = _cli(f"--config={config}", f"--workdir={tmp_path / 'h'}",
+                 "--config.model.attention=standard", cwd=tmp_path)
+  assert grouped.returncode == 2
+  assert grouped.stderr.strip().splitlines()[-1] == (
+      "encoderx: error: config field 'model.attention' is now 'model.attention.variant' "
+      "(docs/migration.md)")
   unknown_variant = _cli(f"--config={config.replace(':tiny', ':huge')}",
                          f"--workdir={tmp_path / 'g'}", cwd=tmp_path)
   assert unknown_variant.returncode == 2
@@ -207,6 +214,47 @@ def test_one_table_of_what_moved_answers_old_fields_config_files_and_modules(mon
   with pytest.raises(ModuleNotFoundError, match=r"^encoderx\.old_module is now "
                      r"encoderx\.new_module \(see docs/migration\.md\)$"):
     importlib.import_module(module)
+
+
+# The model's flat fields of older runs (model.local_attention, ...), now grouped.
+FLAT_MODEL = {"hidden_size": 64, "attention": "disentangled", "attention_kernel": "xla",
+              "local_attention": 8, "norm": "rms_norm", "norm_bias": False,
+              "feed_forward": "gated", "scan_layers": True, "initializer": "megatron",
+              "max_position_embeddings": 256, "relative_attention_terms": ["c2p"],
+              "classifier_pooling": "mean"}
+GROUPED_MODEL = {"hidden_size": 64,
+                 "attention": {"variant": "disentangled", "kernel": "xla", "window": 8,
+                               "relative_terms": ["c2p"]},
+                 "norm": {"kind": "rms_norm", "bias": False}, "feed_forward": {"kind": "gated"},
+                 "layout": {"scan": True}, "init": {"scheme": "megatron"},
+                 "embeddings": {"max_positions": 256}, "heads": {"pooling": "mean"}}
+
+
+def test_flat_model_fields_of_older_runs_are_read_in_their_groups(tmp_path):
+  assert config_lib.migrate_fields({"model": FLAT_MODEL})["model"] == GROUPED_MODEL
+  # A run written with the groups is left as it is (a group is not a moved leaf).
+  assert config_lib.migrate_fields({"model": GROUPED_MODEL})["model"] == GROUPED_MODEL
+  (tmp_path / "config.json").write_text(json.dumps({"model": FLAT_MODEL}))
+  model = initialize.run_config(str(tmp_path / "config.json")).model
+  assert (model.attention.variant, model.attention.kernel, model.attention.window,
+          model.attention.relative_terms, model.norm.kind, model.norm.bias,
+          model.feed_forward.kind, model.layout.scan, model.init.scheme,
+          model.embeddings.max_positions, model.heads.pooling) == (
+              "disentangled", "xla", 8, ("c2p",), "rms_norm", False, "gated", True,
+              "megatron", 256, "mean")
+
+
+def test_a_checkpoint_describing_flat_model_fields_resumes(tmp_path):
+  checkpoints = checkpoint_lib.Checkpoints(str(tmp_path / "checkpoints"), async_save=False)
+  stored = {"model": {"hidden_size": 64, "local_attention": 8, "scan_layers": True}}
+  same = {"model": {"hidden_size": 64, "attention": {"window": 8}, "layout": {"scan": True}}}
+  checkpoints._check_model(3, stored, same)  # pylint: disable=protected-access
+  other = {"model": {"hidden_size": 64, "attention": {"window": 16},
+                     "layout": {"scan": True}}}
+  with pytest.raises(checkpoint_lib.CheckpointError, match=r"model\.attention\.window: "
+                     r"checkpoint 8"):
+    checkpoints._check_model(3, stored, other)  # pylint: disable=protected-access
+  checkpoints.close()
 
 
 def test_moved_modules_stop_with_one_line_naming_the_new_one(tmp_path):

@@ -2,7 +2,6 @@
 enhanced mask decoder against DeBERTa's own (built from Hugging Face's layers) and on
 its own terms, log buckets, conversion both ways, Hugging Face directories, the
 SentencePiece layout against DebertaV2Tokenizer, configs and a tiny pretraining run."""
-import dataclasses
 import shutil
 import unicodedata
 
@@ -20,7 +19,8 @@ from encoderx.data import resources
 from encoderx.data.vocabulary import VocabularyError
 from encoderx.hf import engine
 from encoderx.hf import directory as hf_directory
-from encoderx.models import common, disentangled, finetuning, pretraining
+from encoderx.models import model_config
+from encoderx.models import disentangled, finetuning, pretraining
 from encoderx.train import trainer as trainer_lib
 
 from reference_models import (  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
@@ -36,11 +36,12 @@ ONE_DEVICE = jax.devices()[:1]
 # DeBERTa's model fields at the reference models' sizes. Buckets of 8 (exact distances
 # up to 4, log-shrunk up to 24) so that the padded batch's 40-token rows reach far past
 # both the bucket boundary and max_relative_positions.
-MODEL = small_model(attention="disentangled", position_embedding="none", type_vocab_size=0,
-                    layer_norm_eps=1e-7, position_buckets=8, max_relative_positions=24,
-                    max_position_embeddings=64)
-V3_DEFAULTS = dict(position_buckets=256, max_relative_positions=512,
-                   max_position_embeddings=512)
+MODEL = small_model(
+    attention=dict(variant="disentangled", position_buckets=8, max_relative_positions=24),
+    embeddings=dict(position="none", type_vocab_size=0, max_positions=64),
+    norm=dict(eps=1e-7))
+V3_DEFAULTS = dict(attention=dict(position_buckets=256, max_relative_positions=512),
+                   embeddings=dict(max_positions=512))
 
 
 def _reference(config):
@@ -60,8 +61,8 @@ def test_log_buckets_equal_hugging_face(buckets, max_position):
   np.testing.assert_array_equal(disentangled.log_buckets(distance, buckets, max_position),
                                 theirs)
   # Each row of a 600-token input reads the table row Hugging Face's c2p gathers.
-  config = dataclasses.replace(MODEL, position_buckets=buckets,
-                               max_relative_positions=max_position)
+  config = MODEL.replace(attention=dict(position_buckets=buckets,
+                                        max_relative_positions=max_position))
   relative = modeling_deberta_v2.build_relative_position(
       torch.zeros(600, 1), torch.zeros(600, 1), buckets, max_position)
   their_rows = torch.clamp(relative + buckets, 0, 2 * buckets - 1)[0].numpy()
@@ -81,14 +82,14 @@ def test_relative_distances_restart_with_each_packed_sequence():
 # --- parity with DebertaV2ForMaskedLM ------------------------------------------------------
 @pytest.mark.parametrize("changes, lengths", [
     (dict(), (40, 31, 17, 6)),
-    (dict(share_att_key=False, scan_layers=True), (40, 31, 17, 6)),
-    (dict(relative_attention_terms=("c2p",)), (40, 31, 17, 6)),
-    (dict(share_att_key=False, relative_attention_terms=("p2c",)), (40, 31, 17, 6)),
+    (dict(attention=dict(share_att_key=False), layout=dict(scan=True)), (40, 31, 17, 6)),
+    (dict(attention=dict(relative_terms=("c2p",))), (40, 31, 17, 6)),
+    (dict(attention=dict(share_att_key=False, relative_terms=("p2c",))), (40, 31, 17, 6)),
     (V3_DEFAULTS, (160, 131, 40, 6)),  # v2/v3's buckets, rows past the 128 boundary
 ], ids=["shared", "own-projections-scanned", "c2p", "p2c", "v3-defaults-160"])
 def test_mlm_logits_match_pytorch_on_padded_batches(changes, lengths):
-  config = dataclasses.replace(MODEL, **changes)
-  torch_model = _reference(dataclasses.replace(config, scan_layers=False))
+  config = MODEL.replace(**changes)
+  torch_model = _reference(config.replace(layout=dict(scan=False)))
   model, params = flax_from_torch(config, torch_model, family=FAMILY, heads=("mlm",))
   real, batch = padded_batch(config.vocab_size, lengths=lengths, two_segments=False)
   theirs = mlm_logits(torch_outputs(torch_model, batch))
@@ -99,8 +100,8 @@ def test_mlm_logits_match_pytorch_on_padded_batches(changes, lengths):
 
 
 def test_conversion_round_trips_exactly():
-  config = dataclasses.replace(MODEL, share_att_key=False, scan_layers=True)
-  unscanned = dataclasses.replace(config, scan_layers=False)
+  config = MODEL.replace(attention=dict(share_att_key=False), layout=dict(scan=True))
+  unscanned = config.replace(layout=dict(scan=False))
   torch_model = _reference(unscanned)
   _, params = flax_from_torch(config, torch_model, family=FAMILY, heads=("mlm",))
   state_dict = engine.to_hf(params, config, family=FAMILY)
@@ -158,7 +159,7 @@ def _debertas_mask_decoder(torch_model, batch, table):
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_enhanced_mask_decoder_equals_debertas_on_hugging_face_layers(scan_layers):
   torch_model = _reference(MODEL)
-  config = dataclasses.replace(MODEL, enhanced_mask_decoder=True, scan_layers=scan_layers)
+  config = MODEL.replace(heads=dict(enhanced_mask_decoder=True), layout=dict(scan=scan_layers))
   model = pretraining.PretrainingModel(config, heads=("mlm",))
   params = _with_position_table(engine.from_hf(torch_model.state_dict(), config,
                                                family=FAMILY))
@@ -185,7 +186,7 @@ def test_absolute_positions_reach_the_mlm_logits_only_through_the_decoder(decode
   """Shifting every absolute position (relative distances unchanged), or redrawing the
   position table, never changes the encoder's outputs; the MLM logits change exactly
   when the enhanced mask decoder is on."""
-  config = dataclasses.replace(MODEL, enhanced_mask_decoder=decoder)
+  config = MODEL.replace(heads=dict(enhanced_mask_decoder=decoder))
   model = pretraining.PretrainingModel(config, heads=("mlm",))
   params = flax.linen.unbox(model.init(jax.random.key(0),
                                        pretraining.init_batch(1, 8))["params"])
@@ -206,7 +207,7 @@ def test_absolute_positions_reach_the_mlm_logits_only_through_the_decoder(decode
 def test_fine_tuning_models_keep_the_decoders_position_table():
   """The table is the encoder's: a classifier built from an EMD model's fields has it,
   so that --init_from takes the whole encoder."""
-  config = dataclasses.replace(MODEL, enhanced_mask_decoder=True)
+  config = MODEL.replace(heads=dict(enhanced_mask_decoder=True))
   classifier = finetuning.SequenceClassifier(config, num_labels=2, pooling="first_token")
   params = flax.linen.unbox(classifier.init(jax.random.key(0),
                                             pretraining.init_batch(1, 8))["params"])
@@ -275,16 +276,15 @@ def _hf_directory(directory, config):
 def test_pretraining_starts_from_a_hugging_face_deberta_directory(tiny_config, tmp_path,
                                                                  caplog):
   directory = tmp_path / "hf"
-  source = dataclasses.replace(MODEL, vocab_size=8001, hidden_size=32, embedding_size=32,
-                               intermediate_size=64, num_layers=2, num_heads=2,
-                               max_position_embeddings=128)
+  source = MODEL.replace(vocab_size=8001, hidden_size=32, intermediate_size=64, num_layers=2,
+                         num_heads=2, embeddings=dict(size=32, max_positions=128))
   torch_model = _hf_directory(directory, source)
   config = tiny_config("deberta:tiny")
   config.init_from = f"hf:{directory}"
   config = initialize.resolve_config(config)
-  assert (config.model.attention, config.model.position_embedding,
-          config.model.enhanced_mask_decoder, config.model.position_buckets,
-          config.model.max_relative_positions, config.model.type_vocab_size) == (
+  assert (config.model.attention.variant, config.model.embeddings.position,
+          config.model.heads.enhanced_mask_decoder, config.model.attention.position_buckets,
+          config.model.attention.max_relative_positions, config.model.embeddings.type_vocab_size) == (
               "disentangled", "none", False, 8, 24, 0)
   assert (config.data.vocab.layout, config.data.vocab.lower_case,
           config.data.vocab.path) == ("deberta", False, str(directory / "spm.model"))
@@ -303,11 +303,11 @@ def test_the_decoders_position_table_of_released_checkpoints_is_skipped():
   embeddings.position_embeddings beside position_biased_input=False; Hugging Face does not
   read it, nor does the import (a table of a model with absolute positions is read)."""
   state_dict = {k: v.numpy() for k, v in _reference(MODEL).state_dict().items()}
-  table = np.ones((MODEL.max_position_embeddings, MODEL.hidden_size), np.float32)
+  table = np.ones((MODEL.embeddings.max_positions, MODEL.hidden_size), np.float32)
   params, unused = hf_directory.convert(
       {**state_dict, "deberta.embeddings.position_embeddings.weight": table}, MODEL, FAMILY)
   assert not unused and "position_embeddings" not in params["encoder_model"]["embeddings"]
-  absolute = dataclasses.replace(MODEL, position_embedding="absolute")
+  absolute = MODEL.replace(embeddings=dict(position="absolute"))
   with pytest.raises(hf_directory.HfDirectoryError, match="lack what DebertaV2ForMaskedLM "
                      "has: deberta.embeddings.position_embeddings.weight"):
     hf_directory.convert(state_dict, absolute, FAMILY)
@@ -321,7 +321,7 @@ def test_the_decoders_position_table_of_released_checkpoints_is_skipped():
 ])
 def test_unsupported_deberta_configs_are_named(change, message):
   fields = engine.hf_config(MODEL, FAMILY).to_dict()
-  assert engine.model_fields(fields)[1]["attention"] == "disentangled"
+  assert engine.model_fields(fields)[1]["attention.variant"] == "disentangled"
   with pytest.raises(ValueError, match=message):
     engine.model_fields({**fields, **change})
 
@@ -331,14 +331,14 @@ def test_deberta_configs_are_valid_with_the_papers_sizes():
   tiny, base = configs.get("deberta:tiny"), configs.get("deberta:base")
   for config in (tiny, base):
     config_lib.validate(config)
-    assert (config.model.attention, config.model.position_embedding,
-            config.model.enhanced_mask_decoder, config.model.layer_norm_eps,
-            config.model.type_vocab_size, config.data.vocab.layout) == (
+    assert (config.model.attention.variant, config.model.embeddings.position,
+            config.model.heads.enhanced_mask_decoder, config.model.norm.eps,
+            config.model.embeddings.type_vocab_size, config.data.vocab.layout) == (
                 "disentangled", "none", True, 1e-7, 0, "deberta")
   assert (base.model.num_layers, base.model.hidden_size, base.model.num_heads,
-          base.model.vocab_size, base.model.position_buckets,
-          base.model.max_relative_positions) == (12, 768, 12, 128100, 256, 512)
-  model = common.ModelConfig.from_config(base.model)
+          base.model.vocab_size, base.model.attention.position_buckets,
+          base.model.attention.max_relative_positions) == (12, 768, 12, 128100, 256, 512)
+  model = model_config.ModelConfig.from_config(base.model)
   shapes = jax.eval_shape(pretraining.PretrainingModel(model, heads=("mlm",)).init,
                           jax.random.key(0), pretraining.init_batch(1, 8))["params"]
   # 98M of the encoder + the 128,100 x 768 embedding (DeBERTa-v3-base: 86M + 98M).

@@ -432,7 +432,7 @@ def test_two_processes_evaluate_and_predict_a_whole_split_as_one_process(tmp_pat
   flags = [f"--config.finetune.train_file={tmp_path / 'train.tsv'}",
            f"--config.finetune.dev_file={dev}", "--config.train.steps=2",
            "--config.eval.batches=0",
-           "--config.model.initializer_range=0.5"]  # predictions that differ by row
+           "--config.model.init.range=0.5"]  # predictions that differ by row
   start = lambda *extra: _finish([
       _start(run, port, index, *flags, *extra, config="finetune:classify")
       for index in range(2)])

@@ -37,7 +37,7 @@ def _config(tiny_config, sharing="shared", training="joint", **rtd_fields):
 
 
 def _deterministic(config):
-  config.model.hidden_dropout = config.model.attention_dropout = 0.0
+  config.model.hidden_dropout = config.model.attention.dropout = 0.0
   return config
 
 
@@ -57,8 +57,7 @@ def _parity_method(tiny_config):
   """ELECTRA with a projection on both sides: embeddings 32 wide, discriminator 48
   (4 heads), generator 24 (2 heads); a larger initializer_range so logits are O(1-10)."""
   config = _config(tiny_config, generator_width=0.5)
-  config.model.update(hidden_size=48, num_heads=4, intermediate_size=80, embedding_size=32,
-                      max_position_embeddings=64, initializer_range=0.2)
+  config.model.update(hidden_size=48, num_heads=4, intermediate_size=80, embeddings=dict(size=32, max_positions=64), init=dict(range=0.2))
   return electra.ReplacedTokenDetection(config_lib.validate(config))
 
 
@@ -452,7 +451,7 @@ def test_init_from_a_hugging_face_electra_discriminator_directory(tiny_config, t
   config = _config(tiny_config)
   config.init_from = f"hf:{directory}"
   config = initialize.resolve_config(config)
-  assert (config.model.embedding_size, config.model.hidden_size,
+  assert (config.model.embeddings.size, config.model.hidden_size,
           config.model.num_heads) == (32, 48, 4)
   assert config.data.vocab.path == str(directory / "vocab.txt")
   trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
@@ -513,7 +512,7 @@ def test_deberta_v3_is_gdes_replaced_token_detection_on_disentangled_attention(t
   method, params, _, prepared = _method_and_batch(config)
   assert method.generator_config.num_layers == method.model_config.num_layers // 2
   assert method.generator_config.hidden_size == method.model_config.hidden_size
-  assert method.model_config.attention == "disentangled"
+  assert method.model_config.attention.variant == "disentangled"
 
   def discriminator_loss(generator, discriminator):
     both = {"generator": generator, "discriminator": discriminator}

@@ -20,7 +20,7 @@ from encoderx.hf import base as hf_base
 from encoderx.hf import engine
 from encoderx.hf import eurobert as hf_eurobert
 from encoderx.models import encoder as encoder_lib
-from encoderx.models import attention, common, finetuning, masks, pretraining
+from encoderx.models import attention, finetuning, masks, model_config, pretraining
 
 import export_checks  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
 from reference_models import (  # pylint: disable=g-bad-import-order
@@ -67,7 +67,7 @@ def converted(model, config, head=None):
     ids=["gqa-2", "mha-biases-scanned", "mqa-sdpa", "tied"])
 def test_mlm_logits_and_hidden_states_match_on_padded_batches(changes, scan):
   torch_model, config = reference(**changes)
-  config = dataclasses.replace(config, scan_layers=scan)
+  config = config.replace(layout=dict(scan=scan))
   real, batch = padded_batch(VOCAB, two_segments=False)
   logits, hidden = mlm_and_hidden_states(config, converted(torch_model, config), batch)
   theirs = hf_forward(torch_model, batch["input_ids"], batch["segment_ids"])
@@ -120,8 +120,9 @@ def test_token_classification_matches():
 CASE = export_checks.case_named(FAMILY)
 
 
-@pytest.mark.parametrize("changes", [dict(tie_word_embeddings=True, num_kv_heads=0, **BIASES,
-                                          decoder_bias=True)], ids=["tied-mha-biases"])
+@pytest.mark.parametrize("changes", [{
+    "heads.tie_word_embeddings": True, "attention.num_kv_heads": 0, "attention.bias": True,
+    "feed_forward.bias": True, "heads.decoder_bias": True}], ids=["tied-mha-biases"])
 def test_every_class_round_trips_byte_identical(changes, tmp_path):
   """EuroBertModel, ForMaskedLM, For{Sequence,Token}Classification saved by
   transformers -> encoderx -> identical bytes, the class recognized."""
@@ -130,25 +131,25 @@ def test_every_class_round_trips_byte_identical(changes, tmp_path):
 
 
 def test_hf_config_round_trips():
-  config = small_model(**CASE.model)
+  config = small_model().with_fields(CASE.model)
   fields = engine.hf_config(config, FAMILY).to_dict()
   assert (fields["num_key_value_heads"], fields["rope_parameters"]["rope_theta"],
           fields["classifier_pooling"]) == (2, 250_000.0, "bos")
   _, back = engine.model_fields(fields)
   assert back["hidden_dropout"] == 0.0  # EuroBERT has no dropout but attention_dropout
-  assert dataclasses.replace(config, **{**back, "hidden_dropout": 0.1}) == config
+  assert config.with_fields({**back, "hidden_dropout": 0.1}) == config
   # The released checkpoints' config.json: rope_theta and clf_pooling at the top.
   legacy = {k: v for k, v in fields.items() if k not in ("rope_parameters",
                                                          "classifier_pooling")}
   _, old = engine.model_fields({**legacy, "rope_theta": 250_000, "clf_pooling": "late"})
-  assert (old["rope_theta"], old["classifier_pooling"]) == (250_000.0, "late")
+  assert (old["embeddings.rope_theta"], old["heads.pooling"]) == (250_000.0, "late")
 
 
 # --- scan, training, init --------------------------------------------------------------------
 def test_scanned_stack_equals_the_loop():
   torch_model, config = reference(**BIASES)
   params = converted(torch_model, config)
-  scanned = dataclasses.replace(config, scan_layers=True, remat=True)
+  scanned = config.replace(layout=dict(scan=True, remat=True))
   stacked = encoder_lib.stack_layers(params)
   assert set(stacked["encoder_model"]["encoder"]) == {"layers", "final_layer_norm"}
   real, batch = padded_batch(VOCAB, two_segments=False)
@@ -162,8 +163,7 @@ def test_scanned_stack_equals_the_loop():
 @pytest.mark.parametrize("scan", [False, True])
 def test_a_train_step_gives_finite_gradients_to_every_parameter(scan):
   _, config = reference(**BIASES)
-  config = dataclasses.replace(config, hidden_dropout=0.1, attention_dropout=0.1,
-                               scan_layers=scan)
+  config = config.replace(hidden_dropout=0.1, attention=dict(dropout=0.1), layout=dict(scan=scan))
   _, batch = packed_batch(VOCAB, rows=((12, 20), (10, 9, 7)), length=32)
   value, grads = mlm_train_step_gradients(config, batch)
   assert np.isfinite(value)
@@ -196,12 +196,12 @@ def test_initialization_statistics_equal_hugging_faces():
 # --- errors ------------------------------------------------------------------------------------
 def test_key_value_heads_that_do_not_divide_the_heads_are_refused():
   config = config_lib.default_config()
-  config.model.num_kv_heads = 5  # of 12 heads
-  with pytest.raises(errors.ConfigError, match=r"^config field 'model.num_kv_heads': 5: "
+  config.model.attention.num_kv_heads = 5  # of 12 heads
+  with pytest.raises(errors.ConfigError, match=r"^config field 'model.attention.num_kv_heads': 5: "
                      r"model.num_heads=12 must be a multiple of it"):
     config_lib.validate(config)
-  config.model.update(num_kv_heads=4, norm="rms_norm")
-  with pytest.raises(errors.ConfigError, match=r"model.norm_bias'?: RMSNorm has no bias"):
+  config.model.update(attention=dict(num_kv_heads=4), norm=dict(kind="rms_norm"))
+  with pytest.raises(errors.ConfigError, match=r"model.norm.bias'?: RMSNorm has no bias"):
     config_lib.validate(config)
 
 
@@ -215,11 +215,11 @@ def test_conversion_refuses_other_families_and_unrepresentable_configs():
   with pytest.raises(hf_base.ConversionError, match=r"head_dim 16 != hidden_size / "):
     engine.model_fields({**hf_config().to_dict(), "head_dim": 16})
   _, config = reference()
-  with pytest.raises(hf_base.ConversionError, match=r"decoder_bias=True != mlp_bias=False"):
-    engine.to_hf({}, dataclasses.replace(config, decoder_bias=True), FAMILY)
-  with pytest.raises(hf_base.ConversionError, match=r"\{'local_attention': 8\} have no Hugging "
+  with pytest.raises(hf_base.ConversionError, match=r"heads.decoder_bias=True != mlp_bias=False"):
+    engine.to_hf({}, config.replace(heads=dict(decoder_bias=True)), FAMILY)
+  with pytest.raises(hf_base.ConversionError, match=r"\{'attention.window': 8\} have no Hugging "
                      "Face EuroBERT"):
-    engine.to_hf({}, dataclasses.replace(config, local_attention=8), FAMILY)
+    engine.to_hf({}, config.replace(attention=dict(window=8)), FAMILY)
 
 
 # --- the fields compose -----------------------------------------------------------------------
@@ -228,11 +228,12 @@ def test_the_new_fields_compose_on_a_post_norm_bert():
   key-value heads and local layers: no family branch, so it runs; rotary positions make
   it see distances only (a shift of every position changes nothing), packed documents
   equal the documents alone, and it trains."""
-  config = small_model(position_embedding="rotary", norm="rms_norm", norm_bias=False,
-                       feed_forward="gated", hidden_act="silu", num_kv_heads=2,
-                       local_attention=8, global_attention_every=2, local_rope_theta=100.0,
-                       hidden_dropout=0.0, attention_dropout=0.0)
-  common.validate_model(config)
+  config = small_model(
+      hidden_act="silu", hidden_dropout=0.0,
+      embeddings=dict(position="rotary", local_rope_theta=100.0),
+      norm=dict(kind="rms_norm", bias=False), feed_forward=dict(kind="gated"),
+      attention=dict(num_kv_heads=2, window=8, global_every=2, dropout=0.0))
+  model_config.validate(config)
   model = pretraining.PretrainingModel(config, heads=("mlm", "sentence"))
   params = flax.linen.unbox(model.init(jax.random.key(0), pretraining.init_batch(1, 8))[
       "params"])
@@ -250,7 +251,7 @@ def test_the_new_fields_compose_on_a_post_norm_bert():
              "token_type_ids": np.zeros((1, len(ids)), np.int32)}
     np.testing.assert_allclose(packed[row, start:start + len(ids)],
                                np.asarray(apply(alone))[0], atol=2e-5)
-  value, grads = mlm_train_step_gradients(dataclasses.replace(config, hidden_dropout=0.1),
+  value, grads = mlm_train_step_gradients(config.replace(hidden_dropout=0.1),
                                           {**batch, "input_ids": batch["input_ids"][[0, 0]],
                                            **{k: batch[k][[0, 0]] for k in (
                                                "token_type_ids", "segment_ids",

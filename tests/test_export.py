@@ -7,7 +7,6 @@ AutoModel, the family's class and AutoTokenizer load, with encoderx's outputs (f
 represent are refused; config.json's special-token ids are the exported tokenizer's.
 Then the fine-tuned classifier's export, the .npz export and the command line.
 """
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ import pytest
 from encoderx.export import writer
 from encoderx.hf import base, engine
 from encoderx.hf import directory as hf_directory
+from encoderx.models import model_config
 
 from conftest import REPO, _tiny_config  # pylint: disable=g-bad-import-order
 from export_checks import (  # pylint: disable=g-bad-import-order
@@ -39,11 +39,11 @@ CLASSES = {"bert": "BertForPreTraining", "spanbert": "BertForMaskedLM",
            "eurobert": "EuroBertForMaskedLM"}
 
 
-def _config(name: str, **model):
+def _config(name: str, model: dict | None = None):
+  """The tiny config of `name` with `model` fields changed (by path: 'layout.sharing')."""
   config = _tiny_config(name)
-  config.model.initializer_range = 0.2  # logits of O(1-10): 1e-4 means something
-  for field, value in model.items():
-    config.model[field] = value
+  config.model.init.range = 0.2  # logits of O(1-10): 1e-4 means something
+  config.model.update(model_config.nested(model or {}))
   return config
 
 
@@ -55,7 +55,7 @@ def runs(tmp_path_factory):
   def run(case):
     if case.name not in made:
       workdir = str(tmp_path_factory.mktemp(f"run_{case.name}"))
-      made[case.name] = (workdir, *make_run(_config(case.config, **case.run), workdir))
+      made[case.name] = (workdir, *make_run(_config(case.config, case.run), workdir))
     return made[case.name]
   return run
 
@@ -197,7 +197,7 @@ def test_a_fine_tuning_config_takes_a_rotary_sources_thetas_a_rotary_run_its_own
     config = configs.get(name)
     config.init_from = f"hf:{saved}"
     config = initialize.resolve_config(config)
-    assert (config.model.rope_theta, config.model.local_rope_theta) == thetas, name
+    assert (config.model.embeddings.rope_theta, config.model.embeddings.local_rope_theta) == thetas, name
 
 
 def test_a_directory_of_another_family_is_refused_in_one_line(tmp_path):
@@ -231,10 +231,10 @@ def test_a_directory_of_another_family_is_refused_in_one_line(tmp_path):
 
 @pytest.mark.parametrize("case", FAMILIES, ids=lambda case: case.name)
 def test_configurations_the_family_cannot_represent_are_refused(case):
-  model = small_model(**case.model)
+  model = small_model().with_fields(case.model)
   params = engine.from_hf(engine.hf_model(model, case.family).state_dict(), model,
                           case.family)
-  refused = small_model(**{**case.model, **case.refused})
+  refused = small_model().with_fields({**case.model, **case.refused})
   with pytest.raises(base.ConversionError, match=case.refused_match):
     engine.to_hf(params, refused, case.family)
   with pytest.raises(base.ConversionError, match=case.refused_match):
@@ -251,7 +251,7 @@ def test_a_padded_vocabulary_exports_its_real_rows_and_imports_them_padded(tmp_p
   the .npz has 8,000 rows; reading the export back pads zero rows, and exporting that
   again gives the same bytes."""
   workdir = str(tmp_path / "run")
-  method, params = make_run(_config("roberta:tiny", vocab_multiple=128), workdir)
+  method, params = make_run(_config("roberta:tiny", {"vocab_multiple": 128}), workdir)
   model = method.model_config
   assert (model.vocab_size, model.padded_vocab_size) == (8000, 8064)
   ours = flax.traverse_util.flatten_dict(params)
@@ -282,8 +282,8 @@ def test_a_padded_vocabulary_exports_its_real_rows_and_imports_them_padded(tmp_p
 
 def test_a_run_the_family_cannot_represent_is_refused_and_nothing_written(tmp_path):
   workdir = str(tmp_path / "run")
-  make_run(_config("bert:tiny", layer_sharing="all"), workdir)
-  with pytest.raises(writer.ExportError, match="layer_sharing='all' has no Hugging Face"):
+  make_run(_config("bert:tiny", {"layout.sharing": "all"}), workdir)
+  with pytest.raises(writer.ExportError, match="layout.sharing='all' has no Hugging Face"):
     writer.export_hf(workdir, str(tmp_path / "hf"))
   assert sorted(os.listdir(tmp_path)) == ["run"]
 
@@ -297,7 +297,7 @@ def test_a_deberta_run_with_the_enhanced_mask_decoder_exports_its_encoder_alone(
   left out."""
   workdir = str(tmp_path / "run")
   make_run(_config("deberta:tiny"), workdir)
-  with pytest.raises(writer.ExportError, match="enhanced_mask_decoder=True: Hugging Face "
+  with pytest.raises(writer.ExportError, match="heads.enhanced_mask_decoder=True: Hugging Face "
                      "DeBERTa has no enhanced mask decoder"):
     writer.export_hf(workdir, str(tmp_path / "hf"))
   assert sorted(os.listdir(tmp_path)) == ["run"]
@@ -346,13 +346,13 @@ def test_electra_over_modernbert_trains_and_exports_its_discriminator(tmp_path, 
 
 def test_a_pooler_of_another_activation_is_refused():
   """ELECTRA's classifier applies GELU where BERT's pooler applies tanh
-  (model.pooler_act): neither family's class takes the other's."""
+  (model.heads.pooler_act): neither family's class takes the other's."""
   model = small_model()
   params = engine.from_hf(engine.hf_model(model, "bert", "sequence_classification",
                                           num_labels=2).state_dict(), model)
-  with pytest.raises(base.ConversionError, match="pooler_act='gelu': "
+  with pytest.raises(base.ConversionError, match="heads.pooler_act='gelu': "
                      "BertForSequenceClassification's pooler applies tanh"):
-    engine.to_hf(params, dataclasses.replace(model, pooler_act="gelu"))
+    engine.to_hf(params, model.replace(heads=dict(pooler_act="gelu")))
 
 
 def test_weights_and_parameters_left_over_are_named():
@@ -378,8 +378,8 @@ def test_weights_and_parameters_left_over_are_named():
         **layers, "layer_3": layers["layer_2"]}}}, model)
 
 
-def classify_config(tmp_path, name: str, **model):
-  config = _config(name, **model)
+def classify_config(tmp_path, name: str, model: dict | None = None):
+  config = _config(name, model)
   rows = "text\tlabel\n" + "".join(f"line {i} of the story\t{'yes' if i % 3 else 'no'}\n"
                                    for i in range(12))
   for split in ("train", "dev"):
@@ -394,8 +394,8 @@ def classify_config(tmp_path, name: str, **model):
 @pytest.mark.parametrize("name", ["bert:tiny", "roberta:tiny", "deberta:tiny", "electra:tiny"])
 def test_a_fine_tuned_classifier_exports_with_its_head_and_labels(tmp_path, name):
   workdir = str(tmp_path / "run")
-  model = {"enhanced_mask_decoder": False} if name == "deberta:tiny" else {}
-  method, params = make_run(classify_config(tmp_path, name, **model), workdir)
+  model = {"heads.enhanced_mask_decoder": False} if name == "deberta:tiny" else {}
+  method, params = make_run(classify_config(tmp_path, name, model), workdir)
   exported = writer.export_hf(workdir, str(tmp_path / "hf"))
   prefix = {"bert:tiny": "Bert", "roberta:tiny": "Roberta", "deberta:tiny": "DebertaV2",
             "electra:tiny": "Electra"}[name]
@@ -422,7 +422,7 @@ def test_a_fine_tuned_tagger_and_qa_model_export_with_their_heads(tmp_path):
   for name, config, hf_class in (
       ("tag", tag_config(str(tags), str(tags)), "BertForTokenClassification"),
       ("qa", qa_config(squad_file, squad_file), "BertForQuestionAnswering")):
-    config.model.initializer_range = 0.2
+    config.model.init.range = 0.2
     method, params = make_run(config, str(tmp_path / name))
     exported = writer.export_hf(str(tmp_path / name), str(tmp_path / f"hf_{name}"))
     assert (exported.hf_class, exported.left_out) == (hf_class, [])

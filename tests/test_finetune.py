@@ -17,7 +17,8 @@ from encoderx.train import progress
 from encoderx.train import trainer as trainer_lib
 from encoderx.data import labelled, resources
 from encoderx.hf import engine
-from encoderx.models import common, embeddings, pretraining
+from encoderx.models import model_config as model_config_lib
+from encoderx.models import embeddings, pretraining
 
 from finetune_cases import ROTTEN_TOMATOES, classify_config, needs_rotten_tomatoes  # pylint: disable=g-bad-import-order
 
@@ -258,8 +259,8 @@ def test_bad_init_from_sources_are_clear_errors(tmp_path, pretrained_run):
   config_json.write_text(config_json.read_text().replace('"num_hidden_layers": 2',
                                                          '"num_hidden_layers": 3'))
   source = initialize.open_source(f"hf:{directory}")
-  model_config = common.ModelConfig.from_config(
-      {**common.ModelConfig().__dict__, **source.model})
+  model_config = model_config_lib.ModelConfig.from_config(
+      model_config_lib.nested(source.model))
   shapes = flax.linen.unbox(jax.eval_shape(
       pretraining.PretrainingModel(model_config).init, jax.random.key(0),
       pretraining.init_batch(1, 8, 2))["params"])

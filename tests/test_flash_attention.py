@@ -2,7 +2,7 @@
 Pallas's interpreter on CPU: against its jnp reference and the model's own attention,
 forward and gradients; its dropout bits' statistics; its lowering to Triton for GPU and
 that IR's compilation to H100 code (the `triton` package); and
-`model.attention_kernel="pallas"` in a training step. Long context: local windows (the
+`model.attention.kernel="pallas"` in a training step. Long context: local windows (the
 key blocks visited and skipped), grouped-query attention, padded and packed rows against
 the model's full attention."""
 import subprocess
@@ -19,9 +19,9 @@ from conftest import REPO
 from encoderx import errors
 from encoderx import config as config_lib
 from encoderx.train import trainer as trainer_lib
+from encoderx.models import model_config
 from encoderx.models import attention
 from encoderx.models import attention_kernels
-from encoderx.models import common
 from encoderx.models import dropout as dropout_lib
 from encoderx.models import flash_attention as fa
 from encoderx.models import masks
@@ -159,16 +159,16 @@ def test_unsupported_shapes_are_refused_clearly(tiny_config):
   with pytest.raises(ValueError, match="power of 2"):
     fa.flash_attention(q, q, q, jnp.ones((1, 64), jnp.int32), interpret=True)
   config = tiny_config()  # heads of 24 in a model: refused with the config's fields
-  config.model.hidden_size, config.model.attention_kernel = 48, "pallas"
-  with pytest.raises(errors.ConfigError, match="model.attention_kernel'?: 'pallas' "
+  config.model.hidden_size, config.model.attention.kernel = 48, "pallas"
+  with pytest.raises(errors.ConfigError, match="model.attention.kernel'?: 'pallas' "
                      "cannot run rows of data.seq_length=.* power of 2"):
     trainer_lib.Trainer(config, devices=ONE_DEVICE)
   # A model outside a run: refused when traced.
-  model = pretraining.PretrainingModel(common.ModelConfig.from_config(config.model, 99),
+  model = pretraining.PretrainingModel(model_config.ModelConfig.from_config(config.model, 99),
                                        heads=("mlm",))
   batch = pretraining.init_batch(1, 64)
   params = jax.eval_shape(model.init, jax.random.key(0), batch)
-  with pytest.raises(ValueError, match="model.attention_kernel='pallas': .* power of 2"):
+  with pytest.raises(ValueError, match="model.attention.kernel='pallas': .* power of 2"):
     jax.eval_shape(model.apply, params, batch)
 
 
@@ -215,16 +215,16 @@ def test_kernels_compile_to_gpu_code_that_fits_an_h100():
 
 def test_config_refuses_the_kernel_for_other_attentions(tiny_config):
   config = tiny_config("deberta:tiny")
-  config.model.attention_kernel = "pallas"
-  with pytest.raises(errors.ConfigError, match="attention_kernel"):
+  config.model.attention.kernel = "pallas"
+  with pytest.raises(errors.ConfigError, match="attention.kernel"):
     config_lib.validate(config)
-  config.model.attention_kernel = "triton"
+  config.model.attention.kernel = "triton"
   with pytest.raises(errors.ConfigError, match="'auto', 'xla', 'pallas'"):
     config_lib.validate(config)
 
 
 def test_auto_takes_the_kernel_on_gpu_with_attention_dropout():
-  """model.attention_kernel="auto" picks the kernel where it was measured the faster
+  """model.attention.kernel="auto" picks the kernel where it was measured the faster
   (GPU, attention dropout, bf16/f16 heads it takes, whole sequences and heads on each
   device), else `attend` (cuDNN without dropout, XLA elsewhere)."""
   heads = jnp.zeros((2, 512, 16, 64), jnp.bfloat16)
@@ -254,11 +254,11 @@ def test_auto_trains_with_the_kernel_where_it_takes_it(tiny_config, monkeypatch,
   GPU), BERT-tiny's train steps are "pallas"'s exactly (the same dropout bits), not
   "xla"'s."""
   config = tiny_config()
-  assert config.model.attention_dropout > 0
+  assert config.model.attention.dropout > 0
   batches = pretraining_batches(config, 2)
 
   def trained(kernel):
-    config.model.attention_kernel = kernel
+    config.model.attention.kernel = kernel
     losses, state = step_losses(trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
     return losses, jax.tree_util.tree_leaves(state.params)
 
@@ -273,23 +273,23 @@ def test_auto_trains_with_the_kernel_where_it_takes_it(tiny_config, monkeypatch,
 
 def test_training_with_the_kernel_matches_the_xla_attention(tiny_config,
                                                              interpreted_kernels):
-  """BERT-tiny's train steps with model.attention_kernel="pallas" (interpreted here):
+  """BERT-tiny's train steps with model.attention.kernel="pallas" (interpreted here):
   without attention dropout, the same losses as "xla" (hidden dropout on, the same
   draws) and parameters; with it, the kernel's dropout changes the gradients."""
   config = tiny_config()
-  config.model.attention_dropout = 0.0
-  config.model.attention_kernel = "xla"
+  config.model.attention.dropout = 0.0
+  config.model.attention.kernel = "xla"
   batches = pretraining_batches(config, 3)
   default_losses, default_state = step_losses(
       trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
-  config.model.attention_kernel = "pallas"
+  config.model.attention.kernel = "pallas"
   kernel_losses, kernel_state = step_losses(
       trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
   np.testing.assert_allclose(kernel_losses, default_losses, rtol=1e-5)
   differences = jax.tree_util.tree_map(lambda a, b: float(np.abs(a - b).max()),
                                        default_state.params, kernel_state.params)
   assert max(jax.tree_util.tree_leaves(differences)) < 1e-5
-  config.model.attention_dropout = 0.1
+  config.model.attention.dropout = 0.1
   dropped_losses, dropped_state = step_losses(trainer_lib.Trainer(config, devices=ONE_DEVICE),
                                           batches)
   assert np.all(np.isfinite(dropped_losses))
@@ -331,7 +331,7 @@ def test_sharded_training_with_the_kernel_matches_one_device(tiny_config,
   """A 2 x 2 x 2 mesh trains with the kernel (attention dropout on) to one device's
   losses."""
   config = tiny_config()
-  config.model.attention_kernel = "pallas"
+  config.model.attention.kernel = "pallas"
   batches = pretraining_batches(config, 2)
   single_losses, _ = step_losses(trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2

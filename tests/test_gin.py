@@ -2,6 +2,7 @@
 file reached from gin, bindings, one-line errors."""
 import importlib
 import os
+import re
 import subprocess
 import sys
 
@@ -109,6 +110,20 @@ def test_bindings_apply_after_files_and_the_base_config(tmp_path):
     gin_config.apply(base, files=[str(own)])
   with pytest.raises(errors.ConfigError, match=r"no config file 'configs/bert_tiny.py'"):
     gin_config.apply(None, bindings=["base.config = 'configs/bert_tiny.py'"])
+
+
+@pytest.mark.parametrize("binding,moved", [
+    ("model.local_attention = 8", "'model.local_attention' is now 'model.attention.window'"),
+    ("model.attention = 'standard'", "'model.attention' is now 'model.attention.variant'"),
+])
+def test_a_flat_model_field_names_its_group(binding, moved):
+  """A model field that moved into its group (a field that became a group too) stops
+  with the one line a --config flag gets; the new name binds."""
+  with pytest.raises(errors.ConfigError, match=re.escape(moved)):
+    gin_config.apply(config_lib.default_config(), bindings=[binding])
+  config = gin_config.apply(config_lib.default_config(),
+                            bindings=["model.attention.window = 8"])
+  assert config.model.attention.window == 8
 
 
 @pytest.mark.parametrize("binding,field", [

@@ -20,7 +20,8 @@ from encoderx import errors
 from encoderx import train
 from encoderx.train import trainer as trainer_lib
 from encoderx.hf import engine
-from encoderx.models import attention_kernels, common, encoder as encoder_lib, pretraining
+from encoderx.models import model_config
+from encoderx.models import attention_kernels, encoder as encoder_lib, pretraining
 from encoderx.tools.speed import long_context
 from encoderx.tools.figures import report
 
@@ -31,11 +32,11 @@ LENGTH = 128  # a multiple of the Pallas kernel's 64 and of splash's 128
 # ModernBERT's fields (Hugging Face's defaults, read as --init_from reads them) at a tiny
 # size: heads of 16 (the Pallas kernel's smallest), 2 kv heads for 4 query heads, three
 # layers (global, local with a window of 32 tokens, global).
-MODEL = dataclasses.replace(common.ModelConfig(), **{
+MODEL = model_config.ModelConfig().with_fields({
     **engine.model_fields(dict(
         model_type="modernbert", vocab_size=99, hidden_size=64, num_hidden_layers=3,
         num_attention_heads=4, intermediate_size=96, local_attention=32,
-        global_attn_every_n_layers=2))[1], "embedding_size": 64, "num_kv_heads": 2})
+        global_attn_every_n_layers=2))[1], "embeddings.size": 64, "attention.num_kv_heads": 2})
 # Row 0: three documents then padding; row 1: one document over the whole row.
 _, BATCH = packed_batch(MODEL.vocab_size, rows=((40, 50, 20), (LENGTH,)), length=LENGTH)
 
@@ -51,8 +52,8 @@ def _params(scan: bool = False):
 @functools.lru_cache(maxsize=None)
 def outputs_and_gradients(kernel: str, scan: bool = False):
   """The hidden states [2, LENGTH, 64] and the gradient of sum(hidden * weights) with
-  respect to every parameter, with model.attention_kernel=`kernel`."""
-  config = dataclasses.replace(MODEL, attention_kernel=kernel, scan_layers=scan)
+  respect to every parameter, with model.attention.kernel=`kernel`."""
+  config = MODEL.replace(attention=dict(kernel=kernel), layout=dict(scan=scan))
   model = pretraining.EncoderModel(config, with_pooler=False)
   weights = jax.random.normal(jax.random.key(1), (2, LENGTH, config.hidden_size))
 
@@ -110,7 +111,7 @@ def test_auto_on_a_tpu_runs_splash_and_gives_the_models_attention(monkeypatch):
 def test_the_window_matters_in_these_rows():
   """Without the local window (every layer global) the outputs differ: the cases above
   check the window."""
-  unwindowed = pretraining.EncoderModel(dataclasses.replace(MODEL, local_attention=0),
+  unwindowed = pretraining.EncoderModel(MODEL.replace(attention=dict(window=0)),
                                         with_pooler=False)
   hidden = jax.jit(unwindowed.apply)({"params": _params()}, BATCH)["hidden"]
   assert float(jnp.abs(hidden - outputs_and_gradients("xla")[0]).max()) > 1e-3
@@ -138,7 +139,7 @@ def test_auto_picks_as_documented():
   bf16 = functools.partial(heads, dtype=jnp.bfloat16)
 
   def choose(backend, q, window=0, dropout=False, query_given=False, kernel="auto"):
-    config = dataclasses.replace(MODEL, attention_kernel=kernel)
+    config = MODEL.replace(attention=dict(kernel=kernel))
     return attention_kernels.choose(config, q, q, q, window, query_given, dropout, backend)
 
   long = attention_kernels.LONG_ROW
@@ -168,42 +169,44 @@ def test_auto_in_the_model_on_each_backend(monkeypatch):
   assert _chosen(monkeypatch, "cpu", MODEL, length=1024) == ["blockwise"] * 3
   assert _chosen(monkeypatch, "tpu", MODEL) == ["splash"] * 3
   assert _chosen(monkeypatch, "gpu", MODEL) == ["xla"] * 3
-  dropped = dataclasses.replace(MODEL, attention_dropout=0.1, dtype="bfloat16")
+  dropped = MODEL.replace(attention=dict(dropout=0.1), dtype="bfloat16")
   assert _chosen(monkeypatch, "tpu", dropped, deterministic=False) == ["xla"] * 3
   assert _chosen(monkeypatch, "gpu", dropped, deterministic=False) == ["pallas"] * 3
   assert _chosen(monkeypatch, "tpu", dropped) == ["splash"] * 3  # evaluation: no dropout
 
 
 def _config(**model):
+  """A rotary model with local layers; `model`: changes, a group's as a dict."""
   config = config_lib.default_config()
-  config.model.update({**dict(hidden_size=64, num_heads=4, position_embedding="rotary",
-                              local_attention=128, global_attention_every=3,
-                              attention_dropout=0.0), **model})
+  config.model.update(dict(hidden_size=64, num_heads=4, embeddings=dict(position="rotary"),
+                           attention=dict(window=128, global_every=3, dropout=0.0)))
+  config.model.update(model)
   config.data.seq_length = 512
   return config
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(data=dict(seq_length=64), model=dict(attention_kernel="blockwise")),
+    (dict(data=dict(seq_length=64), model=dict(attention=dict(kernel="blockwise"))),
      r"'data.seq_length': 64 tokens is shorter than the local window "
-     r"model.local_attention=128, which model.attention_kernel='blockwise' cannot take\. "
+     r"model.attention.window=128, which model.attention.kernel='blockwise' cannot take\. "
      r"Use rows of at least 128"),
     (dict(train=dict(long_fraction=0.1, long_seq_length=100),
-          model=dict(attention_kernel="splash")),
+          model=dict(attention=dict(kernel="splash"))),
      r"'train.long_seq_length': 100 tokens is shorter than the local window"),
-    (dict(model=dict(attention_kernel="blockwise", attention_dropout=0.1)),
-     r"'model.attention_kernel': 'blockwise' has no attention dropout"),
-    (dict(model=dict(attention_kernel="splash", attention_dropout=0.1)),
+    (dict(model=dict(attention=dict(kernel="blockwise", dropout=0.1))),
+     r"'model.attention.kernel': 'blockwise' has no attention dropout"),
+    (dict(model=dict(attention=dict(kernel="splash", dropout=0.1))),
      r"'splash' has no attention dropout"),
-    (dict(model=dict(attention_kernel="pallas", hidden_size=96)),
+    (dict(model=dict(attention=dict(kernel="pallas"), hidden_size=96)),
      r"'pallas' cannot run rows of data.seq_length=512 with heads of hidden_size / "
      r"num_heads = 24: .*power of 2"),
-    (dict(model=dict(attention_kernel="pallas"), data=dict(seq_length=520)),
+    (dict(model=dict(attention=dict(kernel="pallas")), data=dict(seq_length=520)),
      r"'pallas' cannot run rows of data.seq_length=520 .* multiple of 64"),
-    (dict(model=dict(attention_kernel="flash")), r"'model.attention_kernel': .*flash"),
-    (dict(model=dict(attention_kernel="blockwise", position_embedding="absolute",
-                     local_attention=0, enhanced_mask_decoder=True)),
-     r"'blockwise' takes self-attention over whole rows; model.enhanced_mask_decoder"),
+    (dict(model=dict(attention=dict(kernel="flash"))), r"'model.attention.kernel': .*flash"),
+    (dict(model=dict(attention=dict(kernel="blockwise", window=0),
+                     embeddings=dict(position="absolute"),
+                     heads=dict(enhanced_mask_decoder=True))),
+     r"'blockwise' takes self-attention over whole rows; model.heads.enhanced_mask_decoder"),
 ])
 def test_bad_settings_stop_in_one_line_before_compiling(changes, message):
   config = _config()
@@ -218,7 +221,7 @@ def test_bad_settings_stop_in_one_line_before_compiling(changes, message):
 def test_rows_shorter_than_the_window_are_taken_where_the_kernel_can(kernel):
   """Fine-tuning a released ModernBERT (a window of 128) on rows of 64, as Hugging Face
   runs it: xla, and auto (which then picks xla), take it."""
-  config = _config(attention_kernel=kernel)
+  config = _config(attention=dict(kernel=kernel))
   config.data.seq_length = 64
   config_lib.validate(config)
 
@@ -239,25 +242,25 @@ def test_a_kernel_that_does_not_run_on_this_backend_stops_in_one_line(
   kernel, which is for tests (20 steps of the tiny ModernBERT with 'splash' on CPU took
   258 s), so a run refuses it unless a test opts in. On its own platform it runs."""
   monkeypatch.setattr(attention_kernels, "backend", lambda: backend)
-  with pytest.raises(errors.ConfigError, match=rf"'model.attention_kernel': {message}"
+  with pytest.raises(errors.ConfigError, match=rf"'model.attention.kernel': {message}"
                      ) as error:
-    config_lib.validate(_config(attention_kernel=kernel))
+    config_lib.validate(_config(attention=dict(kernel=kernel)))
   assert "\n" not in str(error.value)
   monkeypatch.setattr(attention_kernels, "interpret_off_platform", True)  # tests' opt-in
   if backend != "tpu":
-    config_lib.validate(_config(attention_kernel=kernel))
+    config_lib.validate(_config(attention=dict(kernel=kernel)))
   monkeypatch.setattr(attention_kernels, "interpret_off_platform", False)
   monkeypatch.setattr(attention_kernels, "backend",
                       lambda: attention_kernels.PLATFORMS[kernel])
-  config_lib.validate(_config(attention_kernel=kernel))
+  config_lib.validate(_config(attention=dict(kernel=kernel)))
 
 
-@pytest.mark.parametrize("kernel", common.ATTENTION_KERNELS)
+@pytest.mark.parametrize("kernel", attention_kernels.ATTENTION_KERNELS)
 def test_every_kernel_takes_a_window(kernel, interpreted_kernels):
   """'pallas' with a local window is allowed now, as every kernel is; a window as long
   as the row too, and any window where every layer is global."""
-  config_lib.validate(_config(attention_kernel=kernel))
-  config = _config(attention_kernel=kernel, global_attention_every=1)
+  config_lib.validate(_config(attention=dict(kernel=kernel)))
+  config = _config(attention=dict(kernel=kernel, global_every=1))
   config.data.seq_length = 64
   config_lib.validate(config)
 

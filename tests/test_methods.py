@@ -177,7 +177,7 @@ method_registry.register(TwoUpdates.name, "test_methods:TwoUpdates")
 
 
 def _deterministic(config):
-  config.model.hidden_dropout = config.model.attention_dropout = 0.0
+  config.model.hidden_dropout = config.model.attention.dropout = 0.0
   return config
 
 

@@ -65,7 +65,7 @@ def converted(model, config, head=None):
                          ids=["no-biases", "all-biases-scanned", "sdpa"])
 def test_mlm_logits_and_hidden_states_match_on_padded_batches(changes, scan):
   torch_model, config = reference(**changes)
-  config = dataclasses.replace(config, scan_layers=scan)
+  config = config.replace(layout=dict(scan=scan))
   real, batch = padded_batch(VOCAB, two_segments=False)
   logits, hidden = mlm_outputs(config, converted(torch_model, config), batch)
   theirs = hf_forward(torch_model, batch["input_ids"], batch["segment_ids"])
@@ -100,7 +100,7 @@ def test_rows_longer_than_the_local_window(attn_implementation):
         f"{diffs}")
   assert max(diffs.values()) <= ATOL, diffs
   # The window matters here: without it (every layer global) the logits differ.
-  unwindowed, _ = mlm_outputs(dataclasses.replace(config, local_attention=0), params, batch)
+  unwindowed, _ = mlm_outputs(config.replace(attention=dict(window=0)), params, batch)
   assert np.abs(unwindowed[real] - theirs.logits.numpy()[real]).max() > 1e-2
 
 
@@ -147,8 +147,9 @@ def test_token_classification_and_question_answering_match():
 CASE = export_checks.case_named(FAMILY)
 
 
-@pytest.mark.parametrize("changes", [dict(tie_word_embeddings=False, decoder_bias=False,
-                                          attention_bias=False, norm_bias=False)],
+@pytest.mark.parametrize("changes", [{"heads.tie_word_embeddings": False,
+                                      "heads.decoder_bias": False, "attention.bias": False,
+                                      "norm.bias": False}],
                          ids=["untied-no-biases"])
 def test_every_class_round_trips_byte_identical(changes, tmp_path):
   """Each class saved by transformers -> encoderx -> a state dict identical in bytes,
@@ -159,24 +160,24 @@ def test_every_class_round_trips_byte_identical(changes, tmp_path):
 
 
 def test_hf_config_round_trips():
-  config = small_model(**CASE.model)
+  config = small_model().with_fields(CASE.model)
   fields = engine.hf_config(config, FAMILY).to_dict()
   assert fields["layer_types"] == ["full_attention", "sliding_attention", "full_attention"]
   assert fields["rope_parameters"]["sliding_attention"]["rope_theta"] == 10_000.0
   _, back = engine.model_fields(fields)
-  assert dataclasses.replace(config, **back) == config
+  assert config.with_fields(back) == config
   # A config.json of transformers 4 (global_attn_every_n_layers, global/local_rope_theta).
   legacy = {k: v for k, v in fields.items() if k not in ("layer_types", "rope_parameters")}
   _, old = engine.model_fields({**legacy, "global_attn_every_n_layers": 2,
                             "global_rope_theta": 160_000.0, "local_rope_theta": 10_000.0})
-  assert dataclasses.replace(config, **old) == config
+  assert config.with_fields(old) == config
 
 
 # --- scan, training, init --------------------------------------------------------------------
 def test_scanned_stack_equals_the_loop_and_keeps_the_first_layer_apart():
   torch_model, config = reference(**ALL_BIASES)
   params = converted(torch_model, config)
-  scanned = dataclasses.replace(config, scan_layers=True, remat=True)
+  scanned = config.replace(layout=dict(scan=True, remat=True))
   stacked = encoder_lib.stack_layers(params)
   encoder = stacked["encoder_model"]["encoder"]
   # Layer 0 has no attention norm: it stays out of the scan, the two others are stacked.
@@ -198,8 +199,7 @@ def test_scanned_stack_equals_the_loop_and_keeps_the_first_layer_apart():
 @pytest.mark.parametrize("scan", [False, True])
 def test_a_train_step_gives_finite_gradients_to_every_parameter(scan):
   _, config = reference(**ALL_BIASES)
-  config = dataclasses.replace(config, hidden_dropout=0.1, attention_dropout=0.1,
-                               scan_layers=scan)
+  config = config.replace(hidden_dropout=0.1, attention=dict(dropout=0.1), layout=dict(scan=scan))
   _, batch = packed_batch(VOCAB, rows=((12, 20), (10, 9, 7)), length=32)
   value, grads = mlm_train_step_gradients(config, batch)
   assert np.isfinite(value)
@@ -232,14 +232,19 @@ def test_initialization_statistics_equal_hugging_faces():
 
 # --- errors ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("changes, message", [
-    (dict(local_attention=7), r"model.local_attention'?: must be an even number"),
-    (dict(local_attention=-2), r"model.local_attention'?: must be an even number"),
-    (dict(num_kv_heads=3), r"model.num_kv_heads'?: 3: model.num_heads=4 must be a multiple"),
-    (dict(rope_theta=0.0), r"model.rope_theta'?: must be positive, got 0.0"),
-    (dict(local_rope_theta=-1.0), r"model.local_rope_theta'?: must be positive"),
-    (dict(norm_position="middle"), r"model.norm_position'?: 'middle' is not one of"),
-    (dict(first_attention_norm=False), r"first_attention_norm'?: False is for pre-norm"),
-    (dict(feed_forward="swiglu"), r"model.feed_forward'?: 'swiglu' is not one of"),
+    (dict(attention=dict(window=7)), r"model.attention.window'?: must be an even number"),
+    (dict(attention=dict(window=-2)), r"model.attention.window'?: must be an even number"),
+    (dict(attention=dict(num_kv_heads=3)),
+     r"model.attention.num_kv_heads'?: 3: model.num_heads=4 must be a multiple"),
+    (dict(embeddings=dict(rope_theta=0.0)),
+     r"model.embeddings.rope_theta'?: must be positive, got 0.0"),
+    (dict(embeddings=dict(local_rope_theta=-1.0)),
+     r"model.embeddings.local_rope_theta'?: must be positive"),
+    (dict(norm=dict(position="middle")), r"model.norm.position'?: 'middle' is not one of"),
+    (dict(norm=dict(first_attention=False)),
+     r"model.norm.first_attention'?: False is for pre-norm"),
+    (dict(feed_forward=dict(kind="swiglu")),
+     r"model.feed_forward.kind'?: 'swiglu' is not one of"),
 ])
 def test_bad_fields_are_refused_in_one_line(changes, message):
   config = config_lib.default_config()
@@ -259,8 +264,8 @@ def test_conversion_refuses_other_families_and_unrepresentable_configs():
   bert_weights = engine.hf_model(small_model(), "bert", "mlm").state_dict()
   with pytest.raises(hf_base.ConversionError, match=r"the weights lack what ModernBert\w* has: "):
     engine.from_hf(bert_weights, config, FAMILY)
-  with pytest.raises(hf_base.ConversionError, match=r"\{'norm': 'rms_norm'"):
-    engine.to_hf({}, dataclasses.replace(config, norm="rms_norm"), FAMILY)
+  with pytest.raises(hf_base.ConversionError, match=r"\{'norm.kind': 'rms_norm'"):
+    engine.to_hf({}, config.replace(norm=dict(kind="rms_norm")), FAMILY)
   with pytest.raises(hf_base.ConversionError, match=r"classifier_activation 'silu' != "
                      "hidden_activation 'gelu'"):
     engine.model_fields(hf_config(classifier_activation="silu").to_dict())

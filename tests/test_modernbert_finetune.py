@@ -80,8 +80,8 @@ def test_every_method_fine_tunes_from_a_modernbert_run(modernbert_run, task, tmp
   assert "encoder_model/e" not in fresh, fresh
   with open(workdir / "config.json", encoding="utf-8") as f:
     run = json.load(f)
-  assert (run["model"]["family"], run["model"]["position_embedding"],
-          run["model"]["feed_forward"], run["data"]["vocab"]["layout"]) == (
+  assert (run["model"]["family"], run["model"]["embeddings"]["position"],
+          run["model"]["feed_forward"]["kind"], run["data"]["vocab"]["layout"]) == (
               "modernbert", "rotary", "gated", "bert")
   assert all(math.isfinite(v) for v in result["history"][-1].values()
              if isinstance(v, float))

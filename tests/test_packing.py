@@ -73,14 +73,15 @@ def test_overlong_sentences_are_split_not_dropped():
 
 # DeBERTa: relative distances (restarting in each sequence, as positions do) and absolute
 # positions only in the enhanced mask decoder.
-DEBERTA = dict(attention="disentangled", position_embedding="none",
-               enhanced_mask_decoder=True, position_buckets=8, max_relative_positions=16)
+DEBERTA = dict(attention=dict(variant="disentangled", position_buckets=8,
+                              max_relative_positions=16),
+               embeddings=dict(position="none"), heads=dict(enhanced_mask_decoder=True))
 
 
 @pytest.mark.parametrize("family", [{}, DEBERTA], ids=["bert", "deberta"])
 def test_packed_rows_compute_what_their_documents_compute_alone(family):
-  config = small_model(vocab_size=120, hidden_size=32, embedding_size=32, num_layers=2,
-                       intermediate_size=64, max_position_embeddings=64, **family)
+  config = small_model(vocab_size=120, hidden_size=32, num_layers=2, intermediate_size=64,
+                       embeddings=dict(size=32, max_positions=64)).replace(**family)
   model = pretraining.PretrainingModel(config, heads=("mlm",))
   rng = np.random.default_rng(1)
   lengths = [7, 12, 5, 19]  # four sequences packed into one row of 48
@@ -124,7 +125,7 @@ def test_full_sentences_waste_less_padding_than_doc_sentences_on_the_bundled_cor
     config = tiny_config()
     config.data.builder = builder
     config.objective.names = ("mlm",)
-    config.model.max_position_embeddings = 512
+    config.model.embeddings.max_positions = 512
     waste[builder] = _padding(config, 512, batches=4)
   print(f"padding at length 512: {waste}")
   assert waste["full_sentences"] < waste["doc_sentences"]

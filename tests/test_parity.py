@@ -23,7 +23,7 @@ def torch_bert():
 
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_mlm_and_nsp_logits_match_pytorch_on_padded_batches(torch_bert, scan_layers):
-  model, params = flax_from_torch(dataclasses.replace(MODEL, scan_layers=scan_layers),
+  model, params = flax_from_torch(MODEL.replace(layout=dict(scan=scan_layers)),
                                   torch_bert)
   real, batch = padded_batch(MODEL.vocab_size)
   theirs = torch_outputs(torch_bert, batch)
@@ -50,7 +50,7 @@ def test_masked_positions_gather_the_same_logits(torch_bert):
 
 
 def test_conversion_round_trips_exactly(torch_bert):
-  scanned = dataclasses.replace(MODEL, scan_layers=True)
+  scanned = MODEL.replace(layout=dict(scan=True))
   _, params = flax_from_torch(scanned, torch_bert)
   check_round_trip(engine.to_hf(params, scanned), torch_bert, MODEL, "bert",
                    tied={"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"})
@@ -67,8 +67,7 @@ def test_bfloat16_compute_stays_close(torch_bert):
 
 
 def test_weights_of_another_shape_are_refused_with_names(torch_bert):
-  model = pretraining.PretrainingModel(dataclasses.replace(MODEL, hidden_size=64,
-                                                           embedding_size=64))
+  model = pretraining.PretrainingModel(MODEL.replace(hidden_size=64, embeddings=dict(size=64)))
   expected = jax.eval_shape(lambda: model.init(jax.random.key(0),
                                                pretraining.init_batch(1, 8)))["params"]
   with pytest.raises(ValueError, match=r"word_embeddings/embedding: shape \(99, 48\)"):

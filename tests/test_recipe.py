@@ -205,13 +205,13 @@ def test_context_extension_continues_the_source_at_a_longer_length(tiny_config, 
   config = tiny_config("modernbert:tiny_context_extension")
   config.init_from = str(tmp_path / "base" / "checkpoints" / "4")
   config.data.seq_length = 128
-  config.model.max_position_embeddings = 128
+  config.model.embeddings.max_positions = 128
   config.objective.mlm.max_predictions = 40
   config.train.steps = 4
   config.optimizer.warmup_steps = 0  # the variant's (the test fixture sets 2)
   config.checkpoint.every_steps = 100
   resolved = initialize.resolve_config(config)
-  assert (resolved.model.rope_theta, resolved.model.local_rope_theta) == (160_000.0, 10_000.0)
+  assert (resolved.model.embeddings.rope_theta, resolved.model.embeddings.local_rope_theta) == (160_000.0, 10_000.0)
   assert resolved.model.hidden_size == 32 and resolved.data.seq_length == 128
 
   # The first state: the source's parameters and optimizer state, the schedule at 0.
@@ -248,8 +248,8 @@ def test_init_from_optimizer_needs_a_run(tiny_config):
 
 def test_a_theta_of_zero_stops_before_compiling(tiny_config):
   config = tiny_config("modernbert:tiny")
-  config.model.rope_theta = 0.0
-  with pytest.raises(errors.ConfigError, match="model.rope_theta': must be positive"):
+  config.model.embeddings.rope_theta = 0.0
+  with pytest.raises(errors.ConfigError, match="model.embeddings.rope_theta': must be positive"):
     trainer_lib.Trainer(config, devices=ONE_DEVICE)
 
 

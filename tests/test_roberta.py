@@ -17,8 +17,8 @@ ONE_DEVICE = jax.devices()[:1]
 def test_configs_have_the_paper_sizes_and_recipe():
   base = config_lib.validate(configs.get("roberta:base"))
   assert (base.model.num_layers, base.model.hidden_size, base.model.num_heads) == (12, 768, 12)
-  assert (base.model.vocab_size, base.model.max_position_embeddings) == (50265, 514)
-  assert (base.model.position_offset, base.model.type_vocab_size) == (2, 1)
+  assert (base.model.vocab_size, base.model.embeddings.max_positions) == (50265, 514)
+  assert (base.model.embeddings.position_offset, base.model.embeddings.type_vocab_size) == (2, 1)
   assert base.data.vocab.kind == "byte_bpe" and base.data.builder == "full_sentences"
   assert base.data.seq_length == 512 and tuple(base.objective.names) == ("mlm",)
   assert (base.train.batch_size, base.train.steps) == (8192, 500_000)
@@ -29,30 +29,30 @@ def test_configs_have_the_paper_sizes_and_recipe():
   tiny = config_lib.validate(configs.get("roberta:tiny"))
   vocabulary = tasks.build_vocabulary(tiny.data.vocab)
   assert vocabulary.vocab_size == 8000 and vocabulary.pad_id == 1
-  assert tiny.model.position_offset == vocabulary.pad_id + 1  # Hugging Face's numbering
-  assert tiny.data.seq_length + 2 == tiny.model.max_position_embeddings
+  assert tiny.model.embeddings.position_offset == vocabulary.pad_id + 1  # Hugging Face's numbering
+  assert tiny.data.seq_length + 2 == tiny.model.embeddings.max_positions
 
 
 def test_positions_plus_offset_must_fit_the_table():
   config = configs.get("roberta:base")
-  config.model.max_position_embeddings = 512
+  config.model.embeddings.max_positions = 512
   with pytest.raises(errors.ConfigError,
-                     match=r"data\.seq_length.*512 \+ model\.position_offset=2 exceeds "
-                           r"model\.max_position_embeddings=512"):
+                     match=r"data\.seq_length.*512 \+ model\.embeddings\.position_offset=2 "
+                           r"exceeds model\.embeddings\.max_positions=512"):
     config_lib.validate(config)
-  config.model.position_offset = -1
-  with pytest.raises(errors.ConfigError, match=r"model\.position_offset"):
+  config.model.embeddings.position_offset = -1
+  with pytest.raises(errors.ConfigError, match=r"model\.embeddings\.position_offset"):
     config_lib.validate(config)
   pairs = configs.get("roberta:tiny")  # one token type cannot embed segment B
   pairs.data.builder, pairs.objective.names = "sentence_pairs", ("mlm", "nsp")
-  with pytest.raises(errors.ConfigError, match=r"model\.type_vocab_size"):
+  with pytest.raises(errors.ConfigError, match=r"model\.embeddings\.type_vocab_size"):
     config_lib.validate(pairs)
 
 
 # --- training ---------------------------------------------------------------------------
 def _small(config):
   config.model.hidden_size, config.model.intermediate_size = 64, 128
-  config.data.seq_length, config.model.max_position_embeddings = 64, 66
+  config.data.seq_length, config.model.embeddings.max_positions = 64, 66
   config.data.shuffle_buffer, config.data.document_pool = 200, 50
   config.objective.mlm.max_predictions = 10
   config.train.batch_size = config.eval.batch_size = 8

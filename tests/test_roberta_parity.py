@@ -7,7 +7,7 @@ import pytest
 
 from encoderx import configs
 from encoderx.hf import engine
-from encoderx.models import common
+from encoderx.models import model_config as model_config_lib
 
 from reference_models import (  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
     check_round_trip, flax_from_torch, mlm_logits, padded_batch, torch_outputs,
@@ -17,9 +17,11 @@ PAD = 1  # <pad> of RoBERTa vocabularies; Hugging Face numbers positions from PA
 
 # roberta_tiny's model fields (offset 2, one token type, LayerNorm eps 1e-5), smaller, and
 # a larger initializer_range so that logits are O(1-10).
-MODEL = common.ModelConfig.from_config(dict(
-    configs.get("roberta:tiny").model, vocab_size=99, hidden_size=48, num_layers=3,
-    num_heads=4, intermediate_size=80, max_position_embeddings=42, initializer_range=0.2))
+_FIELDS = configs.get("roberta:tiny").model
+_FIELDS.update(dict(vocab_size=99, hidden_size=48, num_layers=3, num_heads=4,
+                    intermediate_size=80, embeddings=dict(max_positions=42),
+                    init=dict(range=0.2)))
+MODEL = model_config_lib.ModelConfig.from_config(_FIELDS)
 
 
 @pytest.fixture(scope="module")
@@ -49,14 +51,14 @@ def test_mlm_logits_match_pytorch_on_padded_batches(torch_roberta):
   assert np.abs(theirs).max() > 1.0  # not trivially small
   print(f"RobertaForMaskedLM parity: max abs diff {diff:.2e}")
   # Without the offset the positions are RoBERTa's rows 0, 1, ...: far off.
-  unshifted = dataclasses.replace(MODEL, position_offset=0)
+  unshifted = MODEL.replace(embeddings=dict(position_offset=0))
   wrong = np.asarray(model.clone(config=unshifted).apply({"params": params}, batch)[
       "mlm_logits"])
   assert np.abs(wrong[real] - theirs[real]).max() > 0.1
 
 
 def test_conversion_round_trips_exactly(torch_roberta):
-  scanned = dataclasses.replace(MODEL, scan_layers=True)
+  scanned = MODEL.replace(layout=dict(scan=True))
   _, params = _flax(scanned, torch_roberta)
   check_round_trip(engine.to_hf(params, scanned, family="roberta"), torch_roberta, MODEL,
                    "roberta", tied={"lm_head.decoder.weight", "lm_head.decoder.bias"},

@@ -12,7 +12,8 @@ from encoderx import errors
 from encoderx import config as config_lib, train
 from encoderx import configs
 from encoderx.data import tasks
-from encoderx.models import common, embeddings as embeddings_lib, encoder, heads, pretraining
+from encoderx.models import model_config as model_config_lib
+from encoderx.models import embeddings as embeddings_lib, encoder, heads, pretraining
 from encoderx.objectives import mlm
 from encoderx.tools.data import batch_inspector
 from encoderx.train import trainer as trainer_lib
@@ -34,7 +35,7 @@ def _span_config(tiny_config, **mlm_fields):
 
 class _HeadWithEmbeddings(nn.Module):
   """SboHead alone, with the token embedding it scores against."""
-  config: common.ModelConfig
+  config: model_config_lib.ModelConfig
 
   @nn.compact
   def __call__(self, hidden, left, right, offsets):
@@ -44,7 +45,7 @@ class _HeadWithEmbeddings(nn.Module):
 
 
 def test_sbo_head_reads_only_the_boundaries_and_the_offset(tiny_config):
-  model_config = common.ModelConfig.from_config(tiny_config().model, vocab_size=300)
+  model_config = model_config_lib.ModelConfig.from_config(tiny_config().model, vocab_size=300)
   head = _HeadWithEmbeddings(model_config)
   hidden = jax.random.normal(jax.random.key(0), (2, 16, model_config.hidden_size))
   # Row 0: a unit at tokens 5..8 (boundaries 4 and 9), its four tokens at offsets 0..3.
@@ -151,7 +152,7 @@ def test_spanbert_configs_are_valid_with_the_papers_recipe():
             mlm_fields.rate) == ("span", 0.2, 10, 0.15)
   model = base.model
   assert (model.num_layers, model.hidden_size, model.num_heads) == (12, 768, 12)
-  assert (model.vocab_size, model.max_position_embeddings) == (28996, 512)
+  assert (model.vocab_size, model.embeddings.max_positions) == (28996, 512)
   assert not base.data.vocab.lower_case  # cased
   assert (base.data.seq_length, base.train.long_fraction) == (512, 0.0)
   assert (base.train.steps, base.train.batch_size) == (2_400_000, 256)

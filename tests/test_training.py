@@ -131,7 +131,7 @@ def test_a_dropped_trainer_is_freed_with_its_steps(tiny_config):
 
 def test_gradient_accumulation_equals_one_larger_batch(tiny_config):
   config = tiny_config()
-  config.model.hidden_dropout = config.model.attention_dropout = 0.0
+  config.model.hidden_dropout = config.model.attention.dropout = 0.0
   config.train.batch_size = 16
   batches = pretraining_batches(config, 2)
   one = trainer_lib.Trainer(config, devices=ONE_DEVICE)

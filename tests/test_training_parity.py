@@ -67,12 +67,12 @@ def one_torch_thread():
 def parity_config(tiny_config, name: str):
   config = tiny_config(name)
   config.model.hidden_dropout = 0.0
-  config.model.attention_dropout = 0.0
+  config.model.attention.dropout = 0.0
   config.train.steps = STEPS
   config.optimizer.warmup_steps = 4  # then linear decay to 0 at step 20
   config.optimizer.clip_norm = 1.2  # below the first steps' gradient norms (~1.4-2.7)
   config.optimizer.weight_decay = 0.1  # large enough to show a wrong decay mask
-  config.model.enhanced_mask_decoder = False
+  config.model.heads.enhanced_mask_decoder = False
   # PyTorch's side (torch_optim.torch_optimizer) has AdamW and LAMB with warmup then
   # linear decay: ModernBERT's StableAdamW on a warmup-stable-decay schedule becomes
   # AdamW on that; and one batch size (take_batches), not ModernBERT's warmup of sizes.
@@ -231,7 +231,7 @@ def finetune_parity_config(tmp_path, method: str):
   config.finetune.train_file = config.finetune.dev_file = str(tmp_path / name)
   for field in ("num_layers", "hidden_size", "num_heads", "intermediate_size"):
     config.model[field] = _tiny_config().model[field]
-  config.model.hidden_dropout = config.model.attention_dropout = 0.0
+  config.model.hidden_dropout = config.model.attention.dropout = 0.0
   config.finetune.classifier_dropout = 0.0
   config.data.seq_length, config.train.batch_size = 32, 8
   config.train.steps = STEPS

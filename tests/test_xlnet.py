@@ -252,8 +252,7 @@ def test_predictions_are_whole_word_spans_covering_one_in_k(prepared):
 
 
 # --- parity with Hugging Face XLNetLMHeadModel ---------------------------------------------
-MODEL = small_model(family="xlnet", attention="two_stream_relative", position_embedding="none",
-                    type_vocab_size=0, embedding_layer_norm=False, max_position_embeddings=0)
+MODEL = small_model(family="xlnet", attention=dict(variant="two_stream_relative"), embeddings=dict(position="none", type_vocab_size=0, layer_norm=False, max_positions=0))
 
 
 @pytest.fixture(scope="module")
@@ -305,7 +304,7 @@ def test_logits_and_memory_match_xlnet_lm_head_model(torch_xlnet, scan_layers, b
   """Two consecutive segments: the second attends to the memory of the first (what
   entered each layer), as Hugging Face's `mems`; with bidirectional data the second half
   of the batch reads backwards (Hugging Face's bi_data halves)."""
-  config = dataclasses.replace(MODEL, scan_layers=scan_layers)
+  config = MODEL.replace(layout=dict(scan=scan_layers))
   model, params = _model_and_params(config, torch_xlnet)
   torch_xlnet.transformer.bi_data = bi_data
   apply = jax.jit(model.apply)
@@ -350,8 +349,8 @@ def test_content_stream_alone_matches_xlnet_model(torch_xlnet):
 
 
 def test_conversion_round_trips_exactly_both_ways(torch_xlnet):
-  _, params = _model_and_params(dataclasses.replace(MODEL, scan_layers=True), torch_xlnet)
-  state_dict = engine.to_hf(params, dataclasses.replace(MODEL, scan_layers=True), "xlnet")
+  _, params = _model_and_params(MODEL.replace(layout=dict(scan=True)), torch_xlnet)
+  state_dict = engine.to_hf(params, MODEL.replace(layout=dict(scan=True)), "xlnet")
   reference = torch_xlnet.state_dict()
   assert set(state_dict) == set(reference) - {"lm_loss.weight"}  # tied to the embedding
   for name, value in state_dict.items():
@@ -466,10 +465,11 @@ def test_stop_and_resume_equals_running_straight_and_the_tiny_xlnet_learns(tmp_p
 
 # --- configs ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("change,message", [
-    (lambda c: setattr(c.model, "attention", "standard"), "xlnet needs 'two_stream_relative'"),
+    (lambda c: setattr(c.model.attention, "variant", "standard"),
+     "xlnet needs 'two_stream_relative'"),
     (lambda c: setattr(c.objective.plm, "reuse_len", 61), "leaves no room"),
     (lambda c: setattr(c.train, "batch_size", 7), "must be even"),
-    (lambda c: setattr(c.model, "type_vocab_size", 2), "3 token types"),
+    (lambda c: setattr(c.model.embeddings, "type_vocab_size", 2), "3 token types"),
     (lambda c: setattr(c.train, "long_fraction", 0.1), "one length"),
 ])
 def test_bad_xlnet_settings_fail_with_the_field(change, message):

@@ -26,7 +26,8 @@ from tqdm.auto import tqdm
 
 from encoderx import initialize
 from encoderx.data import labelled, tasks
-from encoderx.models import common, finetuning
+from encoderx.models import model_config
+from encoderx.models import finetuning
 
 POOLINGS = {"mean": "mean", "cls": "first_token"}
 # Padded lengths of the batches: each a compilation; a batch takes the shortest that fits.
@@ -44,11 +45,12 @@ class Embedder:
     self.vocabulary = tasks.build_vocabulary(ml_collections.ConfigDict(source.vocab))
     # The source's params come unscanned and without the vocabulary's padding rows;
     # without dropout, the default attention is the fast one.
-    fields = {**dataclasses.asdict(common.ModelConfig()), **source.model,
-              "scan_layers": False, "remat": False, "vocab_multiple": 1,
-              "attention_kernel": "auto"}
-    self.model_config = common.ModelConfig.from_config(fields, self.vocabulary.vocab_size)
-    limit = self.model_config.max_position_embeddings - self.model_config.position_offset
+    fields = {**source.model, "layout.scan": False, "layout.remat": False,
+              "vocab_multiple": 1, "attention.kernel": "auto"}
+    self.model_config = model_config.ModelConfig.from_config(model_config.nested(fields),
+                                                             self.vocabulary.vocab_size)
+    positions = self.model_config.embeddings
+    limit = positions.max_positions - positions.position_offset
     self.max_length = min(max_length, limit)
     self.batch_size = batch_size
     self.normalize = normalize

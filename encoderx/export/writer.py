@@ -30,7 +30,7 @@ from encoderx.data import fields as data_fields
 from encoderx.methods import base as method_lib
 from encoderx.methods import registry as method_registry
 from encoderx.hf import base, engine, families, tokenizer_files
-from encoderx.models import common
+from encoderx.models import model_config as model_config_lib
 
 
 class ExportError(errors.UserError, ValueError):
@@ -57,7 +57,7 @@ class Exported:
 class _Run:
   config: object
   method: method_lib.Method
-  model_config: common.ModelConfig
+  model_config: model_config_lib.ModelConfig
   params: dict  # transferable, unscanned numpy arrays, no vocabulary padding rows
 
 
@@ -73,8 +73,7 @@ def _load_run(workdir: str, step: int | None) -> _Run:
     raise ExportError(str(error), argument="workdir") from None
   config = initialize.run_config(os.path.join(workdir, "config.json"))
   method = method_registry.build(config)
-  model_config = dataclasses.replace(method.model_config, scan_layers=False)
-  return _Run(config, method, model_config, params)
+  return _Run(config, method, method.model_config.replace(layout=dict(scan=False)), params)
 
 
 def _output_directory(output: str) -> str:
@@ -121,7 +120,7 @@ def _choose_head(run: _Run, family: str, head: str | None) -> tuple[str, tuple |
       "the encoder alone.")
 
 
-def _special_token_ids(model_config: common.ModelConfig, family: str,
+def _special_token_ids(model_config: model_config_lib.ModelConfig, family: str,
                        directory: str) -> dict:
   """config.json's special-token ids (pad_token_id, ... of those the family's config
   has) as the tokenizer written to `directory` gives them: the run's vocabulary's, not
@@ -168,8 +167,8 @@ def export_hf(workdir: str, output: str, step: int | None = None,
   staging = tempfile.mkdtemp(prefix=".export-", dir=parent)  # beside it, if local
   try:
     tokenizer_files.write(vocab, fam.tokenizer_class, staging,
-                          run.model_config.max_position_embeddings
-                          - run.model_config.position_offset)
+                          run.model_config.embeddings.max_positions
+                          - run.model_config.embeddings.position_offset)
     model = engine.hf_model(run.model_config, family, head, **{
         **fields, **_special_token_ids(run.model_config, family, staging)})
     missing, unexpected = model.load_state_dict(

@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from encoderx import errors
-from encoderx.models import common
+from encoderx.models import model_config
 
 
 class ConversionError(errors.UserError, ValueError):
@@ -22,8 +22,8 @@ class ConversionError(errors.UserError, ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Transform:
-  to_flax: Callable[[np.ndarray, common.ModelConfig], np.ndarray]
-  to_hf: Callable[[np.ndarray, common.ModelConfig], np.ndarray]
+  to_flax: Callable[[np.ndarray, model_config.ModelConfig], np.ndarray]
+  to_hf: Callable[[np.ndarray, model_config.ModelConfig], np.ndarray]
 
 
 # (Hugging Face name, encoderx path 'a/b/c', transform). Several rules may name one
@@ -42,32 +42,39 @@ class Head:
   ('bert.'); False for the bare model (BertModel). `pooler`: the class's encoder has the
   family's pooler. `tied`: weights the class ties to others (the MLM decoder to the word
   embeddings), neither read nor written; a function of the ModelConfig where the config
-  says whether they are tied (model.tie_word_embeddings: `tied_names`). `labels`:
+  says whether they are tied (model.heads.tie_word_embeddings: `tied_names`). `labels`:
   config.json carries the labels.
   `hf_fields`: config fields that make the class hold these names (DeBERTa's legacy
   MLM head).
   """
   hf_class: str
-  rules: Callable[[common.ModelConfig], list[Rule]] = lambda config: []
+  rules: Callable[[model_config.ModelConfig], list[Rule]] = lambda config: []
   base_prefix: bool = True
   pooler: bool = True
-  tied: tuple[str, ...] | Callable[[common.ModelConfig], tuple[str, ...]] = ()
+  tied: tuple[str, ...] | Callable[[model_config.ModelConfig], tuple[str, ...]] = ()
   labels: bool = False
   hf_fields: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
-  def tied_names(self, config: common.ModelConfig) -> tuple[str, ...]:
+  def tied_names(self, config: model_config.ModelConfig) -> tuple[str, ...]:
     """The weights tied in the class of this config."""
     return self.tied(config) if callable(self.tied) else self.tied
 
 
-# encoderx model field -> the name of the same field in Hugging Face configs.
-HF_FIELD_NAMES = dict(
-    vocab_size="vocab_size", hidden_size="hidden_size", num_layers="num_hidden_layers",
-    num_heads="num_attention_heads", intermediate_size="intermediate_size",
-    hidden_act="hidden_act", max_position_embeddings="max_position_embeddings",
-    type_vocab_size="type_vocab_size", hidden_dropout="hidden_dropout_prob",
-    attention_dropout="attention_probs_dropout_prob", layer_norm_eps="layer_norm_eps",
-    initializer_range="initializer_range")
+# encoderx model field, by path (ModelConfig.field: "norm.eps") -> the name of the same field
+# in Hugging Face configs.
+HF_FIELD_NAMES = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "hidden_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "intermediate_size": "intermediate_size",
+    "hidden_act": "hidden_act",
+    "embeddings.max_positions": "max_position_embeddings",
+    "embeddings.type_vocab_size": "type_vocab_size",
+    "hidden_dropout": "hidden_dropout_prob",
+    "attention.dropout": "attention_probs_dropout_prob",
+    "norm.eps": "layer_norm_eps",
+    "init.range": "initializer_range"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +88,7 @@ class Family:
   `heads`: the classes by head name, most complete first ('pretraining', 'mlm',
   'sequence_classification', 'base'; the 'downstream' heads add 'token_classification'
   and 'question_answering').
-  `field_names`: encoderx model field -> config.json field (HF_FIELD_NAMES, the
+  `field_names`: encoderx model field by path -> config.json field (HF_FIELD_NAMES, the
   BERT-like names, unless the family names them its own way). `hf_fields(config)` /
   `model_fields(hf_config)`: the family's own config.json fields beyond those, both ways.
   `check(config)`: raises ConversionError for
@@ -90,7 +97,7 @@ class Family:
   mask decoder). `unread(config)`: rules of the weights (names after the prefix) that
   released checkpoints carry and the classes do not read: skipped on import, and their
   encoderx parameters left out on export and named. `pooler_act`: the
-  activation of the family's pooler (`model.pooler_act`; classes with a pooler refuse
+  activation of the family's pooler (`model.heads.pooler_act`; classes with a pooler refuse
   another). `tokenizer_class`: written to tokenizer_config.json, for
   a run whose vocabulary is of kind `vocab_kind` (config.data.vocab.kind) and of layout
   `vocab_layout` (config.data.vocab.layout; '' for WordPiece, which has one).
@@ -98,16 +105,16 @@ class Family:
   name: str
   config_class: str
   prefix: str
-  encoder: Callable[[common.ModelConfig, str], list[Rule]]
+  encoder: Callable[[model_config.ModelConfig, str], list[Rule]]
   pooler: str
   heads: dict[str, Head]
   tokenizer_class: str
   vocab_kind: str
   field_names: Mapping[str, str] = dataclasses.field(default_factory=lambda: HF_FIELD_NAMES)
-  hf_fields: Callable[[common.ModelConfig], dict] = lambda config: {}
+  hf_fields: Callable[[model_config.ModelConfig], dict] = lambda config: {}
   model_fields: Callable[[Mapping], dict] = lambda hf_config: {}
-  check: Callable[[common.ModelConfig], None] = lambda config: None
-  export_check: Callable[[common.ModelConfig, str], None] = lambda config, head: None
-  unread: Callable[[common.ModelConfig], list[Rule]] = lambda config: []
+  check: Callable[[model_config.ModelConfig], None] = lambda config: None
+  export_check: Callable[[model_config.ModelConfig, str], None] = lambda config, head: None
+  unread: Callable[[model_config.ModelConfig], list[Rule]] = lambda config: []
   pooler_act: str = "tanh"
   vocab_layout: str = ""

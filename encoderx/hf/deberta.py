@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import Mapping
 
 from encoderx.hf import base, bert, rules
-from encoderx.models import common
+from encoderx.models import model_config
 
 LAYER = dict(
     rules.BERT_LAYER, query="attention.self.query_proj", key="attention.self.key_proj",
     value="attention.self.value_proj")
 
 
-def encoder(config: common.ModelConfig, hf: str) -> list[base.Rule]:
+def encoder(config: model_config.ModelConfig, hf: str) -> list[base.Rule]:
   """BERT's embeddings and layers under DeBERTa's names, plus the relative distance table
   and its LayerNorm (`encoder.rel_embeddings`, `encoder.LayerNorm`) and, without
   share_att_key, each layer's position projections. The position table is the
@@ -23,21 +23,22 @@ def encoder(config: common.ModelConfig, hf: str) -> list[base.Rule]:
   token-type table only with token types."""
   flax_path = "encoder_model/embeddings"
   tables = ["word_embeddings"] + (["position_embeddings"]
-                                  if config.position_embedding == "absolute" else []) + (
-      ["token_type_embeddings"] if config.type_vocab_size > 0 else [])
+                                  if config.embeddings.position == "absolute" else []) + (
+      ["token_type_embeddings"] if config.embeddings.type_vocab_size > 0 else [])
   encoder_rules = [
       (f"{hf}embeddings.{table}.weight", f"{flax_path}/{table}/embedding", rules.COPY)
       for table in tables] + rules.layer_norm(f"{hf}embeddings.LayerNorm",
                                               f"{flax_path}/layer_norm")
-  if config.attention == "disentangled":
+  if config.attention.variant == "disentangled":
     relative = "encoder_model/encoder/relative"
     encoder_rules += [(f"{hf}encoder.rel_embeddings.weight",
                        f"{relative}/relative_embeddings", rules.COPY)] + rules.layer_norm(
                            f"{hf}encoder.LayerNorm", f"{relative}/layer_norm")
-  own_projections = [] if config.share_att_key or config.attention != "disentangled" else [
+  own_projections = [] if (config.attention.share_att_key
+                           or config.attention.variant != "disentangled") else [
       (name, projection) for term, name, projection in (
           ("c2p", "pos_key_proj", "position_key"), ("p2c", "pos_query_proj", "position_query"))
-      if term in config.relative_attention_terms]
+      if term in config.attention.relative_terms]
   for i in range(config.num_layers):
     hf_layer, layer = f"{hf}encoder.layer.{i}", f"encoder_model/encoder/layer_{i}"
     encoder_rules += rules.layer_rules(hf_layer, layer, LAYER)
@@ -48,41 +49,42 @@ def encoder(config: common.ModelConfig, hf: str) -> list[base.Rule]:
   return encoder_rules
 
 
-def _check(config: common.ModelConfig) -> None:
-  if config.embedding_size != config.hidden_size:
+def _check(config: model_config.ModelConfig) -> None:
+  if config.embeddings.size != config.hidden_size:
     raise base.ConversionError(
-        f"model.embedding_size={config.embedding_size} != hidden_size: Hugging Face "
+        f"model.embeddings.size={config.embeddings.size} != hidden_size: Hugging Face "
         "DeBERTa projects embeddings before their LayerNorm, without bias; encoderx's "
-        "DeBERTa needs model.embedding_size = hidden_size.")
-  if config.layer_sharing != "none":
-    raise base.ConversionError(f"model.layer_sharing={config.layer_sharing!r} has no "
+        "DeBERTa needs model.embeddings.size = hidden_size.")
+  if config.layout.sharing != "none":
+    raise base.ConversionError(f"model.layout.sharing={config.layout.sharing!r} has no "
                                "Hugging Face DeBERTa equivalent (its layers are distinct).")
-  if config.attention not in ("disentangled", "standard") or config.position_offset:
+  if (config.attention.variant not in ("disentangled", "standard")
+      or config.embeddings.position_offset):
     raise base.ConversionError(
-        f"model.attention={config.attention!r} / position_offset="
-        f"{config.position_offset}: Hugging Face DeBERTa has "
+        f"model.attention.variant={config.attention.variant!r} / position_offset="
+        f"{config.embeddings.position_offset}: Hugging Face DeBERTa has "
         "disentangled (or standard) attention with positions from 0.")
 
 
-def _export_check(config: common.ModelConfig, head: str) -> None:
-  if config.enhanced_mask_decoder and head in ("mlm", "mlm_legacy"):
+def _export_check(config: model_config.ModelConfig, head: str) -> None:
+  if config.heads.enhanced_mask_decoder and head in ("mlm", "mlm_legacy"):
     raise base.ConversionError(
-        "model.enhanced_mask_decoder=True: Hugging Face DeBERTa has no enhanced mask "
+        "model.heads.enhanced_mask_decoder=True: Hugging Face DeBERTa has no enhanced mask "
         "decoder, so its MLM logits would differ; export the encoder (--head=base: "
         "the decoder is the MLM head's alone) or a model trained with "
-        "model.enhanced_mask_decoder=False.")
+        "model.heads.enhanced_mask_decoder=False.")
 
 
-def _hf_fields(config: common.ModelConfig) -> dict:
+def _hf_fields(config: model_config.ModelConfig) -> dict:
   """DebertaV2Config's fields for an encoderx model (see _model_fields); the pooler of
   the classification class is our pooler (dense + tanh on the first token)."""
-  relative = config.attention == "disentangled"
-  return dict(relative_attention=relative, pos_att_type=list(config.relative_attention_terms),
-              position_buckets=config.position_buckets or -1,
-              max_relative_positions=config.max_relative_positions,
-              share_att_key=config.share_att_key,
+  relative = config.attention.variant == "disentangled"
+  return dict(relative_attention=relative, pos_att_type=list(config.attention.relative_terms),
+              position_buckets=config.attention.position_buckets or -1,
+              max_relative_positions=config.attention.max_relative_positions,
+              share_att_key=config.attention.share_att_key,
               norm_rel_ebd="layer_norm" if relative else "none",
-              position_biased_input=config.position_embedding == "absolute",
+              position_biased_input=config.embeddings.position == "absolute",
               pooler_hidden_act="tanh",
               legacy=False)  # the MLM head named as DeBERTa's checkpoints name it
 
@@ -112,22 +114,23 @@ def _model_fields(hf_config: Mapping) -> dict:
   if set(terms) - {"c2p", "p2c"}:
     raise base.ConversionError(f"pos_att_type {terms}: only 'c2p' and 'p2c' are "
                                "supported.")
-  fields = dict(position_embedding="absolute" if get("position_biased_input", True)
-                else "none", attention="standard", type_vocab_size=get("type_vocab_size", 0),
-                layer_norm_eps=get("layer_norm_eps", 1e-7), enhanced_mask_decoder=False)
+  fields = {"embeddings.position": "absolute" if get("position_biased_input", True)
+            else "none", "attention.variant": "standard",
+            "embeddings.type_vocab_size": get("type_vocab_size", 0),
+            "norm.eps": get("layer_norm_eps", 1e-7), "heads.enhanced_mask_decoder": False}
   if get("relative_attention", False):
     norm = [n.strip() for n in str(get("norm_rel_ebd", "none")).lower().split("|")]
     if "layer_norm" not in norm:
       raise base.ConversionError("relative attention without norm_rel_ebd='layer_norm' "
                                  "(DeBERTa v1's) is not supported.")
     max_relative = get("max_relative_positions", -1)
-    fields.update(
-        attention="disentangled",
-        relative_attention_terms=tuple(t for t in ("c2p", "p2c") if t in terms),
-        position_buckets=max(get("position_buckets", -1), 0),
-        max_relative_positions=(max_relative if max_relative >= 1
-                                else hf_config["max_position_embeddings"]),
-        share_att_key=bool(get("share_att_key", False)))
+    fields.update({
+        "attention.variant": "disentangled",
+        "attention.relative_terms": tuple(t for t in ("c2p", "p2c") if t in terms),
+        "attention.position_buckets": max(get("position_buckets", -1), 0),
+        "attention.max_relative_positions": (max_relative if max_relative >= 1
+                                             else hf_config["max_position_embeddings"]),
+        "attention.share_att_key": bool(get("share_att_key", False))})
   return fields
 
 
@@ -163,6 +166,6 @@ FAMILY = base.Family(
     export_check=_export_check,
     # Released v3 checkpoints keep the enhanced mask decoder's position table, which
     # their encoder does not read (position_biased_input=False; Hugging Face ignores it).
-    unread=lambda config: [] if config.position_embedding == "absolute" else [
+    unread=lambda config: [] if config.embeddings.position == "absolute" else [
         ("embeddings.position_embeddings.weight",
          "encoder_model/embeddings/position_embeddings/embedding", rules.COPY)])

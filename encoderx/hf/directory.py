@@ -23,7 +23,7 @@ from encoderx import errors
 from encoderx import files as files_lib
 from encoderx.data import bpe_vocabulary
 from encoderx.hf import base, engine, families
-from encoderx.models import common
+from encoderx.models import model_config
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
@@ -147,7 +147,7 @@ def architecture(directory: str) -> str | None:
   return classes[0] if classes else None
 
 
-def convert(state_dict, config: common.ModelConfig, family: str,
+def convert(state_dict, config: model_config.ModelConfig, family: str,
             hf_class: str | None = None) -> tuple[dict, list[str]]:
   """(encoderx params, the names of head weights that have no encoderx equivalent).
 

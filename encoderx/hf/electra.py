@@ -4,28 +4,28 @@ generator are classes of their own."""
 from __future__ import annotations
 
 from encoderx.hf import base, rules
-from encoderx.models import common
+from encoderx.models import model_config
 
 
-def encoder(config: common.ModelConfig, hf: str) -> list[base.Rule]:
+def encoder(config: model_config.ModelConfig, hf: str) -> list[base.Rule]:
   """BERT's encoder under `electra.`, and `embeddings_project` (our Embeddings'
   `projection`) when the embedding size differs from the hidden size."""
   encoder_rules = rules.bert_encoder(config, hf)
-  if config.embedding_size != config.hidden_size:
+  if config.embeddings.size != config.hidden_size:
     encoder_rules += rules.dense(f"{hf}embeddings_project",
                                  "encoder_model/embeddings/projection")
   return encoder_rules
 
 
-def _check(config: common.ModelConfig) -> None:
-  if config.layer_sharing != "none":
-    raise base.ConversionError(f"model.layer_sharing={config.layer_sharing!r} has no "
+def _check(config: model_config.ModelConfig) -> None:
+  if config.layout.sharing != "none":
+    raise base.ConversionError(f"model.layout.sharing={config.layout.sharing!r} has no "
                                "Hugging Face ELECTRA equivalent (its layers are distinct).")
-  if (config.attention != "standard" or config.position_embedding != "absolute"
-      or config.position_offset):
+  if (config.attention.variant != "standard" or config.embeddings.position != "absolute"
+      or config.embeddings.position_offset):
     raise base.ConversionError(
-        f"model.attention={config.attention!r} / position_embedding="
-        f"{config.position_embedding!r}: Hugging Face ELECTRA has "
+        f"model.attention.variant={config.attention.variant!r} / position_embedding="
+        f"{config.embeddings.position!r}: Hugging Face ELECTRA has "
         "standard attention with absolute positions from 0.")
 
 
@@ -45,7 +45,7 @@ FAMILY = base.Family(
             "generator_predictions.dense", "generator_predictions.LayerNorm",
             "generator_lm_head.bias"), pooler=False, tied=("generator_lm_head.weight",)),
         # ElectraClassificationHead: dense + GELU on the first token (our pooler with
-        # model.pooler_act='gelu'), then a linear classifier.
+        # model.heads.pooler_act='gelu'), then a linear classifier.
         "sequence_classification": base.Head(
             "ElectraForSequenceClassification", lambda config: rules.dense(
                 "classifier.dense", "encoder_model/pooler/dense") + rules.dense(
@@ -53,8 +53,8 @@ FAMILY = base.Family(
         **rules.token_heads("Electra"),
         "base": base.Head("ElectraModel", base_prefix=False, pooler=False),
     },
-    hf_fields=lambda config: dict(embedding_size=config.embedding_size),
-    model_fields=lambda hf_config: dict(
-        embedding_size=hf_config.get("embedding_size", hf_config["hidden_size"]),
-        pooler_act="gelu"),
+    hf_fields=lambda config: dict(embedding_size=config.embeddings.size),
+    model_fields=lambda hf_config: {
+        "embeddings.size": hf_config.get("embedding_size", hf_config["hidden_size"]),
+        "heads.pooler_act": "gelu"},
     check=_check, pooler_act="gelu")

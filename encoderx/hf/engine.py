@@ -36,7 +36,8 @@ import jax
 import numpy as np
 
 from encoderx.hf import base, families, rules
-from encoderx.models import common, embeddings, encoder
+from encoderx.models import model_config
+from encoderx.models import embeddings, encoder
 
 
 def head_of_class(family: str, hf_class: str) -> str | None:
@@ -45,7 +46,7 @@ def head_of_class(family: str, hf_class: str) -> str | None:
                if head.hf_class == hf_class), None)
 
 
-def class_rules(config: common.ModelConfig, family: str, head: str) -> list[base.Rule]:
+def class_rules(config: model_config.ModelConfig, family: str, head: str) -> list[base.Rule]:
   """Every rule of the family's class `head`: encoder, pooler (if it has one), head."""
   fam = families.family_named(family)
   if head not in fam.heads:
@@ -60,18 +61,19 @@ def class_rules(config: common.ModelConfig, family: str, head: str) -> list[base
 
 
 # --- configs --------------------------------------------------------------------------------
-def hf_config(config: common.ModelConfig, family: str = "bert", **overrides):
+def hf_config(config: model_config.ModelConfig, family: str = "bert", **overrides):
   """The family's `transformers` config with the sizes of an encoderx ModelConfig."""
   import transformers  # pylint: disable=g-import-not-at-top
   fam = families.family_named(family)
-  fields = {hf_name: getattr(config, name) for name, hf_name in fam.field_names.items()}
+  fields = {hf_name: config.field(name) for name, hf_name in fam.field_names.items()}
   fields.update(fam.hf_fields(config))
   fields.update(overrides)
   return getattr(transformers, fam.config_class)(**fields)
 
 
 def model_fields(hf_config_dict: Mapping[str, object]) -> tuple[str, dict]:
-  """(family, encoderx model fields, `family` included) of a Hugging Face config.json;
+  """(family, encoderx model fields by path ('attention.window'), `family` included) of
+  a Hugging Face config.json;
   the inverse of hf_config. Raises ConversionError for what encoderx cannot represent."""
   family = hf_config_dict.get("model_type")
   if family not in families.names():
@@ -89,7 +91,7 @@ def model_fields(hf_config_dict: Mapping[str, object]) -> tuple[str, dict]:
   return family, fields
 
 
-def hf_model(config: common.ModelConfig, family: str = "bert", head: str | None = None,
+def hf_model(config: model_config.ModelConfig, family: str = "bert", head: str | None = None,
              **overrides):
   """A freshly initialized PyTorch model of the family's class `head` (default: the
   first, most complete one) with these sizes."""
@@ -100,7 +102,7 @@ def hf_model(config: common.ModelConfig, family: str = "bert", head: str | None 
                                                         **{**spec.hf_fields, **overrides}))
 
 
-def hf_pretraining_model(config: common.ModelConfig, family: str = "bert", **overrides):
+def hf_pretraining_model(config: model_config.ModelConfig, family: str = "bert", **overrides):
   """The family's pretraining class (its first head), freshly initialized."""
   return hf_model(config, family, None, **overrides)
 
@@ -128,17 +130,17 @@ def is_buffer(name: str) -> bool:
   return any(name.endswith(buffer) for buffer in BUFFERS)
 
 
-def _flat_params(params, config: common.ModelConfig) -> dict[str, np.ndarray]:
+def _flat_params(params, config: model_config.ModelConfig) -> dict[str, np.ndarray]:
   """Unboxed, unscanned, without the vocabulary's padding rows, by path."""
   params = nn.unbox(params)
-  if config.scan_layers:
+  if config.layout.scan:
     params = encoder.unstack_layers(params, config.num_layers)
   params = embeddings.resize_vocabulary(params, config.vocab_size)
   return {"/".join(k): v for k, v in
           flax.traverse_util.flatten_dict(jax.device_get(params)).items()}
 
 
-def exportable_heads(params, config: common.ModelConfig, family: str) -> list[str]:
+def exportable_heads(params, config: model_config.ModelConfig, family: str) -> list[str]:
   """The family's heads whose class holds nothing the params lack, most complete first."""
   fam = families.family_named(family)
   have = set(_flat_params(params, config))
@@ -146,7 +148,7 @@ def exportable_heads(params, config: common.ModelConfig, family: str) -> list[st
           if all(path in have for _, path, _ in class_rules(config, family, name))]
 
 
-def export_state_dict(params, config: common.ModelConfig, family: str = "bert",
+def export_state_dict(params, config: model_config.ModelConfig, family: str = "bert",
                       head: str | None = None,
                       drop: tuple[str, ...] | None = ()) -> tuple[dict, str, list[str]]:
   """encoderx params -> (HF state dict of numpy arrays, head, parts left out).
@@ -170,9 +172,9 @@ def export_state_dict(params, config: common.ModelConfig, family: str = "bert",
   fam.export_check(config, head)
   head_rules = class_rules(config, family, head)
   hf_class = fam.heads[head].hf_class
-  if (config.pooler_act != fam.pooler_act
+  if (config.heads.pooler_act != fam.pooler_act
       and any(path.startswith("encoder_model/pooler/") for _, path, _ in head_rules)):
-    raise base.ConversionError(f"model.pooler_act={config.pooler_act!r}: {hf_class}'s "
+    raise base.ConversionError(f"model.heads.pooler_act={config.heads.pooler_act!r}: {hf_class}'s "
                                f"pooler applies {fam.pooler_act}.")
   missing = sorted(path for _, path, _ in head_rules if path not in flat)
   if missing:
@@ -193,14 +195,14 @@ def export_state_dict(params, config: common.ModelConfig, family: str = "bert",
   return state_dict, head, sorted({p if p in unread else part(p) for p in left})
 
 
-def to_hf(params, config: common.ModelConfig, family: str = "bert",
+def to_hf(params, config: model_config.ModelConfig, family: str = "bert",
           head: str | None = None) -> dict[str, np.ndarray]:
   """encoderx params -> HF state dict (numpy arrays) of the class holding all of them;
   inverse of `from_hf`. Anything left over is a ConversionError."""
   return export_state_dict(params, config, family, head)[0]
 
 
-def import_state_dict(state_dict: Mapping[str, object], config: common.ModelConfig,
+def import_state_dict(state_dict: Mapping[str, object], config: model_config.ModelConfig,
                       family: str = "bert", head: str | None = None,
                       unused_heads: bool = False,
                       prefer: str | None = None) -> tuple[dict, str, list[str]]:
@@ -251,12 +253,12 @@ def import_state_dict(state_dict: Mapping[str, object], config: common.ModelConf
           for hf_name, path, transform in head_rules}
   params = embeddings.resize_vocabulary(flax.traverse_util.unflatten_dict(flat),
                                         config.padded_vocab_size)
-  if config.scan_layers:
+  if config.layout.scan:
     params = encoder.stack_layers(params)
   return params, head, left
 
 
-def from_hf(state_dict: Mapping[str, object], config: common.ModelConfig,
+def from_hf(state_dict: Mapping[str, object], config: model_config.ModelConfig,
             family: str = "bert", expected=None, head: str | None = None) -> dict:
   """HF state dict -> encoderx params (nested dict of numpy arrays); every weight must
   convert. `expected` (an encoderx param tree, e.g. from `jax.eval_shape(model.init,

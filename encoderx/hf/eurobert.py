@@ -10,8 +10,8 @@ configuration_eurobert.py. transformers 5.23 has no EuroBertForQuestionAnswering
 
 A EuroBERT is these encoderx fields (MODEL): rotary positions (one theta), pre-norm
 RMSNorms without an embedding norm, a SwiGLU feed-forward, key-value heads
-(model.num_kv_heads), biases as attention_bias and mlp_bias say, the MLM head without
-transform, scored by its own table (model.tie_word_embeddings False) with a bias as
+(model.attention.num_kv_heads), biases as attention_bias and mlp_bias say, the MLM head without
+transform, scored by its own table (model.heads.tie_word_embeddings False) with a bias as
 mlp_bias; the sequence classifier's dense + GELU is our pooler.
 """
 from __future__ import annotations
@@ -20,29 +20,48 @@ from typing import Mapping
 
 from encoderx.hf import base
 from encoderx.hf import rules as hf_rules
-from encoderx.models import common
+from encoderx.models import model_config
 
-# encoderx model field -> EuroBertConfig field.
-FIELD_NAMES = dict(
-    vocab_size="vocab_size", hidden_size="hidden_size", num_layers="num_hidden_layers",
-    num_heads="num_attention_heads", intermediate_size="intermediate_size",
-    hidden_act="hidden_act", max_position_embeddings="max_position_embeddings",
-    layer_norm_eps="rms_norm_eps", initializer_range="initializer_range",
-    attention_dropout="attention_dropout", num_kv_heads="num_key_value_heads",
-    attention_bias="attention_bias", mlp_bias="mlp_bias",
-    tie_word_embeddings="tie_word_embeddings")
+# encoderx model field (by path) -> EuroBertConfig field.
+FIELD_NAMES = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "hidden_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "intermediate_size": "intermediate_size",
+    "hidden_act": "hidden_act",
+    "embeddings.max_positions": "max_position_embeddings",
+    "norm.eps": "rms_norm_eps",
+    "init.range": "initializer_range",
+    "attention.dropout": "attention_dropout",
+    "attention.num_kv_heads": "num_key_value_heads",
+    "attention.bias": "attention_bias",
+    "feed_forward.bias": "mlp_bias",
+    "heads.tie_word_embeddings": "tie_word_embeddings"}
 # EuroBertConfig's defaults of those fields.
 HF_DEFAULTS = dict(
     hidden_act="silu", max_position_embeddings=8192, rms_norm_eps=1e-5,
     initializer_range=0.02, attention_dropout=0.0, attention_bias=False, mlp_bias=False,
     tie_word_embeddings=False)
 # The encoderx fields of every EuroBERT (those FIELD_NAMES does not cover).
-MODEL = dict(
-    attention="standard", position_embedding="rotary", type_vocab_size=0, position_offset=0,
-    embedding_layer_norm=False, norm="rms_norm", norm_bias=False, norm_position="pre",
-    first_attention_norm=True, feed_forward="gated", local_attention=0,
-    mlm_transform=False, pooler_act="gelu", pooler_norm=False, classifier_bias=True,
-    token_head_transform=False, layer_sharing="none")
+MODEL = {
+    "attention.variant": "standard",
+    "embeddings.position": "rotary",
+    "embeddings.type_vocab_size": 0,
+    "embeddings.position_offset": 0,
+    "embeddings.layer_norm": False,
+    "norm.kind": "rms_norm",
+    "norm.bias": False,
+    "norm.position": "pre",
+    "norm.first_attention": True,
+    "feed_forward.kind": "gated",
+    "attention.window": 0,
+    "heads.mlm_transform": False,
+    "heads.pooler_act": "gelu",
+    "heads.pooler_norm": False,
+    "heads.classifier_bias": True,
+    "heads.token_transform": False,
+    "layout.sharing": "none"}
 POOLINGS = {"bos": "first_token", "mean": "mean", "late": "late"}  # classifier_pooling
 
 # Key and value projections of num_kv_heads heads: [kv_heads*dim, hidden] <->
@@ -53,9 +72,9 @@ KV_HEADS_BIAS = base.Transform(lambda x, c: x.reshape(-1, c.head_dim),
                              lambda x, c: x.reshape(-1))
 
 
-def encoder(config: common.ModelConfig, prefix: str) -> list[base.Rule]:
+def encoder(config: model_config.ModelConfig, prefix: str) -> list[base.Rule]:
   """The token embedding, the layers, the final norm; weights under `prefix`."""
-  bias, mlp_bias = config.attention_bias, config.mlp_bias
+  bias, mlp_bias = config.attention.bias, config.feed_forward.bias
   rules = [(f"{prefix}embed_tokens.weight", "encoder_model/embeddings/word_embeddings/embedding",
             hf_rules.COPY)]
   for i in range(config.num_layers):
@@ -79,37 +98,39 @@ def encoder(config: common.ModelConfig, prefix: str) -> list[base.Rule]:
                                use_bias=False)
 
 
-def _mlm(config: common.ModelConfig) -> list[base.Rule]:
+def _mlm(config: model_config.ModelConfig) -> list[base.Rule]:
   """EuroBertForMaskedLM's lm_head: its weight (when not tied) and bias (mlp_bias)."""
-  rules = [] if config.tie_word_embeddings else [
+  rules = [] if config.heads.tie_word_embeddings else [
       ("lm_head.weight", "mlm_head/output_embeddings/embedding", hf_rules.COPY)]
   return rules + ([("lm_head.bias", "mlm_head/output_bias", hf_rules.COPY)]
-                  if config.decoder_bias else [])
+                  if config.heads.decoder_bias else [])
 
 
-def check(config: common.ModelConfig) -> None:
-  differ = {name: getattr(config, name) for name, value in MODEL.items()
-            if getattr(config, name) != value}
+def check(config: model_config.ModelConfig) -> None:
+  differ = {name: config.field(name) for name, value in MODEL.items()
+            if config.field(name) != value}
   if differ:
     raise base.ConversionError(f"model fields {differ} have no Hugging Face EuroBERT "
                              f"equivalent (it has {MODEL}).")
-  if config.embedding_size != config.hidden_size:
-    raise base.ConversionError(f"model.embedding_size={config.embedding_size} != hidden_size: "
+  if config.embeddings.size != config.hidden_size:
+    raise base.ConversionError(f"model.embeddings.size={config.embeddings.size} != hidden_size: "
                              "Hugging Face EuroBERT has no embedding projection.")
-  if config.decoder_bias != config.mlp_bias:
-    raise base.ConversionError(f"model.decoder_bias={config.decoder_bias} != mlp_bias="
-                             f"{config.mlp_bias}: Hugging Face EuroBERT's lm_head has a bias "
+  if config.heads.decoder_bias != config.feed_forward.bias:
+    raise base.ConversionError(f"model.heads.decoder_bias={config.heads.decoder_bias} != mlp_bias="
+                             f"{config.feed_forward.bias}: Hugging Face EuroBERT's lm_head has "
+                             "a bias "
                              "exactly when its feed-forward has (mlp_bias).")
 
 
-def hf_fields(config: common.ModelConfig) -> dict:
+def hf_fields(config: model_config.ModelConfig) -> dict:
   """EuroBertConfig's fields beyond FIELD_NAMES. The special token ids are the
   vocabulary's, not the released model's (EuroBertConfig's defaults, of its 128,256-token
   vocabulary): None here (mask_token_id must be an int), the exported tokenizer's in an
   export (export/writer.py)."""
   return dict(num_key_value_heads=config.kv_heads, head_dim=config.head_dim,
-              rope_parameters={"rope_type": "default", "rope_theta": float(config.rope_theta)},
-              classifier_pooling={v: k for k, v in POOLINGS.items()}[config.classifier_pooling],
+              rope_parameters={"rope_type": "default",
+                               "rope_theta": float(config.embeddings.rope_theta)},
+              classifier_pooling={v: k for k, v in POOLINGS.items()}[config.heads.pooling],
               pad_token_id=None, bos_token_id=None, eos_token_id=None)
 
 
@@ -123,7 +144,7 @@ def model_fields(hf_config: Mapping) -> dict:
                              "EuroBERT's (model_type 'eurobert').")
   fields = {name: get(hf_name, HF_DEFAULTS.get(hf_name)) for name, hf_name in
             FIELD_NAMES.items() if hf_name in hf_config or hf_name in HF_DEFAULTS}
-  fields["num_kv_heads"] = fields.get("num_kv_heads") or 0
+  fields["attention.num_kv_heads"] = fields.get("attention.num_kv_heads") or 0
   hidden, heads = hf_config["hidden_size"], hf_config["num_attention_heads"]
   if get("head_dim") not in (None, hidden // heads):
     raise base.ConversionError(f"head_dim {get('head_dim')} != hidden_size / "
@@ -138,10 +159,11 @@ def model_fields(hf_config: Mapping) -> dict:
   pooling = get("classifier_pooling", get("clf_pooling", "late"))
   if pooling not in POOLINGS:
     raise base.ConversionError(f"classifier_pooling {pooling!r}: only {', '.join(POOLINGS)}.")
-  return {**fields, **MODEL, "rope_theta": float(rope.get("rope_theta",
-                                                          get("rope_theta", 10_000.0))),
-          "decoder_bias": fields["mlp_bias"], "classifier_pooling": POOLINGS[pooling],
-          "hidden_dropout": 0.0, "initializer": "bert", "initializer_cutoff": 0.0}
+  return {**fields, **MODEL, "embeddings.rope_theta": float(
+              rope.get("rope_theta", get("rope_theta", 10_000.0))),
+          "heads.decoder_bias": fields["feed_forward.bias"],
+          "heads.pooling": POOLINGS[pooling], "hidden_dropout": 0.0, "init.scheme": "bert",
+          "init.cutoff": 0.0}
 
 
 FAMILY = base.Family(
@@ -151,8 +173,8 @@ FAMILY = base.Family(
     field_names=FIELD_NAMES,
     heads={
         "mlm": base.Head("EuroBertForMaskedLM", _mlm, pooler=False, tied=lambda config: (
-            ("lm_head.weight",) if config.tie_word_embeddings else ())),
-        # dense + GELU (our pooler, model.pooler_act 'gelu'), then the classifier.
+            ("lm_head.weight",) if config.heads.tie_word_embeddings else ())),
+        # dense + GELU (our pooler, model.heads.pooler_act 'gelu'), then the classifier.
         "sequence_classification": base.Head(
             "EuroBertForSequenceClassification", lambda config: hf_rules.dense(
                 "dense", "encoder_model/pooler/dense") + hf_rules.dense("classifier", "classifier"),

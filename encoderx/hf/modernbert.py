@@ -13,8 +13,8 @@ kind, pre-norm LayerNorms (an embedding norm, none before layer 0's attention, a
 norm), a GeGLU feed-forward, local layers between global ones, biases as configured,
 no token types; the MLM head's transform and the task classes' `head` are its
 ModernBertPredictionHead (dense, activation, norm): our MLM transform and our pooler
-(with model.pooler_norm, also applied to every token by the token classification and
-QA heads: model.token_head_transform).
+(with model.heads.pooler_norm, also applied to every token by the token classification and
+QA heads: model.heads.token_transform).
 """
 from __future__ import annotations
 
@@ -22,19 +22,30 @@ from typing import Mapping
 
 from encoderx.hf import base
 from encoderx.hf import rules as hf_rules
-from encoderx.models import common
+from encoderx.models import model_config
 
-# encoderx model field -> ModernBertConfig field.
-FIELD_NAMES = dict(
-    vocab_size="vocab_size", hidden_size="hidden_size", num_layers="num_hidden_layers",
-    num_heads="num_attention_heads", intermediate_size="intermediate_size",
-    hidden_act="hidden_activation", max_position_embeddings="max_position_embeddings",
-    layer_norm_eps="norm_eps", initializer_range="initializer_range",
-    initializer_cutoff="initializer_cutoff_factor", attention_dropout="attention_dropout",
-    hidden_dropout="mlp_dropout", attention_bias="attention_bias", mlp_bias="mlp_bias",
-    norm_bias="norm_bias", decoder_bias="decoder_bias", classifier_bias="classifier_bias",
-    local_attention="local_attention", tie_word_embeddings="tie_word_embeddings",
-    pooler_act="classifier_activation")
+# encoderx model field (by path) -> ModernBertConfig field.
+FIELD_NAMES = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "hidden_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "intermediate_size": "intermediate_size",
+    "hidden_act": "hidden_activation",
+    "embeddings.max_positions": "max_position_embeddings",
+    "norm.eps": "norm_eps",
+    "init.range": "initializer_range",
+    "init.cutoff": "initializer_cutoff_factor",
+    "attention.dropout": "attention_dropout",
+    "hidden_dropout": "mlp_dropout",
+    "attention.bias": "attention_bias",
+    "feed_forward.bias": "mlp_bias",
+    "norm.bias": "norm_bias",
+    "heads.decoder_bias": "decoder_bias",
+    "heads.classifier_bias": "classifier_bias",
+    "attention.window": "local_attention",
+    "heads.tie_word_embeddings": "tie_word_embeddings",
+    "heads.pooler_act": "classifier_activation"}
 # ModernBertConfig's defaults of those fields: what a config.json that leaves one out
 # means.
 HF_DEFAULTS = dict(
@@ -44,20 +55,31 @@ HF_DEFAULTS = dict(
     decoder_bias=True, classifier_bias=False, local_attention=128,
     tie_word_embeddings=True, classifier_activation="gelu")
 # The encoderx fields of every ModernBERT (those FIELD_NAMES does not cover).
-MODEL = dict(
-    attention="standard", position_embedding="rotary", type_vocab_size=0, position_offset=0,
-    embedding_layer_norm=True, norm="layer_norm", norm_position="pre",
-    first_attention_norm=False, feed_forward="gated", num_kv_heads=0, mlm_transform=True,
-    pooler_norm=True, token_head_transform=True, layer_sharing="none")
+MODEL = {
+    "attention.variant": "standard",
+    "embeddings.position": "rotary",
+    "embeddings.type_vocab_size": 0,
+    "embeddings.position_offset": 0,
+    "embeddings.layer_norm": True,
+    "norm.kind": "layer_norm",
+    "norm.position": "pre",
+    "norm.first_attention": False,
+    "feed_forward.kind": "gated",
+    "attention.num_kv_heads": 0,
+    "heads.mlm_transform": True,
+    "heads.pooler_norm": True,
+    "heads.token_transform": True,
+    "layout.sharing": "none"}
 POOLINGS = {"cls": "first_token", "mean": "mean"}  # classifier_pooling -> ours
 GLOBAL, LOCAL = "full_attention", "sliding_attention"  # Hugging Face's layer_types
 
 
-def encoder(config: common.ModelConfig, prefix: str) -> list[base.Rule]:
+def encoder(config: model_config.ModelConfig, prefix: str) -> list[base.Rule]:
   """The token embedding and its norm, the layers (Wqkv fused: query, key, value rows;
   Wi fused: the activated `intermediate` rows, then the `linear` ones), the final
   norm. Weights under `prefix` ('model.' or '')."""
-  norm_bias, attention_bias, mlp_bias = config.norm_bias, config.attention_bias, config.mlp_bias
+  norm_bias, attention_bias = config.norm.bias, config.attention.bias
+  mlp_bias = config.feed_forward.bias
   embeddings = "encoder_model/embeddings"
   rules = [(f"{prefix}embeddings.tok_embeddings.weight",
             f"{embeddings}/word_embeddings/embedding", hf_rules.COPY)]
@@ -65,7 +87,7 @@ def encoder(config: common.ModelConfig, prefix: str) -> list[base.Rule]:
   for i in range(config.num_layers):
     layer, flax_layer = f"{prefix}layers.{i}", f"encoder_model/encoder/layer_{i}"
     attention = f"{flax_layer}/attention/self_attention"
-    if i > 0:  # layer 0's attn_norm is Identity (model.first_attention_norm=False)
+    if i > 0:  # layer 0's attn_norm is Identity (model.norm.first_attention=False)
       rules += hf_rules.layer_norm(f"{layer}.attn_norm", f"{flax_layer}/attention/layer_norm",
                              norm_bias)
     for j, name in enumerate(("query", "key", "value")):
@@ -82,14 +104,14 @@ def encoder(config: common.ModelConfig, prefix: str) -> list[base.Rule]:
                                norm_bias)
 
 
-def _mlm(config: common.ModelConfig) -> list[base.Rule]:
+def _mlm(config: model_config.ModelConfig) -> list[base.Rule]:
   """ModernBertForMaskedLM's head (dense, norm) and decoder (its bias; its weight when
   not tied to the token embedding)."""
-  rules = (hf_rules.dense("head.dense", "mlm_head/transform", use_bias=config.classifier_bias)
-           + hf_rules.layer_norm("head.norm", "mlm_head/layer_norm", config.norm_bias))
-  if config.decoder_bias:
+  rules = (hf_rules.dense("head.dense", "mlm_head/transform", use_bias=config.heads.classifier_bias)
+           + hf_rules.layer_norm("head.norm", "mlm_head/layer_norm", config.norm.bias))
+  if config.heads.decoder_bias:
     rules.append(("decoder.bias", "mlm_head/output_bias", hf_rules.COPY))
-  if not config.tie_word_embeddings:
+  if not config.heads.tie_word_embeddings:
     rules.append(("decoder.weight", "mlm_head/output_embeddings/embedding", hf_rules.COPY))
   return rules
 
@@ -98,8 +120,9 @@ def _task(classifier: str):
   """A task class's rules: its ModernBertPredictionHead (our pooler) and `classifier`
   (our `classifier`, or the QA head's `qa_outputs`)."""
   return lambda config: (
-      hf_rules.dense("head.dense", "encoder_model/pooler/dense", use_bias=config.classifier_bias)
-      + hf_rules.layer_norm("head.norm", "encoder_model/pooler/layer_norm", config.norm_bias)
+      hf_rules.dense("head.dense", "encoder_model/pooler/dense",
+                     use_bias=config.heads.classifier_bias)
+      + hf_rules.layer_norm("head.norm", "encoder_model/pooler/layer_norm", config.norm.bias)
       + hf_rules.dense("classifier", classifier))
 
 
@@ -115,27 +138,27 @@ def global_every(layer_types: list[str]) -> int:
                            "those not every n-th from the first (global_attn_every_n_layers).")
 
 
-def check(config: common.ModelConfig) -> None:
-  differ = {name: getattr(config, name) for name, value in MODEL.items()
-            if getattr(config, name) != value and name != "num_kv_heads"}
+def check(config: model_config.ModelConfig) -> None:
+  differ = {name: config.field(name) for name, value in MODEL.items()
+            if config.field(name) != value and name != "attention.num_kv_heads"}
   if config.kv_heads != config.num_heads:
-    differ["num_kv_heads"] = config.num_kv_heads
+    differ["attention.num_kv_heads"] = config.attention.num_kv_heads
   if differ:
     raise base.ConversionError(f"model fields {differ} have no Hugging Face ModernBERT "
                              f"equivalent (it has {MODEL}).")
-  if config.embedding_size != config.hidden_size:
-    raise base.ConversionError(f"model.embedding_size={config.embedding_size} != hidden_size: "
+  if config.embeddings.size != config.hidden_size:
+    raise base.ConversionError(f"model.embeddings.size={config.embeddings.size} != hidden_size: "
                              "Hugging Face ModernBERT has no embedding projection.")
-  if config.classifier_pooling not in POOLINGS.values():
-    raise base.ConversionError(f"model.classifier_pooling={config.classifier_pooling!r}: "
+  if config.heads.pooling not in POOLINGS.values():
+    raise base.ConversionError(f"model.heads.pooling={config.heads.pooling!r}: "
                              "Hugging Face ModernBERT pools 'first_token' (cls) or 'mean'.")
-  if config.pooler_act != config.hidden_act:
-    raise base.ConversionError(f"model.pooler_act={config.pooler_act!r} != hidden_act="
+  if config.heads.pooler_act != config.hidden_act:
+    raise base.ConversionError(f"model.heads.pooler_act={config.heads.pooler_act!r} != hidden_act="
                              f"{config.hidden_act!r}: Hugging Face ModernBERT's MLM and task "
                              "heads share one activation (classifier_activation).")
 
 
-def hf_fields(config: common.ModelConfig) -> dict:
+def hf_fields(config: model_config.ModelConfig) -> dict:
   """ModernBertConfig's fields beyond FIELD_NAMES: the layer kinds, rotary theta per
   kind, pooling. The special token ids are the vocabulary's, not the released model's
   (ModernBertConfig's defaults, of its 50,368-token vocabulary): None here, the exported
@@ -143,13 +166,14 @@ def hf_fields(config: common.ModelConfig) -> dict:
   layer_types = [GLOBAL if config.is_global_layer(i) else LOCAL
                  for i in range(config.num_layers)]
   rope = {kind: {"rope_type": "default", "rope_theta": float(theta)} for kind, theta in (
-      (GLOBAL, config.rope_theta), (LOCAL, config.local_rope_theta or config.rope_theta))}
+      (GLOBAL, config.embeddings.rope_theta),
+      (LOCAL, config.embeddings.local_rope_theta or config.embeddings.rope_theta))}
   return dict(layer_types=layer_types, rope_parameters=rope,
-              global_attn_every_n_layers=config.global_attention_every,
+              global_attn_every_n_layers=config.attention.global_every,
               classifier_pooling={v: k for k, v in POOLINGS.items()}[
-                  config.classifier_pooling],
+                  config.heads.pooling],
               embedding_dropout=config.hidden_dropout, classifier_dropout=0.0,
-              initializer_cutoff_factor=config.initializer_cutoff,
+              initializer_cutoff_factor=config.init.cutoff,
               pad_token_id=None, bos_token_id=None, eos_token_id=None, cls_token_id=None,
               sep_token_id=None)
 
@@ -164,9 +188,9 @@ def model_fields(hf_config: Mapping) -> dict:
                              "ModernBERT's (model_type 'modernbert').")
   fields = {name: get(hf_name, HF_DEFAULTS.get(hf_name)) for name, hf_name in
             FIELD_NAMES.items() if hf_name in hf_config or hf_name in HF_DEFAULTS}
-  if fields["pooler_act"] != fields["hidden_act"]:
+  if fields["heads.pooler_act"] != fields["hidden_act"]:
     raise base.ConversionError(
-        f"classifier_activation {fields['pooler_act']!r} != hidden_activation "
+        f"classifier_activation {fields['heads.pooler_act']!r} != hidden_activation "
         f"{fields['hidden_act']!r}: encoderx's MLM head applies hidden_act.")
   if get("rope_scaling"):
     raise base.ConversionError(f"rope_scaling {get('rope_scaling')}: only plain rotary "
@@ -186,9 +210,10 @@ def model_fields(hf_config: Mapping) -> dict:
   if pooling not in POOLINGS:
     raise base.ConversionError(f"classifier_pooling {pooling!r}: only 'cls' and 'mean'.")
   cutoff = get("initializer_cutoff_factor", 2.0)
-  return {**fields, **MODEL, "rope_theta": thetas[GLOBAL], "local_rope_theta": thetas[LOCAL],
-          "global_attention_every": every, "classifier_pooling": POOLINGS[pooling],
-          "initializer": "megatron", "initializer_cutoff": 3.0 if cutoff is None else cutoff}
+  return {**fields, **MODEL, "embeddings.rope_theta": thetas[GLOBAL],
+          "embeddings.local_rope_theta": thetas[LOCAL], "attention.global_every": every,
+          "heads.pooling": POOLINGS[pooling], "init.scheme": "megatron",
+          "init.cutoff": 3.0 if cutoff is None else cutoff}
 
 
 FAMILY = base.Family(
@@ -198,7 +223,7 @@ FAMILY = base.Family(
     field_names=FIELD_NAMES,
     heads={
         "mlm": base.Head("ModernBertForMaskedLM", _mlm, pooler=False, tied=lambda config: (
-            ("decoder.weight",) if config.tie_word_embeddings else ())),
+            ("decoder.weight",) if config.heads.tie_word_embeddings else ())),
         "sequence_classification": base.Head("ModernBertForSequenceClassification",
                                            _task("classifier"), pooler=False, labels=True),
         "token_classification": base.Head("ModernBertForTokenClassification",

@@ -3,15 +3,15 @@ numbered after the padding id, no pretraining class with a sentence head."""
 from __future__ import annotations
 
 from encoderx.hf import base, rules
-from encoderx.models import common
+from encoderx.models import model_config
 
 
-def _check(config: common.ModelConfig) -> None:
-  if config.position_offset < 1:
+def _check(config: model_config.ModelConfig) -> None:
+  if config.embeddings.position_offset < 1:
     raise base.ConversionError("Hugging Face RoBERTa numbers positions from pad_token_id "
-                               "+ 1; model.position_offset must be at least 1 (RoBERTa's "
-                               "is 2).")
-  rules.refuse_unless_plain(config, "RoBERTa", offset=config.position_offset)
+                               "+ 1; model.embeddings.position_offset must be at least 1 "
+                               "(RoBERTa's is 2).")
+  rules.refuse_unless_plain(config, "RoBERTa", offset=config.embeddings.position_offset)
 
 
 FAMILY = base.Family(
@@ -33,8 +33,8 @@ FAMILY = base.Family(
         "base": base.Head("RobertaModel", base_prefix=False),
     },
     # Positions start after the padding id: pad_token_id is position_offset - 1.
-    hf_fields=lambda config: dict(pad_token_id=config.position_offset - 1, bos_token_id=0,
-                                  eos_token_id=2),
-    model_fields=lambda hf_config: dict(
-        position_offset=int(hf_config.get("pad_token_id", 1)) + 1),
+    hf_fields=lambda config: dict(pad_token_id=config.embeddings.position_offset - 1,
+                                  bos_token_id=0, eos_token_id=2),
+    model_fields=lambda hf_config: {
+        "embeddings.position_offset": int(hf_config.get("pad_token_id", 1)) + 1},
     check=_check)

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from encoderx.hf import base
-from encoderx.models import common
+from encoderx.models import model_config
 
 COPY = base.Transform(lambda x, c: x, lambda x, c: x)
 LINEAR = base.Transform(lambda x, c: x.T, lambda x, c: x.T)
@@ -77,7 +77,7 @@ def embedding_rules(hf: str) -> list[base.Rule]:
           ] + layer_norm(f"{hf}embeddings.LayerNorm", f"{flax_path}/layer_norm")
 
 
-def bert_encoder(config: common.ModelConfig, hf: str) -> list[base.Rule]:
+def bert_encoder(config: model_config.ModelConfig, hf: str) -> list[base.Rule]:
   """Embeddings and layers of BERT and RoBERTa (`hf`: 'bert.', 'roberta.', '')."""
   rules = embedding_rules(hf)
   for i in range(config.num_layers):
@@ -95,7 +95,7 @@ def mlm_head(dense_name: str, layer_norm_name: str, bias: str) -> list[base.Rule
 
 
 def classifier(hf: str = "classifier"
-               ) -> Callable[[common.ModelConfig], list[base.Rule]]:
+               ) -> Callable[[model_config.ModelConfig], list[base.Rule]]:
   """The classify method's linear classifier (encoderx/models/finetuning.py)."""
   return lambda config: dense(hf, "classifier")
 
@@ -111,24 +111,24 @@ def token_heads(class_prefix: str) -> dict[str, base.Head]:
                                           pooler=False)}
 
 
-def refuse_unless_plain(config: common.ModelConfig, family: str, offset: int = 0) -> None:
+def refuse_unless_plain(config: model_config.ModelConfig, family: str, offset: int = 0) -> None:
   """What every BERT-like class needs: distinct layers, no embedding factorization,
   standard attention, absolute positions from `offset`."""
-  if config.layer_sharing != "none":
+  if config.layout.sharing != "none":
     raise base.ConversionError(
-        f"model.layer_sharing={config.layer_sharing!r} has no Hugging Face {family} "
+        f"model.layout.sharing={config.layout.sharing!r} has no Hugging Face {family} "
         "equivalent (its layers are distinct); export it as family 'albert' "
-        "(layer_sharing 'all') or train with layer_sharing='none'.")
-  if config.embedding_size != config.hidden_size:
+        "(layout.sharing 'all') or train with layout.sharing='none'.")
+  if config.embeddings.size != config.hidden_size:
     raise base.ConversionError(
-        f"model.embedding_size={config.embedding_size} != hidden_size: Hugging Face "
+        f"model.embeddings.size={config.embeddings.size} != hidden_size: Hugging Face "
         f"{family} has no embedding projection (ALBERT has).")
-  if config.attention != "standard" or config.position_embedding != "absolute":
+  if config.attention.variant != "standard" or config.embeddings.position != "absolute":
     raise base.ConversionError(
-        f"model.attention={config.attention!r} / position_embedding="
-        f"{config.position_embedding!r}: Hugging Face {family} has standard attention "
+        f"model.attention.variant={config.attention.variant!r} / position_embedding="
+        f"{config.embeddings.position!r}: Hugging Face {family} has standard attention "
         "with absolute positions.")
-  if config.position_offset != offset:
+  if config.embeddings.position_offset != offset:
     raise base.ConversionError(
-        f"model.position_offset={config.position_offset}: Hugging Face "
+        f"model.embeddings.position_offset={config.embeddings.position_offset}: Hugging Face "
         f"{family} numbers positions from {offset}.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from encoderx.hf import base, rules
-from encoderx.models import common
+from encoderx.models import model_config
 
 # XLNet stores its output projection as [hidden, heads, dim]; ours is [heads, dim, hidden].
 HEADS_OUT = base.Transform(lambda x, c: x.transpose(1, 2, 0),
@@ -15,7 +15,7 @@ MASK_EMB = base.Transform(lambda x, c: x.reshape(-1),  # [1, 1, hidden] -> [hidd
                           lambda x, c: x.reshape(1, 1, -1))
 
 
-def encoder(config: common.ModelConfig, hf: str) -> list[base.Rule]:
+def encoder(config: model_config.ModelConfig, hf: str) -> list[base.Rule]:
   """The word embedding and, per layer, the relative attention (q, k, v, o, r kernels
   [hidden, heads, dim], no biases; the r_w / r_r / r_s biases and seg_embed of every
   layer: untie_r) with its LayerNorm, and the feed-forward."""
@@ -40,22 +40,31 @@ def encoder(config: common.ModelConfig, hf: str) -> list[base.Rule]:
 
 # XLNet's config names its fields its own way, has one dropout rate and no token types or
 # absolute positions.
-FIELD_NAMES = dict(
-    vocab_size="vocab_size", hidden_size="d_model", num_layers="n_layer",
-    num_heads="n_head", intermediate_size="d_inner", hidden_act="ff_activation",
-    hidden_dropout="dropout", layer_norm_eps="layer_norm_eps",
-    initializer_range="initializer_range", clamp_len="clamp_len")
+FIELD_NAMES = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "d_model",
+    "num_layers": "n_layer",
+    "num_heads": "n_head",
+    "intermediate_size": "d_inner",
+    "hidden_act": "ff_activation",
+    "hidden_dropout": "dropout",
+    "norm.eps": "layer_norm_eps",
+    "init.range": "initializer_range",
+    "attention.clamp_len": "clamp_len"}
 # The encoderx fields of every XLNet (what FIELD_NAMES does not cover).
-MODEL = dict(attention="two_stream_relative", position_embedding="none",
-             type_vocab_size=0, embedding_layer_norm=False)
+MODEL = {
+    "attention.variant": "two_stream_relative",
+    "embeddings.position": "none",
+    "embeddings.type_vocab_size": 0,
+    "embeddings.layer_norm": False}
 
 
-def _check(config: common.ModelConfig) -> None:
-  differ = {name: getattr(config, name) for name, value in MODEL.items()
-            if getattr(config, name) != value}
-  if differ or config.layer_sharing != "none":
+def _check(config: model_config.ModelConfig) -> None:
+  differ = {name: config.field(name) for name, value in MODEL.items()
+            if config.field(name) != value}
+  if differ or config.layout.sharing != "none":
     raise base.ConversionError(
-        f"model fields {differ or {'layer_sharing': config.layer_sharing}}"
+        f"model fields {differ or {'layout.sharing': config.layout.sharing}}"
         f" have no Hugging Face XLNet equivalent (it has {MODEL}, distinct layers).")
 
 
@@ -72,7 +81,7 @@ def _model_fields(hf_config: Mapping) -> dict:
   if not hf_config.get("untie_r", True):
     raise base.ConversionError("XLNet with untie_r=False (one set of attention biases for "
                                "all layers) is not supported.")
-  return dict(attention_dropout=hf_config.get("dropout", 0.1), **MODEL)
+  return {"attention.dropout": hf_config.get("dropout", 0.1), **MODEL}
 
 
 # mask_emb (the query stream's start) sits in the encoder of Hugging Face's classes and

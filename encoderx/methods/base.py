@@ -42,11 +42,11 @@ import jax
 import ml_collections
 
 from encoderx import errors
-from encoderx.models import common
+from encoderx.models import model_config as model_config_lib
 
-def model_config(config: ml_collections.ConfigDict, vocabulary) -> common.ModelConfig:
+def model_config(config: ml_collections.ConfigDict, vocabulary) -> model_config_lib.ModelConfig:
   """`config.model` resolved against the vocabulary (vocab_size 0: the vocabulary's)."""
-  resolved = common.ModelConfig.from_config(config.model, vocabulary.vocab_size)
+  resolved = model_config_lib.ModelConfig.from_config(config.model, vocabulary.vocab_size)
   if resolved.vocab_size < vocabulary.vocab_size:
     raise errors.ConfigError(
         f"config field 'model.vocab_size': {resolved.vocab_size} is smaller than the "
@@ -55,14 +55,16 @@ def model_config(config: ml_collections.ConfigDict, vocabulary) -> common.ModelC
   return resolved
 
 
-def describe_model(model: common.ModelConfig) -> dict:
+def describe_model(model: model_config_lib.ModelConfig) -> dict:
   """A model's fields for checkpoint descriptions: those at their default value are left
   out (so that a checkpoint written before a field was added still matches), and so are
   dropout (a run may change it) and the family (it names the model for export, and runs
-  older than the field are resumed by configs that set it)."""
-  return {field.name: getattr(model, field.name) for field in dataclasses.fields(model)
-          if getattr(model, field.name) != field.default
-          and field.name not in ("hidden_dropout", "attention_dropout", "family")}
+  older than the field are resumed by configs that set it); grouped as config.model is."""
+  defaults = model_config_lib.flat(model_config_lib.ModelConfig())
+  return model_config_lib.nested({
+      path: value for path, value in model_config_lib.flat(model).items()
+      if value != defaults[path]
+      and path not in ("hidden_dropout", "attention.dropout", "family")})
 
 
 @dataclasses.dataclass(frozen=True)

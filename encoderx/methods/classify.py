@@ -77,7 +77,8 @@ class Classification(finetune.ReadsLabelledFiles, finetune.FineTuning):
     from encoderx.data import classification  # pylint: disable=g-import-not-at-top
     return classification.register_task(
         files, self.config.finetune, self.label_list, self.vocabulary,
-        self.config.data.vocab.to_dict(), token_types=self.model_config.type_vocab_size > 1,
+        self.config.data.vocab.to_dict(),
+        token_types=self.model_config.embeddings.type_vocab_size > 1,
         shuffle_buffer=self.config.data.shuffle_buffer, with_labels=with_labels)
 
   def task(self):

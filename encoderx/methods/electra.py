@@ -51,7 +51,8 @@ from encoderx import errors
 from encoderx.methods import base as method_lib
 from encoderx import objectives as objectives_lib
 from encoderx.methods import pretrain
-from encoderx.models import common, pretraining
+from encoderx.models import model_config
+from encoderx.models import pretraining
 from encoderx.objectives import rtd
 
 GENERATOR, DISCRIMINATOR = "generator", "discriminator"
@@ -77,7 +78,7 @@ def generator_sizes(model, rtd_config) -> dict[str, int]:
               intermediate_size=max(1, round(model.intermediate_size * width)))
 
 
-def generator_config(model: common.ModelConfig, rtd_config) -> common.ModelConfig:
+def generator_config(model: model_config.ModelConfig, rtd_config) -> model_config.ModelConfig:
   """The generator's ModelConfig: the discriminator's with generator_sizes; the same
   embedding size (the tables are shared)."""
   return dataclasses.replace(model, **generator_sizes(model, rtd_config))

@@ -183,9 +183,9 @@ class Pretraining(method_lib.Method):
     if not sentence and data.builder == "sentence_pairs":
       fail("data.builder", "'sentence_pairs' builds examples for nsp or sop; without "
            "them use 'full_sentences' or 'doc_sentences'.")
-    if data.builder == "sentence_pairs" and model.type_vocab_size == 1:
-      fail("model.type_vocab_size", "is 1, but sentence pairs give segment B token type 1.",
-           "Use 2 (or 0: no token type embedding).")
+    if data.builder == "sentence_pairs" and model.embeddings.type_vocab_size == 1:
+      fail("model.embeddings.type_vocab_size", "is 1, but sentence pairs give segment B "
+           "token type 1.", "Use 2 (or 0: no token type embedding).")
     validate_mlm(config)
     mlm_fields = config.objective.mlm
     if "sbo" in names and "mlm" not in names:

@@ -96,7 +96,7 @@ class QuestionAnswering(finetune.FineTuning):
     qa_config = self.config.qa
     return squad.windows(examples, self.vocabulary, self.config.data.seq_length,
                          qa_config.doc_stride, qa_config.max_query_length,
-                         token_types=self.model_config.type_vocab_size > 1)
+                         token_types=self.model_config.embeddings.type_vocab_size > 1)
 
   def windows(self, split: str) -> list[squad.Window]:
     if split not in self._windows:
@@ -108,7 +108,7 @@ class QuestionAnswering(finetune.FineTuning):
     qa_config = self.config.qa
     description = [qa_config.doc_stride, qa_config.max_query_length,
                    qa_config.version_2, self.config.data.vocab.to_dict(),
-                   self.model_config.type_vocab_size]
+                   self.model_config.embeddings.type_vocab_size]
     return squad.register_task(windows_fn, sources, self.config.data.seq_length,
                                self.vocabulary, description, self.config.data.shuffle_buffer)
 

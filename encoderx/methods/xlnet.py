@@ -70,12 +70,12 @@ class PermutationLanguageModelling(method_lib.Method):
   def validate(cls, config) -> None:
     fail, fields, model = errors.fail, config.objective.plm, config.model
     pretrain.validate_corpus(config)
-    if model.attention != two_stream_attention.NAME:
-      fail("model.attention", f"xlnet needs {two_stream_attention.NAME!r}, got "
-           f"{model.attention!r}.")
-    if 0 < model.type_vocab_size < 3:
-      fail("model.type_vocab_size", f"XLNet's rows have 3 token types (A, B, [CLS]); "
-           f"got {model.type_vocab_size}.", "Use 0 (segments enter the attention only).")
+    if model.attention.variant != two_stream_attention.NAME:
+      fail("model.attention.variant", f"xlnet needs {two_stream_attention.NAME!r}, got "
+           f"{model.attention.variant!r}.")
+    if 0 < model.embeddings.type_vocab_size < 3:
+      fail("model.embeddings.type_vocab_size", f"XLNet's rows have 3 token types (A, B, [CLS]); "
+           f"got {model.embeddings.type_vocab_size}.", "Use 0 (segments enter the attention only).")
     errors.check_positive(config, "objective.plm.partial_prediction_k",
                               "objective.plm.num_predict", "objective.plm.max_span_words",
                               "objective.plm.perm_size", "objective.plm.reuse_len")

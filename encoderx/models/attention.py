@@ -3,21 +3,21 @@
 An encoder layer receives the hidden states and one `LayerContext`, built once per
 forward pass: positions, segment information, the attention mask where a variant reads
 it whole, and whatever an attention variant computes once for all layers (`relative`:
-relative-position embeddings, for instance). `model.attention` picks the variant from
+relative-position embeddings, for instance). `model.attention.variant` picks the variant from
 VARIANTS; a variant is its attention module plus, optionally, the module that computes
 its part of the context (owned by the encoder stack, so its parameters are shared by all
 layers). Adding an attention (DeBERTa's disentangled, XLNet's two-stream relative) is a
 `register()` call, not a copy of the stack.
 
 The standard attention reads no mask from the context: its kernel
-(encoderx/models/attention_kernels.py, `model.attention_kernel`) takes the segment ids
+(encoderx/models/attention_kernels.py, `model.attention.kernel`) takes the segment ids
 and the layer's window, and only the 'xla' kernel builds the whole [length, length]
 mask (`LayerContext.layer_mask`), so that long rows hold none. It rotates its queries
 and keys by the context's `rotary` (encoderx/models/rotary.py) before the kernel, and
-takes fewer key-value heads than query heads (model.num_kv_heads), which reach the
+takes fewer key-value heads than query heads (model.attention.num_kv_heads), which reach the
 kernels unrepeated.
 
-Layers differ in kind where model.local_attention asks for local ones (ModernBERT): the
+Layers differ in kind where model.attention.window asks for local ones (ModernBERT): the
 context holds what a local layer uses instead of a global one's (`local_window`,
 `local_rotary`), and `LayerContext.for_layer` gives a layer its kind's `window` and
 `rotary`. In a scanned stack the kind is traced (`is_global`), and the attention runs
@@ -66,11 +66,11 @@ class LayerContext:
   # A variant's own inputs, as the model that uses it builds them (XLNet: the
   # factorization order's masks and the query stream's targets); None for most.
   variant_inputs: Any = None
-  # Rotary positions (model.position_embedding 'rotary'): (cos, sin), each [batch,
+  # Rotary positions (model.embeddings.position 'rotary'): (cos, sin), each [batch,
   # length, head_dim], of the global layers' theta (of this layer's after `for_layer`);
   # None without.
   rotary: Any = None
-  # Before `for_layer`, where some layers are local (model.local_attention): their
+  # Before `for_layer`, where some layers are local (model.attention.window): their
   # window and rotary positions (of the local theta); 0 and None otherwise.
   local_window: int = flax.struct.field(pytree_node=False, default=0)
   local_rotary: Any = None
@@ -111,11 +111,11 @@ class LayerContext:
     return self.replace(mask=mask, relative=relative)
 
 
-def layer_context(batch: dict, config: common.ModelConfig | None = None) -> LayerContext:
+def layer_context(batch: dict, config: model_config.ModelConfig | None = None) -> LayerContext:
   """The context of a model input batch (see encoderx/models/pretraining.py): the whole
   mask when the model's variant reads it (always without a `config`); with the model's
   `config`, its rotary positions and its local layers' window and rotary."""
-  variant = None if config is None else VARIANTS.get(config.attention)
+  variant = None if config is None else VARIANTS.get(config.attention.variant)
   reads_mask = variant is None or variant.reads_mask
   context = LayerContext(
       positions=batch["positions"], segment_ids=batch["segment_ids"],
@@ -124,13 +124,13 @@ def layer_context(batch: dict, config: common.ModelConfig | None = None) -> Laye
   if config is None:
     return context
   rotary = local_rotary = None
-  if config.position_embedding == "rotary":
-    rotary = rotary_lib.cos_sin(batch["positions"], config.head_dim, config.rope_theta)
-    local_rotary = rotary if not config.local_rope_theta else rotary_lib.cos_sin(
-        batch["positions"], config.head_dim, config.local_rope_theta)
+  if config.embeddings.position == "rotary":
+    rotary = rotary_lib.cos_sin(batch["positions"], config.head_dim, config.embeddings.rope_theta)
+    local_rotary = rotary if not config.embeddings.local_rope_theta else rotary_lib.cos_sin(
+        batch["positions"], config.head_dim, config.embeddings.local_rope_theta)
   if not any(not config.is_global_layer(i) for i in range(config.num_layers)):
     return context.replace(rotary=rotary)
-  return context.replace(rotary=rotary, local_window=config.local_attention,
+  return context.replace(rotary=rotary, local_window=config.attention.window,
                          local_rotary=local_rotary)
 
 
@@ -138,7 +138,7 @@ class Projection(nn.Module):
   """x's last `contracted` dimensions · kernel [those, out...] + bias [out...], with
   logically partitioned parameters (`contraction.contract`: its kernel gradient takes
   the cheap layout)."""
-  config: common.ModelConfig
+  config: model_config.ModelConfig
   contracted: int
   kernel_shape: tuple[int, ...]
   kernel_axes: tuple[str | None, ...]
@@ -162,7 +162,7 @@ class Projection(nn.Module):
     return contraction.contract(x, kernel, self.contracted) + bias
 
 
-def heads_projection(config: common.ModelConfig, name: str, use_bias: bool = True,
+def heads_projection(config: model_config.ModelConfig, name: str, use_bias: bool = True,
                      heads: int | None = None) -> Projection:
   """[batch, length, hidden] -> [batch, length, heads, head_dim] (query, key, value);
   `heads` num_heads unless given (the key-value heads)."""
@@ -172,10 +172,10 @@ def heads_projection(config: common.ModelConfig, name: str, use_bias: bool = Tru
                     (heads, head_dim), ("heads", "kv"), use_bias, name=name)
 
 
-def output_projection(config: common.ModelConfig, name: str = "out",
+def output_projection(config: model_config.ModelConfig, name: str = "out",
                       use_bias: bool = True) -> Projection:
   """[batch, length, heads, head_dim] -> [batch, length, hidden] (a projection back into
-  the residual stream: initialized as model.initializer's role 'out')."""
+  the residual stream: initialized as model.init.scheme's role 'out')."""
   hidden, heads, head_dim = config.hidden_size, config.num_heads, config.head_dim
   return Projection(config, 2, (heads, head_dim, hidden), ("heads", "kv", "embed"),
                     (hidden,), ("embed",), use_bias, role="out", name=name)
@@ -183,12 +183,12 @@ def output_projection(config: common.ModelConfig, name: str = "out",
 
 class SelfAttention(nn.Module):
   """Multi-head self-attention: [batch, length, hidden] -> same, by the kernel
-  model.attention_kernel names (encoderx/models/attention_kernels.py). BERT's, and with
-  the model's options: biases (model.attention_bias), rotary positions
-  (context.rotary), fewer key-value heads (model.num_kv_heads; EuroBertAttention's
+  model.attention.kernel names (encoderx/models/attention_kernels.py). BERT's, and with
+  the model's options: biases (model.attention.bias), rotary positions
+  (context.rotary), fewer key-value heads (model.attention.num_kv_heads; EuroBertAttention's
   q/k/v_proj in transformers models/eurobert/modeling_eurobert.py) and the local window
   of a local layer (context.window)."""
-  config: common.ModelConfig
+  config: model_config.ModelConfig
 
   @nn.compact
   def __call__(self, x: jax.Array, context: LayerContext, deterministic: bool,
@@ -200,7 +200,7 @@ class SelfAttention(nn.Module):
     if query_given and context.rotary is not None:
       raise ValueError("rotary positions take no separate query stream (model."
                        "enhanced_mask_decoder)")
-    bias = config.attention_bias
+    bias = config.attention.bias
     query, key, value = (
         nn.with_logical_constraint(heads_projection(config, n, bias, heads)(y), HEADS_AXES)
         for n, y, heads in (("query", x if query is None else query, None),
@@ -226,13 +226,13 @@ class SelfAttention(nn.Module):
     return output_projection(config, use_bias=bias)(out)
 
 
-def attention_dropout(module: nn.Module, config: common.ModelConfig,
+def attention_dropout(module: nn.Module, config: model_config.ModelConfig,
                       deterministic: bool) -> dict:
   """`attend`'s dropout arguments for a layer: a key from `module`'s 'dropout' rngs
   when training with attention dropout, else none."""
-  if deterministic or dropout_lib.effective_rate(config.attention_dropout) == 0:
+  if deterministic or dropout_lib.effective_rate(config.attention.dropout) == 0:
     return {}
-  return {"dropout_rate": config.attention_dropout,
+  return {"dropout_rate": config.attention.dropout,
           "dropout_key": module.make_rng("dropout")}
 
 
@@ -267,13 +267,72 @@ VARIANTS: dict[str, Variant] = {"standard": Variant(SelfAttention, reads_mask=Fa
 
 
 def register(name: str, variant: Variant) -> Variant:
-  """Makes `variant` available as `model.attention=name`."""
+  """Makes `variant` available as `model.attention.variant=name`."""
   VARIANTS[name] = variant
   return variant
 
 
+@dataclasses.dataclass(frozen=True)
+class AttentionConfig:
+  """config.model.attention: the attention variant, its kernel and its options."""
+  # The variant, by name (VARIANTS: "standard", "disentangled", "two_stream_relative").
+  variant: str = "standard"
+  # How the standard attention is computed (attention_kernels.ATTENTION_KERNELS).
+  kernel: str = "auto"
+  dropout: float = 0.1
+  bias: bool = True  # of the query, key, value and output projections
+  # Key-value heads of the standard attention (grouped-query attention: each serves
+  # num_heads / num_kv_heads query heads; EuroBERT); 0: num_heads.
+  num_kv_heads: int = 0
+  # Local attention (ModernBERT): a window of `window` tokens, window / 2 each side of
+  # the query (|q - k| <= window / 2), in every layer but the global ones, layer i
+  # global when i % global_every == 0 (Hugging Face's global_attn_every_n_layers).
+  # 0: every layer global.
+  window: int = 0
+  global_every: int = 1
+  # Disentangled attention (DeBERTa, encoderx/models/disentangled.py): the relative
+  # distance terms beside content->content ("c2p" content->position, "p2c"
+  # position->content); distances in log buckets (256 rows each side of 0 in v2/v3; 0:
+  # no buckets, distances clipped at max_relative_positions); position terms projected
+  # with the content query/key projections (share_att_key) or with their own.
+  relative_terms: tuple[str, ...] = ("c2p", "p2c")
+  position_buckets: int = 256
+  max_relative_positions: int = 512
+  share_att_key: bool = True
+  # Relative attention (XLNet): distances beyond are encoded as this one; -1: none.
+  clamp_len: int = -1
+
+
 def validate(model) -> None:
-  """Checks config.model.attention and the fields its variant reads."""
-  errors.check_choice("model.attention", model.attention, tuple(VARIANTS))
-  if VARIANTS[model.attention].validate is not None:
-    VARIANTS[model.attention].validate(model)
+  """Checks config.model.attention: the variant, the standard attention's options (and
+  the fields only the variant reads: Variant.validate)."""
+  fields = model.attention
+  errors.check_choice("model.attention.variant", fields.variant, tuple(VARIANTS))
+  errors.check_choice("model.attention.kernel", fields.kernel,
+                      attention_kernels.ATTENTION_KERNELS)
+  errors.check_fraction("model.attention.dropout", fields.dropout)
+  window, heads, kv_heads = fields.window, model.num_heads, fields.num_kv_heads
+  if window < 0 or window % 2:
+    errors.fail("model.attention.window", f"must be an even number of tokens "
+                f"(window / 2 each side of the query) or 0, got {window}.")
+  if fields.global_every < 1:
+    errors.fail("model.attention.global_every", "must be >= 1 (layer i is global when i "
+                f"% it == 0), got {fields.global_every}.")
+  if kv_heads < 0 or (kv_heads and heads % kv_heads):
+    errors.fail("model.attention.num_kv_heads", f"{kv_heads}: model.num_heads={heads} must "
+                "be a multiple of it (each key-value head serves a group of query heads).")
+  if fields.variant != "standard":
+    standard_only = {
+        "model.attention.kernel": repr(fields.kernel) if fields.kernel != "auto" else "",
+        "model.embeddings.position": ("'rotary'" if model.embeddings.position == "rotary"
+                                      else ""),
+        "model.attention.window": window,
+        "model.attention.num_kv_heads": kv_heads if kv_heads not in (0, heads) else 0,
+        "model.attention.bias": "False" if not fields.bias else ""}
+    for field, value in standard_only.items():
+      if value:
+        errors.fail(field, f"{value} is an option of the standard attention; "
+                    f"model.attention.variant={fields.variant!r} computes its own.",
+                    "Use 'auto'." if field.endswith("kernel") else "")
+  if VARIANTS[fields.variant].validate is not None:
+    VARIANTS[fields.variant].validate(model)

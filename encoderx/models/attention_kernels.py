@@ -1,4 +1,4 @@
-"""The kernels that compute the standard attention, by name (`model.attention_kernel`),
+"""The kernels that compute the standard attention, by name (`model.attention.kernel`),
 and the one "auto" picks for a layer (`choose`).
 
   xla        `attend`: jax.nn.dot_product_attention under the layer's whole [batch, 1,
@@ -27,7 +27,7 @@ query what `attend` gives it (masks.padding_queries_as_xla).
 
 "auto" (`choose`) decides per layer kind when the model is traced, from the backend, the
 heads, the window and whether attention dropout applies (training with
-model.attention_dropout > 0):
+model.attention.dropout > 0):
 
   with attention dropout  GPU: pallas where `pallas_by_default` (measured the faster),
                           windows included; else xla. Elsewhere xla: blockwise and
@@ -61,6 +61,17 @@ from encoderx.models import flash_attention
 from encoderx.models import masks
 from encoderx.models import splash_attention
 
+# How the standard attention is computed (model.attention.kernel): "xla":
+# jax.nn.dot_product_attention under the whole [length, length] mask (cuDNN's fused
+# kernel on GPU), XLA's attention with attention dropout; "pallas": the GPU (Triton)
+# flash attention with dropout (flash_attention.py); "blockwise": XLA in memory linear in
+# the length, no dropout (blockwise_attention.py); "splash": JAX's splash attention for
+# TPU, no dropout (splash_attention.py). "auto", per layer: with attention dropout,
+# "pallas" on GPU where measured the faster, else "xla"; without, "splash" on TPU (else
+# "blockwise"), on GPU "xla" (cuDNN) for rows under 1,024 tokens and "pallas" (else
+# "blockwise") for longer ones, on CPU "blockwise" for rows of 1,024 tokens or more and
+# for local layers, else "xla" (`choose`).
+ATTENTION_KERNELS = ("auto", "xla", "pallas", "blockwise", "splash")
 # Rows of at least this many tokens take a linear-memory kernel under "auto" (CPU, GPU).
 # On the development CPU (shared), the tiny ModernBERT's train step (batch 1) took 138 ms
 # blockwise against xla's 656 at 1,024 tokens, 1.4 s against 9.2 at 4,096
@@ -171,14 +182,14 @@ def pallas_by_default(backend_name: str, query: jax.Array, key: jax.Array,
           and pallas_refusal(query, key, value, query_given) is None)
 
 
-def choose(config: common.ModelConfig, query: jax.Array, key: jax.Array,
+def choose(config: model_config.ModelConfig, query: jax.Array, key: jax.Array,
            value: jax.Array, window: int, query_given: bool, with_dropout: bool,
            backend_name: str | None = None) -> str:
   """The kernel of a layer of `window` (0: global) for these heads [batch, length,
-  heads, head_dim]: model.attention_kernel, or for "auto" what the module docstring
+  heads, head_dim]: model.attention.kernel, or for "auto" what the module docstring
   says. `backend_name`: `backend()` unless given."""
-  if config.attention_kernel != "auto":
-    return config.attention_kernel
+  if config.attention.kernel != "auto":
+    return config.attention.kernel
   backend_name = backend_name or backend()
   length = query.shape[1]
   if query_given or window > length:
@@ -208,9 +219,9 @@ def compute(kernel: str, query: jax.Array, key: jax.Array, value: jax.Array,
                   dropout_key=dropout_key)
   if (kernel in WITHOUT_DROPOUT and dropout_key is not None
       and dropout_lib.effective_rate(dropout_rate) > 0):
-    raise ValueError(f"model.attention_kernel={kernel!r} has no attention dropout "
-                     f"(model.attention_dropout={dropout_rate}); use 'auto', 'xla' or "
-                     "'pallas', or model.attention_dropout=0.")
+    raise ValueError(f"model.attention.kernel={kernel!r} has no attention dropout "
+                     f"(model.attention.dropout={dropout_rate}); use 'auto', 'xla' or "
+                     "'pallas', or model.attention.dropout=0.")
   if kernel == "blockwise":
     return blockwise_attention.blockwise_attention(query, key, value, segment_ids,
                                                    window=window)
@@ -219,10 +230,10 @@ def compute(kernel: str, query: jax.Array, key: jax.Array, value: jax.Array,
                                              window=window, heads_spec=_heads_layout())
   refusal = pallas_refusal(query, key, value)
   if refusal:
-    raise ValueError(f"model.attention_kernel='pallas': {refusal}. Use 'auto' or 'xla'.")
+    raise ValueError(f"model.attention.kernel='pallas': {refusal}. Use 'auto' or 'xla'.")
   platform = jax.default_backend()  # the real one: the kernel runs there
   if platform == "tpu":
-    raise ValueError("model.attention_kernel='pallas' is a GPU (Triton) kernel; use "
+    raise ValueError("model.attention.kernel='pallas' is a GPU (Triton) kernel; use "
                      "'auto' or 'splash' on TPU.")
   return flash_attention.sharded_flash_attention(
       query, key, value, segment_ids, dropout_rate, dropout_key, _heads_layout(),
@@ -234,34 +245,33 @@ def validate(model, lengths: dict[str, int]) -> None:
   the rows it runs on (`lengths`: each length's config field -> its tokens, e.g.
   {"data.seq_length": 8192}) before anything is traced; raises errors.ConfigError in
   one line naming the field. `model` is config.model (a ConfigDict)."""
-  kernel = model.attention_kernel
+  kernel, window = model.attention.kernel, model.attention.window
   if kernel in ("auto", "xla"):
     # xla takes a row shorter than the window (its local layers then see the row as
     # Hugging Face's do): fine-tuning a released ModernBERT (a window of 128) on short
     # rows is common, so only the kernels that cannot take it refuse it.
     return
-  window = model.local_attention
-  if window and model.global_attention_every > 1 and model.num_layers > 1:
+  if window and model.attention.global_every > 1 and model.num_layers > 1:
     for field, length in lengths.items():
       if length < window:
         errors.fail(field, f"{length} tokens is shorter than the local window "
-                    f"model.local_attention={window}, which "
-                    f"model.attention_kernel={kernel!r} cannot take.",
+                    f"model.attention.window={window}, which "
+                    f"model.attention.kernel={kernel!r} cannot take.",
                     f"Use rows of at least {window} tokens, a window of at most "
-                    f"{length}, or attention_kernel 'auto' or 'xla'.")
-  if kernel in WITHOUT_DROPOUT and dropout_lib.effective_rate(model.attention_dropout):
-    errors.fail("model.attention_kernel", f"{kernel!r} has no attention dropout; got "
-                f"model.attention_dropout={model.attention_dropout}.",
-                "Set model.attention_dropout=0, or use 'auto', 'xla' or 'pallas'.")
-  if model.enhanced_mask_decoder:
-    errors.fail("model.attention_kernel", f"{kernel!r} takes self-attention over whole "
-                "rows; model.enhanced_mask_decoder re-runs the last layer on a separate "
+                    f"{length}, or attention.kernel 'auto' or 'xla'.")
+  if kernel in WITHOUT_DROPOUT and dropout_lib.effective_rate(model.attention.dropout):
+    errors.fail("model.attention.kernel", f"{kernel!r} has no attention dropout; got "
+                f"model.attention.dropout={model.attention.dropout}.",
+                "Set model.attention.dropout=0, or use 'auto', 'xla' or 'pallas'.")
+  if model.heads.enhanced_mask_decoder:
+    errors.fail("model.attention.kernel", f"{kernel!r} takes self-attention over whole "
+                "rows; model.heads.enhanced_mask_decoder re-runs the last layer on a separate "
                 "query stream.", "Use 'auto' or 'xla'.")
   if kernel == "pallas" and backend() == "tpu":
-    errors.fail("model.attention_kernel", "'pallas' is a GPU (Triton) kernel and does "
+    errors.fail("model.attention.kernel", "'pallas' is a GPU (Triton) kernel and does "
                 "not run on TPU.", "Use 'auto' or 'splash' on TPU.")
   if kernel == "pallas":
-    heads, kv_heads = model.num_heads, model.num_kv_heads or model.num_heads
+    heads, kv_heads = model.num_heads, model.attention.num_kv_heads or model.num_heads
     head_dim = model.hidden_size // heads
     for field, length in lengths.items():
       query = jax.ShapeDtypeStruct((1, length, heads, head_dim), jnp.float32)
@@ -269,11 +279,11 @@ def validate(model, lengths: dict[str, int]) -> None:
       try:
         flash_attention.check_supported(query, kv, kv)
       except ValueError as error:
-        errors.fail("model.attention_kernel", f"'pallas' cannot run rows of {field}="
+        errors.fail("model.attention.kernel", f"'pallas' cannot run rows of {field}="
                     f"{length} with heads of hidden_size / num_heads = {head_dim}: "
                     f"{error}.", "Use 'auto', 'xla' or 'blockwise'.")
   platform = PLATFORMS.get(kernel)
   if platform and backend() != platform and not interpret_off_platform:
-    errors.fail("model.attention_kernel", f"{kernel!r} is a {platform.upper()} kernel; on "
+    errors.fail("model.attention.kernel", f"{kernel!r} is a {platform.upper()} kernel; on "
                 f"{backend().upper()} Pallas would interpret it, far slower (that is for "
                 "tests).", "Use 'auto' (it picks for the platform), 'blockwise' or 'xla'.")

@@ -1,4 +1,4 @@
-"""DeBERTa's disentangled self-attention: `model.attention="disentangled"`.
+"""DeBERTa's disentangled self-attention: `model.attention.variant="disentangled"`.
 
 Attention scores are content->content plus, from relative distances, content->position
 (c2p: a query's content against the key's distance embedding) and position->content
@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoderx import errors
+from encoderx.models import model_config
 from encoderx.models import attention, common
 from encoderx.models import dropout as dropout_lib
 
@@ -46,10 +47,10 @@ TERMS = ("c2p", "p2c")
 SCORE_AXES = ("activation_batch", "activation_heads", "activation_length", None)
 
 
-def span(config: common.ModelConfig) -> int:
+def span(config: model_config.ModelConfig) -> int:
   """Rows of the distance table on each side of 0 (the table has 2 x span rows)."""
-  return config.position_buckets if config.position_buckets > 0 else (
-      config.max_relative_positions)
+  return config.attention.position_buckets if config.attention.position_buckets > 0 else (
+      config.attention.max_relative_positions)
 
 
 def log_buckets(distance: np.ndarray, buckets: int, max_position: int) -> np.ndarray:
@@ -68,17 +69,18 @@ def log_buckets(distance: np.ndarray, buckets: int, max_position: int) -> np.nda
 
 
 @functools.lru_cache(maxsize=32)
-def distance_rows(config: common.ModelConfig, length: int) -> np.ndarray:
+def distance_rows(config: model_config.ModelConfig, length: int) -> np.ndarray:
   """[2 * length - 1] int32: the distance table's row for each distance -(length-1) ..
   length-1 (bucketed, shifted by span, clipped into the table)."""
   distance = np.arange(-(length - 1), length, dtype=np.int32)
-  if config.position_buckets > 0:
-    distance = log_buckets(distance, config.position_buckets, config.max_relative_positions)
+  if config.attention.position_buckets > 0:
+    distance = log_buckets(distance, config.attention.position_buckets,
+                           config.attention.max_relative_positions)
   width = span(config)
   return np.clip(distance + width, 0, 2 * width - 1).astype(np.int32)
 
 
-def relative_rows(positions: jax.Array, config: common.ModelConfig) -> jax.Array:
+def relative_rows(positions: jax.Array, config: model_config.ModelConfig) -> jax.Array:
   """[batch, length] positions -> [batch, query, key] int32 distance-table rows of
   d(q, k) = position_q - position_k."""
   length = positions.shape[-1]
@@ -100,7 +102,7 @@ class RelativePositions:
 
 class RelativePositionContext(nn.Module):
   """The distance table and its LayerNorm (shared by all layers), once per pass."""
-  config: common.ModelConfig
+  config: model_config.ModelConfig
 
   @nn.compact
   def __call__(self, context: attention.LayerContext,
@@ -124,7 +126,7 @@ class DisentangledSelfAttention(nn.Module):
   """[batch, length, hidden] -> same; `query` [batch, queries, hidden] replaces the
   query stream (DeBERTa's enhanced mask decoder; `context` then describes those queries),
   keys and values still come from `x`."""
-  config: common.ModelConfig
+  config: model_config.ModelConfig
 
   @nn.compact
   def __call__(self, x: jax.Array, context: attention.LayerContext, deterministic: bool,
@@ -136,20 +138,20 @@ class DisentangledSelfAttention(nn.Module):
         nn.with_logical_constraint(projections[n](x if n != "query" or query is None
                                                   else query), attention.HEADS_AXES)
         for n in ("query", "key", "value"))
-    terms = config.relative_attention_terms
+    terms = config.attention.relative_terms
     factor = 1 + len(terms)
 
     embeddings = dropout_lib.Dropout(config.hidden_dropout)(relative.embeddings[None],
                                                    deterministic=deterministic)
     bias = 0.0
     if "c2p" in terms:  # the query's content against the key's distance
-      projection = projections["key"] if config.share_att_key else (
+      projection = projections["key"] if config.attention.share_att_key else (
           attention.heads_projection(config, "position_key"))
       position_key = projection(embeddings)[0]  # [2 * span, heads, head_dim]
       scores = jnp.einsum("bqnd,rnd->bnqr", query_layer, position_key)
       bias = bias + _gather_rows(scores, relative.rows)
     if "p2c" in terms:  # the key's content against the query's distance
-      projection = projections["query"] if config.share_att_key else (
+      projection = projections["query"] if config.attention.share_att_key else (
           attention.heads_projection(config, "position_query"))
       position_query = projection(embeddings)[0]
       scores = jnp.einsum("bknd,rnd->bnkr", key, position_query)
@@ -173,21 +175,24 @@ class DisentangledSelfAttention(nn.Module):
 
 def validate(model) -> None:
   """DeBERTa's fields: disentangled attention's terms and buckets."""
-  terms = tuple(model.relative_attention_terms)
+  fields = model.attention
+  terms = tuple(fields.relative_terms)
   for term in terms:
-    errors.check_choice("model.relative_attention_terms", term, TERMS)
+    errors.check_choice("model.attention.relative_terms", term, TERMS)
   if len(set(terms)) != len(terms):
-    errors.fail("model.relative_attention_terms", f"{terms} names a term twice.")
-  if model.max_relative_positions < 2:
-    errors.fail("model.max_relative_positions",
-                f"must be >= 2, got {model.max_relative_positions}.")
-  if model.position_buckets < 0 or model.position_buckets == 1:
-    errors.fail("model.position_buckets", f"must be 0 (no buckets) or >= 2, got "
-                f"{model.position_buckets}.")
-  if model.position_buckets and model.max_relative_positions - 1 <= model.position_buckets // 2:
-    errors.fail("model.max_relative_positions", f"{model.max_relative_positions} must "
-                f"exceed model.position_buckets / 2 + 1 = {model.position_buckets // 2 + 1} "
-                "(log buckets shrink the distances between the two).")
+    errors.fail("model.attention.relative_terms", f"{terms} names a term twice.")
+  if fields.max_relative_positions < 2:
+    errors.fail("model.attention.max_relative_positions",
+                f"must be >= 2, got {fields.max_relative_positions}.")
+  if fields.position_buckets < 0 or fields.position_buckets == 1:
+    errors.fail("model.attention.position_buckets", f"must be 0 (no buckets) or >= 2, got "
+                f"{fields.position_buckets}.")
+  if (fields.position_buckets
+      and fields.max_relative_positions - 1 <= fields.position_buckets // 2):
+    errors.fail("model.attention.max_relative_positions", f"{fields.max_relative_positions} "
+                "must exceed model.attention.position_buckets / 2 + 1 = "
+                f"{fields.position_buckets // 2 + 1} (log buckets shrink the distances "
+                "between the two).")
 
 
 attention.register("disentangled", attention.Variant(DisentangledSelfAttention,

@@ -3,27 +3,79 @@ the scores against the token embeddings (the tied output layer of the LM heads).
 
 The vocabulary-sized parameters have `config.padded_vocab_size` rows (`vocab_size`
 rounded up to `vocab_multiple`, so that they split over the mesh): the word embedding
-table, an untied output table (model.tie_word_embeddings=False) and the output biases of
+table, an untied output table (model.heads.tie_word_embeddings=False) and the output biases of
 the heads scored against them. `is_vocabulary_param` names them by path and
 `resize_vocabulary` cuts or pads their rows; the padding rows are masked out of every
 score (`vocabulary_scores`).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from encoderx import errors
 from encoderx.models import common
 from encoderx.models import dropout as dropout_lib
+
+POSITION_EMBEDDINGS = ("absolute", "rotary", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbeddingsConfig:
+  """config.model.embeddings: the input embeddings and how positions enter."""
+  size: int = 0  # 0: hidden_size; smaller factorizes the embedding (ALBERT).
+  # "absolute": a learned table of max_positions rows (BERT); "rotary": no table,
+  # queries and keys rotated by the batch's positions (encoderx/models/rotary.py;
+  # ModernBERT, EuroBERT); "none": no position embedding in the input (variants with
+  # relative positions).
+  position: str = "absolute"
+  max_positions: int = 512
+  # Added to every position id: RoBERTa's positions start after its padding id, at 2,
+  # so its table has max length + 2 rows (514 for 512).
+  position_offset: int = 0
+  type_vocab_size: int = 2
+  # False: the embeddings enter the first layer without a norm (XLNet, EuroBERT).
+  layer_norm: bool = True
+  # Rotary positions: the base of the frequencies (theta) in global layers, and in local
+  # ones (0: rope_theta). ModernBERT: 160,000 and 10,000; EuroBERT: 250,000.
+  rope_theta: float = 10000.0
+  local_rope_theta: float = 0.0
+
+
+def validate_embeddings(model) -> None:
+  """config.model.embeddings' fields."""
+  embeddings = model.embeddings
+  if embeddings.max_positions <= 0:
+    errors.fail("model.embeddings.max_positions",
+                f"must be positive, got {embeddings.max_positions}.")
+  if embeddings.size < 0:
+    errors.fail("model.embeddings.size", "must be >= 0 (0 means the default).")
+  if embeddings.position_offset < 0:
+    errors.fail("model.embeddings.position_offset",
+                f"must be >= 0, got {embeddings.position_offset}.")
+  errors.check_choice("model.embeddings.position", embeddings.position, POSITION_EMBEDDINGS)
+  if embeddings.rope_theta <= 0:
+    errors.fail("model.embeddings.rope_theta",
+                f"must be positive, got {embeddings.rope_theta}.")
+  if embeddings.local_rope_theta < 0:
+    errors.fail("model.embeddings.local_rope_theta", "must be positive (or 0: model."
+                f"embeddings.rope_theta), got {embeddings.local_rope_theta}.")
+  if embeddings.position == "rotary" and (model.hidden_size // model.num_heads) % 2:
+    errors.fail("model.embeddings.position", "'rotary' rotates pairs of dimensions; the "
+                f"head size hidden_size / num_heads = {model.hidden_size // model.num_heads}"
+                " is odd.")
+
 
 # The names of the vocabulary-sized parameters: the word embedding table (module
 # `word_embeddings`, whatever its scope: DeBERTa-v3's GDES delta of it is
 # `embedding_deltas/word_embeddings`, methods/electra.py) and a head's `output_bias`.
 WORD_EMBEDDINGS = "word_embeddings"
 OUTPUT_BIAS = "output_bias"
-# An MLM head's own output table [vocab, embedding] (model.tie_word_embeddings=False).
+# An MLM head's own output table [vocab, embedding] (model.heads.tie_word_embeddings=False).
 OUTPUT_EMBEDDINGS = "output_embeddings"
 
 
@@ -49,13 +101,13 @@ def resize_vocabulary(params, rows: int):
   return jax.tree_util.tree_map_with_path(resize, params)
 
 
-def output_bias(module: nn.Module, config: common.ModelConfig) -> jax.Array:
+def output_bias(module: nn.Module, config: model_config.ModelConfig) -> jax.Array:
   """A head's bias over the vocabulary [padded_vocab] (zeros), created in `module`."""
   return module.param(OUTPUT_BIAS, common.zeros(("vocab",)), (config.padded_vocab_size,),
                       config.weights_dtype)
 
 
-def vocabulary_scores(config: common.ModelConfig, scores: jax.Array,
+def vocabulary_scores(config: model_config.ModelConfig, scores: jax.Array,
                       bias: jax.Array | None = None) -> jax.Array:
   """Scores [..., padded_vocab] + `bias` (a head's `output_bias`; None: none), the
   padding rows' set to the dtype's lowest value: softmax gives them 0 (exactly, in
@@ -98,50 +150,50 @@ class Embeddings(nn.Module):
   The tables have width `embedding_size`; when that is smaller than `hidden_size`
   (ALBERT's factorization, V x E + E x H) a projection maps E to H after LayerNorm.
   """
-  config: common.ModelConfig
+  config: model_config.ModelConfig
 
   def setup(self):
     config = self.config
     embed = lambda n, axes, name, drawn=None: Embed(  # pylint: disable=g-long-lambda
-        n, config.embedding_size, dtype=config.compute_dtype,
+        n, config.embeddings.size, dtype=config.compute_dtype,
         param_dtype=config.weights_dtype,
         embedding_init=common.initializer(config, axes, drawn), name=name)
     # vocab_size rows drawn as an unpadded table's; the padding rows below them zeros.
     self.word_embeddings = embed(config.padded_vocab_size, ("vocab", "embed"),
                                  WORD_EMBEDDINGS, config.vocab_size)
-    if config.position_embedding == "absolute" or config.enhanced_mask_decoder:
-      self.position_embeddings = embed(config.max_position_embeddings,
+    if config.embeddings.position == "absolute" or config.heads.enhanced_mask_decoder:
+      self.position_embeddings = embed(config.embeddings.max_positions,
                                        ("positions", "embed"), "position_embeddings")
-    if config.type_vocab_size:
-      self.token_type_embeddings = embed(config.type_vocab_size, (None, "embed"),
+    if config.embeddings.type_vocab_size:
+      self.token_type_embeddings = embed(config.embeddings.type_vocab_size, (None, "embed"),
                                          "token_type_embeddings")
-    if config.embedding_layer_norm:
+    if config.embeddings.layer_norm:
       self.layer_norm = common.norm(config, "layer_norm")
     self.dropout = dropout_lib.Dropout(config.hidden_dropout)
-    if config.embedding_size != config.hidden_size:
+    if config.embeddings.size != config.hidden_size:
       self.projection = common.dense(config, config.hidden_size, ("embed", "mlp"),
                                      "projection")
 
   def __call__(self, input_ids: jax.Array, token_type_ids: jax.Array,
                positions: jax.Array, deterministic: bool) -> jax.Array:
     x = self.word_embeddings(input_ids)
-    if self.config.enhanced_mask_decoder and self.is_initializing():
+    if self.config.heads.enhanced_mask_decoder and self.is_initializing():
       # The table is the encoder's even where the decoder does not run (fine-tuning).
       _ = self.position_embeddings.embedding
-    if self.config.position_embedding == "absolute":
+    if self.config.embeddings.position == "absolute":
       x = x + self.absolute_positions(positions)
-    if self.config.type_vocab_size:
+    if self.config.embeddings.type_vocab_size:
       x = x + self.token_type_embeddings(token_type_ids)
-    if self.config.embedding_layer_norm:
+    if self.config.embeddings.layer_norm:
       x = self.layer_norm(x)
     x = self.dropout(x, deterministic=deterministic)
-    if self.config.embedding_size != self.config.hidden_size:
+    if self.config.embeddings.size != self.config.hidden_size:
       x = self.projection(x)
     return common.constrain_hidden(x)
 
   def absolute_positions(self, positions: jax.Array) -> jax.Array:
     """The position table's rows: [batch, length] -> [batch, length, embedding]."""
-    return self.position_embeddings(positions + self.config.position_offset)
+    return self.position_embeddings(positions + self.config.embeddings.position_offset)
 
   def attend(self, x: jax.Array, bias: jax.Array | None) -> jax.Array:
     """Scores against every token embedding plus a head's `bias` (`output_bias`; None:

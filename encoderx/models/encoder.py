@@ -13,8 +13,8 @@
   final norm after the last layer: ModernBERT, EuroBERT), with `norm` LayerNorm or
   RMSNorm; `first_attention_norm=False` leaves the first layer's attention without its
   norm (ModernBERT's layer 0, whose attn_norm is Identity).
-- `feed_forward`: 'mlp' or 'gated' (GeGLU / SwiGLU); biases as model.attention_bias and
-  model.mlp_bias say.
+- `feed_forward`: 'mlp' or 'gated' (GeGLU / SwiGLU); biases as model.attention.bias and
+  model.feed_forward.bias say.
 - local attention (`local_attention`, `global_attention_every`): layers of the two
   kinds differ only in their window and rotary theta, which `LayerContext.for_layer`
   picks, so that a scanned stack stays homogeneous (the kind is scanned data, and each
@@ -40,6 +40,7 @@ stack can return what entered each layer (XLNet's memory, DeBERTa's last layer i
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import flax.linen as nn
@@ -47,8 +48,40 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from encoderx import errors
 from encoderx.models import attention, common
 from encoderx.models import dropout as dropout_lib
+
+
+LAYER_SHARING = ("none", "all", "ffn", "attention")
+FEED_FORWARDS = ("mlp", "gated")
+
+
+@dataclasses.dataclass(frozen=True)
+class FeedForwardConfig:
+  """config.model.feed_forward: each layer's feed-forward (its width is
+  model.intermediate_size, its activation model.hidden_act)."""
+  # "mlp": act(x W1) W2 (BERT); "gated": (act(x W) * x V) W2, a gated linear unit:
+  # GeGLU with hidden_act "gelu" (ModernBERT), SwiGLU with "silu" (EuroBERT).
+  kind: str = "mlp"
+  bias: bool = True  # of its projections
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutConfig:
+  """config.model.layout: how the layers are laid out in parameters and computed."""
+  sharing: str = "none"  # "all" (ALBERT), "ffn", "attention" or "none".
+  scan: bool = False  # the distinct layers as one nn.scan (see the module's docstring)
+  remat: bool = False  # recompute each layer's activations in the backward pass
+
+
+def validate(model) -> None:
+  """config.model.feed_forward's and config.model.layout's fields."""
+  errors.check_choice("model.feed_forward.kind", model.feed_forward.kind, FEED_FORWARDS)
+  errors.check_choice("model.layout.sharing", model.layout.sharing, LAYER_SHARING)
+  if model.layout.scan and model.layout.sharing != "none":
+    errors.fail("model.layout.scan", "scans distinct layers; it cannot be combined with "
+                f"model.layout.sharing={model.layout.sharing!r}.")
 
 
 def _each_stream(function, *trees):
@@ -63,7 +96,7 @@ def _identity(x):
 class AttentionBlock(nn.Module):
   """The variant's attention + dropout + residual, with the norm after the residual
   (post-norm) or before the attention (pre-norm; none there when not `with_norm`)."""
-  config: common.ModelConfig
+  config: model_config.ModelConfig
   with_norm: bool = True
 
   @nn.compact
@@ -72,11 +105,11 @@ class AttentionBlock(nn.Module):
     """`query`, when given, is the query stream and the residual (see the module doc);
     the variant is then called with `query=` (only then: the others need not take it)."""
     config = self.config
-    variant = attention.VARIANTS[config.attention]
+    variant = attention.VARIANTS[config.attention.variant]
     self_attention = variant.attention(config, name="self_attention")
     dropout = dropout_lib.Dropout(config.hidden_dropout)
     residual = x if query is None else query
-    if config.norm_position == "pre":
+    if config.norm.position == "pre":
       norm = common.norm(config, "layer_norm") if self.with_norm else _identity
       y = self_attention(_each_stream(norm, x), context, deterministic,
                          **({} if query is None else {"query": norm(query)}))
@@ -99,21 +132,21 @@ class FeedForwardBlock(nn.Module):
   gate; AnswerDotAI src/bert_layers/mlp.py FlexBertGLU) and EuroBertMLP
   (act(gate_proj(x)) * up_proj(x)) both compute it.
   """
-  config: common.ModelConfig
+  config: model_config.ModelConfig
 
   @nn.compact
   def __call__(self, x, deterministic: bool):
     config = self.config
-    bias = config.mlp_bias
+    bias = config.feed_forward.bias
     intermediate = common.dense(config, config.intermediate_size, ("embed", "mlp"),
                                 "intermediate", bias)
     linear = (common.dense(config, config.intermediate_size, ("embed", "mlp"), "linear",
-                           bias) if config.feed_forward == "gated" else None)
+                           bias) if config.feed_forward.kind == "gated" else None)
     output = common.dense(config, config.hidden_size, ("mlp", "embed"), "output", bias,
                           role="out")
     dropout = dropout_lib.Dropout(config.hidden_dropout)
     norm = common.norm(config, "layer_norm")
-    pre = config.norm_position == "pre"
+    pre = config.norm.position == "pre"
 
     def feed_forward(x):
       normed = norm(x) if pre else x
@@ -130,8 +163,8 @@ class FeedForwardBlock(nn.Module):
 
 class EncoderLayer(nn.Module):
   """One layer; either block may be a module shared with other layers. `attention_norm`
-  False: a pre-norm layer whose attention has no norm (model.first_attention_norm)."""
-  config: common.ModelConfig
+  False: a pre-norm layer whose attention has no norm (model.norm.first_attention)."""
+  config: model_config.ModelConfig
   shared_attention: nn.Module | None = None
   shared_ffn: nn.Module | None = None
   attention_norm: bool = True
@@ -152,12 +185,12 @@ class _ScannedLayer(nn.Module):
   carry is the hidden state, `per_layer` this layer's slice of context.per_layer,
   `is_global` its kind (a bool scalar: LayerContext.for_layer), and the output what
   entered the layer (when `collect`)."""
-  config: common.ModelConfig
+  config: model_config.ModelConfig
 
   @nn.compact
   def __call__(self, x, context, per_layer, is_global, deterministic, collect):
     layer = EncoderLayer
-    if self.config.remat:
+    if self.config.layout.remat:
       layer = nn.remat(layer, static_argnums=(3,), prevent_cse=False)
     y = layer(self.config, name="layer")(
         x, context.for_layer(is_global).replace(per_layer=per_layer), deterministic)
@@ -166,18 +199,18 @@ class _ScannedLayer(nn.Module):
 
 class Encoder(nn.Module):
   """[batch, length, hidden] (or a dict of streams) -> the same, num_layers layers."""
-  config: common.ModelConfig
+  config: model_config.ModelConfig
 
   def setup(self):
     config = self.config
-    context_module = attention.VARIANTS[config.attention].context
+    context_module = attention.VARIANTS[config.attention.variant].context
     if context_module is not None:
       self.relative = context_module(config)
-    if config.norm_position == "pre":
+    if config.norm.position == "pre":
       self.final_layer_norm = common.norm(config, "final_layer_norm")
     # static_argnums counts self: (self, x, context, deterministic).
-    layer = nn.remat(EncoderLayer, static_argnums=(3,)) if config.remat else EncoderLayer
-    if config.scan_layers:
+    layer = nn.remat(EncoderLayer, static_argnums=(3,)) if config.layout.remat else EncoderLayer
+    if config.layout.scan:
       # A first layer unlike the others stays out of the scan, under its own name.
       if config.first_layer_differs:
         self.first_layer = layer(config, attention_norm=False, name="layer_0")
@@ -188,14 +221,14 @@ class Encoder(nn.Module):
           length=config.num_layers - self._scan_start,
           metadata_params={nn.PARTITION_NAME: "layers"})(config)
       return
-    if config.layer_sharing == "all":
+    if config.layout.sharing == "all":
       self.layers = [layer(config, name="shared_layer")] * config.num_layers
       return
     shared = {}
-    if config.layer_sharing == "attention":
+    if config.layout.sharing == "attention":
       self.shared_attention = AttentionBlock(config)
       shared["shared_attention"] = self.shared_attention
-    elif config.layer_sharing == "ffn":
+    elif config.layout.sharing == "ffn":
       self.shared_ffn = FeedForwardBlock(config)
       shared["shared_ffn"] = self.shared_ffn
     self.layers = [layer(config, **shared, name=f"layer_{i}",
@@ -210,7 +243,7 @@ class Encoder(nn.Module):
   def with_relative(self, context: attention.LayerContext,
                     deterministic: bool) -> attention.LayerContext:
     """The context with what the variant computes once per forward pass (`relative`)."""
-    if attention.VARIANTS[self.config.attention].context is None or (
+    if attention.VARIANTS[self.config.attention.variant].context is None or (
         context.relative is not None):
       return context
     return context.replace(relative=self.relative(context, deterministic))
@@ -231,7 +264,7 @@ class Encoder(nn.Module):
           per_layer=jax.tree_util.tree_map(lambda leaf: leaf[index], per_layer))
 
     inputs = []
-    if config.scan_layers:
+    if config.layout.scan:
       start = self._scan_start
       if start:
         inputs.append(x)
@@ -252,7 +285,7 @@ class Encoder(nn.Module):
         x = layer(x, layer_context(index), deterministic)
       if collect_layer_inputs:
         inputs = jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *inputs)
-    if config.norm_position == "pre":
+    if config.norm.position == "pre":
       x = _each_stream(self.final_layer_norm, x)
     return (x, inputs) if collect_layer_inputs else x
 
@@ -262,7 +295,7 @@ class Encoder(nn.Module):
     [batch, length, hidden] and the query stream `query` [batch, queries, hidden];
     `context` must hold `relative` (with_relative) and describe those queries
     (LayerContext.at_queries)."""
-    if not self.config.scan_layers:
+    if not self.config.layout.scan:
       return self.layers[-1](x, context, deterministic, query)
     # Scanned layers' parameters are stacked on a leading axis: apply the last slice.
     stacked = nn.unbox(self.layers.variables["params"]["layer"])
@@ -280,7 +313,7 @@ def stack_layers(params: dict) -> dict:
   """Per-layer params (layer_0, layer_1, ...) -> the nn.scan layout (layers/layer); the
   encoder's other parameters (e.g. DeBERTa's relative table) stay as they are, and so do
   leading layers whose parameters differ from the last's (a pre-norm first layer without
-  its attention norm, model.first_attention_norm: the stack scans the layers after it)."""
+  its attention norm, model.norm.first_attention: the stack scans the layers after it)."""
   encoder = params["encoder_model"]["encoder"]
   layers = sorted((int(_LAYER.match(k).group(1)), k, v) for k, v in encoder.items()
                   if _LAYER.match(k))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 
+from encoderx.models import model_config
 from encoderx.models import common, heads, pretraining
 from encoderx.models import dropout as dropout_lib
 
@@ -31,7 +32,7 @@ pool = heads.pool
 
 class SequenceClassifier(nn.Module):
   """Encoder -> sentence representation -> dropout -> linear: [batch, num_labels]."""
-  config: common.ModelConfig
+  config: model_config.ModelConfig
   num_labels: int
   pooling: str = "pooler"
   dropout: float = 0.1
@@ -51,24 +52,24 @@ class SequenceClassifier(nn.Module):
 def token_representations(encoder_model: pretraining.EncoderModel, batch: dict,
                           deterministic: bool) -> jax.Array:
   """[batch, length, hidden]: the encoder's outputs, each through the pooler's transform
-  with model.token_head_transform (ModernBERT's task heads: ModernBertPredictionHead on
+  with model.heads.token_transform (ModernBERT's task heads: ModernBertPredictionHead on
   every token)."""
   hidden = encoder_model(batch, deterministic)["hidden"]
-  if encoder_model.config.token_head_transform:
+  if encoder_model.config.heads.token_transform:
     hidden = encoder_model.pooler.transform(hidden)
   return hidden
 
 
 class TokenClassifier(nn.Module):
-  """Encoder (-> the pooler's transform, model.token_head_transform) -> dropout ->
+  """Encoder (-> the pooler's transform, model.heads.token_transform) -> dropout ->
   linear on every token: [batch, length, num_labels]."""
-  config: common.ModelConfig
+  config: model_config.ModelConfig
   num_labels: int
   dropout: float = 0.1
 
   def setup(self):
     self.encoder_model = pretraining.EncoderModel(
-        self.config, with_pooler=self.config.token_head_transform)
+        self.config, with_pooler=self.config.heads.token_transform)
     self.dropout_layer = dropout_lib.Dropout(self.dropout)
     self.classifier = common.dense(self.config, self.num_labels, ("embed", None),
                                    "classifier", role="final")
@@ -79,14 +80,14 @@ class TokenClassifier(nn.Module):
 
 
 class SpanExtractor(nn.Module):
-  """Encoder (-> the pooler's transform, model.token_head_transform) -> linear to two
+  """Encoder (-> the pooler's transform, model.heads.token_transform) -> linear to two
   scores per token: (start, end) logits, each [batch, length] (BertForQuestionAnswering's
   qa_outputs, no dropout)."""
-  config: common.ModelConfig
+  config: model_config.ModelConfig
 
   def setup(self):
     self.encoder_model = pretraining.EncoderModel(
-        self.config, with_pooler=self.config.token_head_transform)
+        self.config, with_pooler=self.config.heads.token_transform)
     self.qa_outputs = common.dense(self.config, 2, ("embed", None), "qa_outputs",
                                    role="final")
 
@@ -98,7 +99,7 @@ class SpanExtractor(nn.Module):
 
 class SentenceEncoder(nn.Module):
   """Encoder -> pooled tokens (see `pool`): [batch, hidden]."""
-  config: common.ModelConfig
+  config: model_config.ModelConfig
   pooling: str = "mean"
 
   def setup(self):

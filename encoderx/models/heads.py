@@ -3,11 +3,67 @@ embedding), sentence-level, and replaced-token detection (ELECTRA's discriminato
 pooler (the sentence representation of the classifiers) and `pool`."""
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from encoderx import errors
 from encoderx.models import common, embeddings as embeddings_lib
+
+
+# What the pooler reads (Pooler below): the first token, the mean of the real tokens, or
+# ("late") every token, its outputs then averaged.
+CLASSIFIER_POOLINGS = ("first_token", "mean", "late")
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadsConfig:
+  """config.model.heads: the MLM head, the pooler and the task heads' shared parts."""
+  # The pooler's activation on its dense ([CLS]): BERT's tanh; ELECTRA's classification
+  # head applies GELU (google-research/electra, Hugging Face ElectraClassificationHead).
+  pooler_act: str = "tanh"
+  # Which tokens the pooler reads (CLASSIFIER_POOLINGS), and a norm after its activation
+  # (ModernBERT's ModernBertPredictionHead).
+  pooling: str = "first_token"
+  pooler_norm: bool = False
+  # The token classification and extractive QA heads apply the pooler's transform
+  # (dense, pooler_act, norm) to every token before their classifier (ModernBERT).
+  token_transform: bool = False
+  # Biases, as Hugging Face's ModernBERT names them: of the MLM head's output over the
+  # vocabulary (decoder_bias), and of the dense of the MLM head's transform and of the
+  # pooler (classifier_bias). The task classifiers always have theirs.
+  decoder_bias: bool = True
+  classifier_bias: bool = True
+  # The MLM head scores against the word embedding (True) or a table of its own (its
+  # `output_embeddings`; EuroBERT's untied lm_head).
+  tie_word_embeddings: bool = True
+  # The MLM head's transform (dense + hidden_act + norm, BERT, ModernBERT) before the
+  # scores; False: the encoder's output is scored directly (EuroBERT).
+  mlm_transform: bool = True
+  # DeBERTa's enhanced mask decoder: absolute positions enter only before the MLM head,
+  # which sees the last layer re-run with them in its queries (encoderx/models/
+  # pretraining.py). Needs a position table, created even with embeddings.position
+  # "none".
+  enhanced_mask_decoder: bool = False
+
+
+def validate(model) -> None:
+  """config.model.heads' fields."""
+  heads = model.heads
+  errors.check_choice("model.heads.pooler_act", heads.pooler_act, tuple(common.ACTIVATIONS))
+  errors.check_choice("model.heads.pooling", heads.pooling, CLASSIFIER_POOLINGS)
+  if heads.enhanced_mask_decoder:
+    if model.embeddings.size not in (0, model.hidden_size):
+      errors.fail("model.heads.enhanced_mask_decoder", "adds position embeddings to hidden "
+                  "states; it needs model.embeddings.size = hidden_size, got "
+                  f"{model.embeddings.size}.")
+    if (model.embeddings.position == "rotary" or model.attention.window
+        or model.norm.position == "pre"):
+      errors.fail("model.heads.enhanced_mask_decoder", "re-runs the last post-norm layer "
+                  "on a query stream of absolute positions; it does not take rotary "
+                  "positions, local attention or pre-norm layers.")
 
 
 def gather_positions(hidden: jax.Array, positions: jax.Array) -> jax.Array:
@@ -26,11 +82,11 @@ def pool(hidden: jax.Array, segment_ids: jax.Array, pooling: str) -> jax.Array:
   return (hidden * real).sum(axis=1) / jnp.maximum(real.sum(axis=1), 1e-9)
 
 
-def _transform(config: common.ModelConfig, x: jax.Array, features: int, dense_name: str,
+def _transform(config: model_config.ModelConfig, x: jax.Array, features: int, dense_name: str,
                norm_name: str, role: str = "in") -> jax.Array:
-  """Dense (its bias as model.classifier_bias) + activation + norm (created in the
+  """Dense (its bias as model.heads.classifier_bias) + activation + norm (created in the
   calling module's scope)."""
-  x = common.dense(config, features, ("embed", "mlp"), dense_name, config.classifier_bias,
+  x = common.dense(config, features, ("embed", "mlp"), dense_name, config.heads.classifier_bias,
                    role)(x)
   # Pinned to the hidden layout (features whole on each device). Left to XLA's sharding
   # propagation, the features come out split over 'tensor' like the kernel, and on a
@@ -48,9 +104,9 @@ def _tied_scores(module: nn.Module, x: jax.Array,
 
 
 class MlmHead(nn.Module):
-  """Dense + activation + norm (model.mlm_transform), then scores against the token
-  embedding (or, model.tie_word_embeddings False, a table of its own) + bias
-  (model.decoder_bias).
+  """Dense + activation + norm (model.heads.mlm_transform), then scores against the token
+  embedding (or, model.heads.tie_word_embeddings False, a table of its own) + bias
+  (model.heads.decoder_bias).
 
   BERT's (cls.predictions); ModernBERT's is the same (ModernBertPredictionHead then the
   tied decoder, transformers models/modernbert/modeling_modernbert.py
@@ -58,16 +114,16 @@ class MlmHead(nn.Module):
   (EuroBertForMaskedLM). It runs on the gathered masked positions only ([batch,
   predictions, hidden]), which is what makes the vocabulary projection cheap.
   """
-  config: common.ModelConfig
+  config: model_config.ModelConfig
 
   @nn.compact
   def __call__(self, hidden: jax.Array, embeddings: embeddings_lib.Embeddings) -> jax.Array:
     config = self.config
     x = hidden
-    if config.mlm_transform:
-      x = _transform(config, x, config.embedding_size, "transform", "layer_norm", "out")
-    bias = embeddings_lib.output_bias(self, config) if config.decoder_bias else None
-    if config.tie_word_embeddings:
+    if config.heads.mlm_transform:
+      x = _transform(config, x, config.embeddings.size, "transform", "layer_norm", "out")
+    bias = embeddings_lib.output_bias(self, config) if config.heads.decoder_bias else None
+    if config.heads.tie_word_embeddings:
       return embeddings.attend(x, bias)
     table = embeddings_lib.Embed(
         config.padded_vocab_size, x.shape[-1], dtype=config.compute_dtype,
@@ -90,7 +146,7 @@ class SboHead(nn.Module):
   `position_size`. [batch, length, hidden] and [batch, predictions] (positions, positions,
   offsets) -> [batch, predictions, vocab].
   """
-  config: common.ModelConfig
+  config: model_config.ModelConfig
   max_offsets: int = 20
   position_size: int = 200
 
@@ -107,39 +163,39 @@ class SboHead(nn.Module):
                          position_embeddings(jnp.minimum(offsets, self.max_offsets - 1))],
                         axis=-1)
     x = _transform(config, x, config.hidden_size, "transform_1", "layer_norm_1")
-    x = _transform(config, x, config.embedding_size, "transform_2", "layer_norm_2")
+    x = _transform(config, x, config.embeddings.size, "transform_2", "layer_norm_2")
     return _tied_scores(self, x, embeddings)
 
 
 class Pooler(nn.Module):
   """The sentence representation of the classifiers: the `transform` act(Dense(x)), act
-  model.pooler_act (BERT's tanh), then a norm with model.pooler_norm, of the tokens
-  model.classifier_pooling picks: [batch, length, hidden] -> [batch, hidden].
+  model.heads.pooler_act (BERT's tanh), then a norm with model.heads.pooler_norm, of the tokens
+  model.heads.pooling picks: [batch, length, hidden] -> [batch, hidden].
 
   'first_token' ([CLS]: BERT's pooler) or 'mean' (of the real tokens, `pool`) pool
   before the transform; 'late' transforms every token and averages after (EuroBERT's
   classifier_pooling 'late' averages the classifier's logits of every token, the same
   since the classifier is affine). ModernBERT's ModernBertPredictionHead is the
-  transform with its norm (model.pooler_norm) and the dense's bias as
-  model.classifier_bias; EuroBertForSequenceClassification's dense + GELU is it without.
+  transform with its norm (model.heads.pooler_norm) and the dense's bias as
+  model.heads.classifier_bias; EuroBertForSequenceClassification's dense + GELU is it without.
   """
-  config: common.ModelConfig
+  config: model_config.ModelConfig
 
   def setup(self):
     config = self.config
     self.dense = common.dense(config, config.hidden_size, ("embed", "mlp"), "dense",
-                              config.classifier_bias, role="out")
-    if config.pooler_norm:
+                              config.heads.classifier_bias, role="out")
+    if config.heads.pooler_norm:
       self.layer_norm = common.norm(config, "layer_norm")
 
   def transform(self, x: jax.Array) -> jax.Array:
-    """[..., hidden] -> [..., hidden]: dense, activation, norm (model.pooler_norm)."""
-    x = common.ACTIVATIONS[self.config.pooler_act](self.dense(x))
-    return self.layer_norm(x) if self.config.pooler_norm else x
+    """[..., hidden] -> [..., hidden]: dense, activation, norm (model.heads.pooler_norm)."""
+    x = common.ACTIVATIONS[self.config.heads.pooler_act](self.dense(x))
+    return self.layer_norm(x) if self.config.heads.pooler_norm else x
 
   def __call__(self, hidden: jax.Array, segment_ids: jax.Array | None = None) -> jax.Array:
     """`segment_ids` [batch, length] (their real tokens) for 'mean' and 'late'."""
-    pooling = self.config.classifier_pooling
+    pooling = self.config.heads.pooling
     if pooling == "late":
       return pool(self.transform(hidden), segment_ids, "mean")
     return self.transform(pool(hidden, segment_ids, pooling))
@@ -147,7 +203,7 @@ class Pooler(nn.Module):
 
 class SentenceHead(nn.Module):
   """Two-way classifier on the pooled [CLS] (NSP, SOP): [batch, hidden] -> [batch, 2]."""
-  config: common.ModelConfig
+  config: model_config.ModelConfig
 
   @nn.compact
   def __call__(self, pooled: jax.Array) -> jax.Array:
@@ -161,7 +217,7 @@ class RtdHead(nn.Module):
   google-research/electra run_pretraining.py `_get_discriminator_output`; Hugging Face
   `ElectraDiscriminatorPredictions` (dense, dense_prediction).
   """
-  config: common.ModelConfig
+  config: model_config.ModelConfig
 
   @nn.compact
   def __call__(self, hidden: jax.Array) -> jax.Array:

@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from encoderx.models import model_config
 from encoderx.models import attention, common, embeddings, encoder, heads
 
 # DeBERTa's enhanced mask decoder applies the last layer twice (microsoft/DeBERTa
@@ -30,7 +31,7 @@ class EncoderModel(nn.Module):
   `with_layer_inputs` `layer_inputs` [layers, batch, length, hidden]: what entered each
   layer (the embeddings' output first; Hugging Face's hidden_states but the last).
   """
-  config: common.ModelConfig
+  config: model_config.ModelConfig
   with_pooler: bool = True
   with_mask_decoder: bool = False
   with_layer_inputs: bool = False
@@ -91,18 +92,18 @@ class PretrainingModel(nn.Module):
   `heads`: names among 'mlm', 'sentence' (NSP/SOP), 'sbo' (span boundary) and 'rtd'
   (replaced-token detection). `__call__` returns the encoder outputs plus `mlm_logits`
   [batch, predictions, vocab] at `batch['masked_positions']` (every position when
-  absent; from the enhanced mask decoder's output with model.enhanced_mask_decoder),
+  absent; from the enhanced mask decoder's output with model.heads.enhanced_mask_decoder),
   `sentence_logits` [batch, 2], `sbo_logits` [batch, predictions, vocab] from
   `batch['masked_unit_left']`, `['masked_unit_right']` and `['masked_unit_offset']` (only
   when the batch has them) and `rtd_logits` [batch, length].
   """
-  config: common.ModelConfig
+  config: model_config.ModelConfig
   heads: tuple[str, ...] = ("mlm", "sentence")
 
   def setup(self):
     self.encoder_model = EncoderModel(
         self.config, with_pooler="sentence" in self.heads,
-        with_mask_decoder="mlm" in self.heads and self.config.enhanced_mask_decoder)
+        with_mask_decoder="mlm" in self.heads and self.config.heads.enhanced_mask_decoder)
     if "mlm" in self.heads:
       self.mlm_head = heads.MlmHead(self.config)
     if "sentence" in self.heads:

@@ -1,4 +1,4 @@
-"""XLNet's two-stream relative attention: `model.attention = "two_stream_relative"`.
+"""XLNet's two-stream relative attention: `model.attention.variant = "two_stream_relative"`.
 
 Yang et al. 2019, XLNet, sections 2.3-2.4, as zihangdai/xlnet's modeling.py computes it
 (`two_stream_rel_attn`, `rel_attn_core`, `rel_shift`, `relative_positional_encoding`)
@@ -37,6 +37,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from encoderx.models import model_config
 from encoderx.models import attention, common
 from encoderx.models import dropout as dropout_lib
 
@@ -104,15 +105,16 @@ def sinusoid_encodings(distances: jax.Array, hidden_size: int) -> jax.Array:
   return jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)
 
 
-def relative_encodings(config: common.ModelConfig, length: int, key_length: int,
+def relative_encodings(config: model_config.ModelConfig, length: int, key_length: int,
                        both_directions: bool) -> jax.Array:
   """[directions, key_length + length, hidden] float32: the encodings of the distances
   key_length, key_length - 1, ..., 1 - length (XLNet's 'bi' attention), clamped to
   +-clamp_len when that is positive; the backward direction negates them."""
   distances = jnp.arange(key_length, -length, -1, dtype=jnp.float32)
   directions = [distances, -distances] if both_directions else [distances]
-  if config.clamp_len > 0:
-    directions = [jnp.clip(d, -config.clamp_len, config.clamp_len) for d in directions]
+  clamp = config.attention.clamp_len
+  if clamp > 0:
+    directions = [jnp.clip(d, -clamp, clamp) for d in directions]
   return jnp.stack([sinusoid_encodings(d, config.hidden_size) for d in directions])
 
 
@@ -129,7 +131,7 @@ def _with_memory(mask: jax.Array, memory_valid: jax.Array | None) -> jax.Array:
 
 class RelativeContext(nn.Module):
   """Positional encodings, segment types and the streams' masks, once per forward pass."""
-  config: common.ModelConfig
+  config: model_config.ModelConfig
 
   @nn.compact
   def __call__(self, context: attention.LayerContext, deterministic: bool) -> RelativeInputs:
@@ -185,7 +187,7 @@ def shift_relative(scores: jax.Array, query_positions: jax.Array | None, length:
 
 class TwoStreamRelativeAttention(nn.Module):
   """One layer's attention: the content stream, or both streams (module docstring)."""
-  config: common.ModelConfig
+  config: model_config.ModelConfig
 
   @nn.compact
   def __call__(self, x, context: attention.LayerContext, deterministic: bool):
@@ -203,7 +205,7 @@ class TwoStreamRelativeAttention(nn.Module):
     segment_bias = bias("r_s_bias", (heads, head_dim), ("heads", "kv"))
     segment_embeddings = bias("seg_embed", (2, heads, head_dim), (None, "heads", "kv"))
     project_query = attention.heads_projection(config, "query", use_bias=False)
-    probabilities_dropout = dropout_lib.Dropout(config.attention_dropout)
+    probabilities_dropout = dropout_lib.Dropout(config.attention.dropout)
 
     content = streams[CONTENT]
     keys_in = content

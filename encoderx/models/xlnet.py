@@ -15,6 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from encoderx.models import model_config
 from encoderx.models import attention, common, pretraining, two_stream_attention
 from encoderx.models import dropout as dropout_lib
 from encoderx.models import embeddings as embeddings_lib
@@ -23,7 +24,7 @@ from encoderx.models import embeddings as embeddings_lib
 class PlmHead(nn.Module):
   """The query stream's start vector (XLNet's `mask_emb`) and the output layer tied to
   the token embeddings, with its own bias."""
-  config: common.ModelConfig
+  config: model_config.ModelConfig
 
   def setup(self):
     config = self.config
@@ -55,7 +56,7 @@ class PermutationLanguageModel(nn.Module):
   Returns {'logits': [batch, predictions, vocab], 'layer_inputs': [layers, batch,
   length, hidden] (the content stream entering each layer: what a memory keeps)}.
   """
-  config: common.ModelConfig
+  config: model_config.ModelConfig
 
   def setup(self):
     self.encoder_model = pretraining.EncoderModel(self.config, with_pooler=False)

@@ -55,7 +55,7 @@ def check_train_step(trainer: trainer_lib.Trainer, cost: trainer_lib.StepCost,
                      rows: int, length: int) -> None:
   """The train step (state, batch, gradients, temporaries) against device memory."""
   check(f"the train step at length {length}, batch {rows}", cost.device_bytes,
-        "Use a smaller train.batch_size, more train.grad_accum_steps, model.remat=True "
+        "Use a smaller train.batch_size, more train.grad_accum_steps, model.layout.remat=True "
         "or more devices.", trainer.mesh.devices.flat[0])
 
 

@@ -63,8 +63,8 @@ def step_parity(trainer, adapter, batches: list[dict]) -> Parity:
   """
   config = trainer.config
   model_config = trainer.method.model_config
-  if model_config.hidden_dropout or model_config.attention_dropout:
-    raise ValueError("set model.hidden_dropout and model.attention_dropout to 0.")
+  if model_config.hidden_dropout or model_config.attention.dropout:
+    raise ValueError("set model.hidden_dropout and model.attention.dropout to 0.")
   if config.method in FINE_TUNING and config.finetune.classifier_dropout:
     raise ValueError("set finetune.classifier_dropout to 0.")
   if not adapter.strict:

@@ -141,7 +141,7 @@ class Adapter:
 
   def model_inputs(self, prepared: dict) -> dict:
     """hf_inputs of `prepared` for this method's model (token types where it has them)."""
-    return hf_inputs(prepared, self.strict, self.method.model_config.type_vocab_size > 0)
+    return hf_inputs(prepared, self.strict, self.method.model_config.embeddings.type_vocab_size > 0)
 
   def loss(self, batch: TorchBatch, key=None) -> torch.Tensor:
     """The loss of `batch`; `key` is the train step's loss key (the key encoderx's loss

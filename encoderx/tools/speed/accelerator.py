@@ -64,9 +64,9 @@ def accelerator_config(size: str, length: int, batch_size: int,
   else:
     config = bench_models.build_config(size, batch_size, length)
   config.model.dtype = "bfloat16"
-  config.model.attention_kernel = attention_kernel
+  config.model.attention.kernel = attention_kernel
   if attention_dropout is not None:
-    config.model.attention_dropout = attention_dropout
+    config.model.attention.dropout = attention_dropout
   mlm = config.objective.mlm  # room for the config's own rate (ModernBERT's 30%)
   mlm.max_predictions = round(length * max(MLM_RATE, mlm.rate))
   return config
@@ -79,7 +79,7 @@ def accelerator_rows(sizes, lengths, batch_size: int, steps: int, with_torch: bo
   """BERT train steps in bf16 on jax's default device: MFU against `peak` (None: its
   `device_peak`), with PyTorch on CUDA beside it on GPU (the same attention dropout:
   Hugging Face's SDPA fuses attention with dropout too); a row (numbers,
-  train_steps.model_row) for each attention dropout and `model.attention_kernel`, on the
+  train_steps.model_row) for each attention dropout and `model.attention.kernel`, on the
   batches `take_batches(config, count)` gives (the pipeline's, or gpu_bench's recorded)."""
   if peak is None:
     peak = device_peak()
@@ -94,7 +94,7 @@ def accelerator_rows(sizes, lengths, batch_size: int, steps: int, with_torch: bo
                                                          attention_kernels):
         config = accelerator_config(size, length, batch_size, attention_dropout, kernel)
         name = (f"{size} @{length}, attention dropout "
-                f"{config.model.attention_dropout:g}"
+                f"{config.model.attention.dropout:g}"
                 + ("" if kernel == "auto" else f", {kernel} kernel"))
         print(f"\n{name}:", flush=True)
         figures = train_steps.measure_model(name, config, batches, steps,

@@ -60,7 +60,7 @@ modernbert_base_1024, which, with modernbert_base, runs only when --models names
   attention dropout and without it, ACCELERATOR_WARMUP_STEPS untimed steps, MFU against
   the device's published dense bf16 peak (PUBLISHED_PEAKS), and on GPU Hugging Face
   PyTorch (SDPA attention, bf16 autocast, the same dropouts) beside it. On GPU the
-  default model.attention_kernel="auto" computes attention with dropout in one Pallas
+  default model.attention.kernel="auto" computes attention with dropout in one Pallas
   kernel (encoderx/models/flash_attention.py) and without it in cuDNN's;
   --attention_kernels=xla,auto adds rows of XLA's attention, which writes the dropped
   probabilities out. launch/gpu_bench.py runs these rows on a GPU host without the text
@@ -127,7 +127,7 @@ import jax  # pylint: disable=g-import-not-at-top
 from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
 
 from encoderx import host_allocator  # pylint: disable=g-import-not-at-top
-from encoderx.models import common  # pylint: disable=g-import-not-at-top
+from encoderx.models import attention_kernels  # pylint: disable=g-import-not-at-top
 from encoderx.tools.figures import report  # pylint: disable=g-import-not-at-top
 from encoderx.tools.speed import accelerator, bench_models, costs, finetune_steps  # pylint: disable=g-import-not-at-top
 from encoderx.tools.speed import train_steps  # pylint: disable=g-import-not-at-top
@@ -197,8 +197,8 @@ def parse_args(argv=None):
   parser.add_argument("--lengths", default=",".join(map(str, accelerator.ACCELERATOR_LENGTHS)),
                       help="with --device=gpu|tpu: the sequence lengths, in this order")
   parser.add_argument("--attention_kernels", default="auto",
-                      help="with --device=gpu|tpu: model.attention_kernel of each row, "
-                      f"comma-separated among {', '.join(common.ATTENTION_KERNELS)} "
+                      help="with --device=gpu|tpu: model.attention.kernel of each row, "
+                      f"comma-separated among {', '.join(attention_kernels.ATTENTION_KERNELS)} "
                       "(auto: on GPU the Pallas kernel with attention dropout, cuDNN's "
                       "without; xla: XLA's attention with dropout)")
   parser.add_argument("--json", default="", metavar="FILE",
@@ -222,8 +222,9 @@ def parse_args(argv=None):
   except ValueError:
     parser.error(f"--lengths: comma-separated integers, got {args.lengths!r}")
   args.attention_kernels = [k.strip() for k in args.attention_kernels.split(",")]
-  if set(args.attention_kernels) - set(common.ATTENTION_KERNELS):
-    parser.error(f"--attention_kernels: among {', '.join(common.ATTENTION_KERNELS)}, got "
+  if set(args.attention_kernels) - set(attention_kernels.ATTENTION_KERNELS):
+    parser.error(f"--attention_kernels: among "
+                 f"{', '.join(attention_kernels.ATTENTION_KERNELS)}, got "
                  f"{','.join(args.attention_kernels)}")
   if (args.steps < 1 or args.batch_size < 1 or args.train_loop_steps < 0
       or args.finetune_end_to_end_steps < 0 or min(args.lengths) < 8):

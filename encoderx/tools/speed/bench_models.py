@@ -16,7 +16,7 @@ from encoderx.tools.speed import flops as flops_lib
 SEQ_LENGTH = 128
 # ModernBERT-base's model sizes (configs/modernbert.py SIZES, answerdotai/ModernBERT-base).
 MODERNBERT_BASE = dict(num_layers=22, hidden_size=768, num_heads=12, intermediate_size=1152,
-                       local_attention=128, vocab_size=50368)
+                       attention=dict(window=128), vocab_size=50368)
 PIPELINE_MIN_BATCHES = 40  # timed pipeline batches; more if the train steps need more
 
 # Model name -> (its config, `family:variant` of configs/, the model fields it changes).
@@ -37,7 +37,7 @@ MODELS = {
     # bundled vocabulary, and a BERT of the same sizes (the paper's BERT-Small; Hugging
     # Face's BERT has no narrower embeddings): what replaced-token detection costs.
     "electra_small": ("electra:tiny", dict(num_layers=12, hidden_size=256, num_heads=4,
-                                           intermediate_size=1024, embedding_size=128)),
+                                           intermediate_size=1024, embeddings=dict(size=128))),
     "bert_electra_small": ("bert:tiny", dict(num_layers=12, hidden_size=256, num_heads=4,
                                              intermediate_size=1024)),
     "xlnet_tiny": ("xlnet:tiny", {}),
@@ -70,7 +70,7 @@ def build_config(model_name: str, batch_size: int, seq_length: int | None = None
                                     config.data.seq_length)
   seq_length = seq_length or SEQ_LENGTH
   config.data.seq_length = seq_length
-  config.model.max_position_embeddings = max(config.model.max_position_embeddings,
+  config.model.embeddings.max_positions = max(config.model.embeddings.max_positions,
                                              seq_length)
   config.train.batch_size = batch_size
   config.train.batch_size_schedule = ()

@@ -11,7 +11,8 @@ import jax
 import numpy as np
 
 from encoderx.methods import pretrain
-from encoderx.models import common, contraction, pretraining
+from encoderx.models import contraction, pretraining
+from encoderx.models import model_config as model_config_lib
 from encoderx.tools.speed import bench_models, train_steps
 from encoderx.tools.speed.timing import (StepTiming, WARMUP_STEPS, describe_timing,
                                          paired_ratios, paired_summary, time_interleaved,
@@ -21,23 +22,24 @@ ATTENTION_LENGTHS = (128, 512)
 
 
 # --- attention cost ---------------------------------------------------------------------
-def attention_variants(model_config: common.ModelConfig) -> dict[str, common.ModelConfig]:
+def attention_variants(model: model_config_lib.ModelConfig
+                       ) -> dict[str, model_config_lib.ModelConfig]:
   """BERT's attention (absolute positions) and DeBERTa v2/v3's disentangled attention
   (relative positions only), otherwise the same model."""
   longest = max(ATTENTION_LENGTHS)
   return {
-      "standard": dataclasses.replace(model_config, attention="standard",
-                                      position_embedding="absolute", position_offset=0,
-                                      max_position_embeddings=longest,
-                                      enhanced_mask_decoder=False),
-      "disentangled": dataclasses.replace(
-          model_config, attention="disentangled", position_embedding="none",
-          relative_attention_terms=("c2p", "p2c"), share_att_key=True, position_buckets=256,
-          max_relative_positions=512, max_position_embeddings=longest,
-          enhanced_mask_decoder=False)}
+      "standard": model.replace(
+          attention=dict(variant="standard"), heads=dict(enhanced_mask_decoder=False),
+          embeddings=dict(position="absolute", position_offset=0, max_positions=longest)),
+      "disentangled": model.replace(
+          attention=dict(variant="disentangled", relative_terms=("c2p", "p2c"),
+                         share_att_key=True, position_buckets=256,
+                         max_relative_positions=512),
+          embeddings=dict(position="none", max_positions=longest),
+          heads=dict(enhanced_mask_decoder=False))}
 
 
-def bench_encoder(model_config: common.ModelConfig, batch_size: int, length: int,
+def bench_encoder(model_config: model_config_lib.ModelConfig, batch_size: int, length: int,
                   steps: int) -> StepTiming:
   """The jitted gradient of the encoder's mean squared output: [batch, length] rows of
   random tokens, one sequence each, dropout on."""
@@ -75,7 +77,7 @@ def attention_cost(args) -> list[dict]:
   rows = []
   for model_name in args.models:
     config = bench_models.build_config(model_name, args.batch_size)
-    model_config = common.ModelConfig.from_config(
+    model_config = model_config_lib.ModelConfig.from_config(
         config.model, pretrain.build_vocabulary(config.data.vocab).vocab_size)
     for length in ATTENTION_LENGTHS:
       timings = {name: bench_encoder(variant, args.batch_size, length, args.steps)

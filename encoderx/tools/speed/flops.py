@@ -33,38 +33,39 @@ count leaves out: the benchmark prints XLA's own count of the compiled step besi
 """
 from __future__ import annotations
 
-from encoderx.models import common, heads
+from encoderx.models import model_config
+from encoderx.models import heads
 
 
-def encoder_flops_per_token(model: common.ModelConfig, seq_length: int) -> float:
+def encoder_flops_per_token(model: model_config.ModelConfig, seq_length: int) -> float:
   """Forward + backward FLOPs per token of the embeddings' projection and the layers."""
   hidden, intermediate = model.hidden_size, model.intermediate_size
   per_layer = 6 * (4 * hidden**2 + 2 * hidden * intermediate) + 12 * seq_length * hidden
-  projection = 6 * model.embedding_size * hidden if model.embedding_size != hidden else 0
+  projection = 6 * model.embeddings.size * hidden if model.embeddings.size != hidden else 0
   return model.num_layers * per_layer + projection
 
 
-def mlm_head_flops_per_token(model: common.ModelConfig, predictions_per_row: int,
+def mlm_head_flops_per_token(model: model_config.ModelConfig, predictions_per_row: int,
                              seq_length: int) -> float:
   """Forward + backward FLOPs per token of the MLM head on `predictions_per_row`."""
-  width = model.embedding_size
+  width = model.embeddings.size
   per_prediction = 6 * (model.hidden_size * width + width * model.padded_vocab_size)
   return per_prediction * predictions_per_row / seq_length
 
 
-def sbo_head_flops_per_token(model: common.ModelConfig, predictions_per_row: int,
+def sbo_head_flops_per_token(model: model_config.ModelConfig, predictions_per_row: int,
                              seq_length: int) -> float:
   """Forward + backward FLOPs per token of SpanBERT's span boundary head."""
-  hidden, width = model.hidden_size, model.embedding_size
+  hidden, width = model.hidden_size, model.embeddings.size
   offset_width = heads.SboHead.position_size
   per_prediction = 6 * ((2 * hidden + offset_width) * hidden + hidden * width
                         + width * model.padded_vocab_size)
   return per_prediction * predictions_per_row / seq_length
 
 
-def training_flops_per_token(model: common.ModelConfig, seq_length: int,
+def training_flops_per_token(model: model_config.ModelConfig, seq_length: int,
                              predictions_per_row: int,
-                             generator: common.ModelConfig | None = None,
+                             generator: model_config.ModelConfig | None = None,
                              span_boundary: bool = False) -> float:
   """A pretraining step's model FLOPs per token (see the module doc): the encoder and an
   MLM head on `predictions_per_row` (and the SBO head with `span_boundary`); with a

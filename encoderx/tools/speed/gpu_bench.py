@@ -208,7 +208,7 @@ def profile(plan, dropouts, kernels, trace_out: str | None, take_batches) -> lis
       stepper, _, cost = train_steps.encoderx_stepper(config, take_batches(config, 8))
       times = timing.time_steps(stepper.run_step, accelerator.ACCELERATOR_WARMUP_STEPS,
                                 STEPS)
-      print(f"\n{size} @{length}, attention dropout {config.model.attention_dropout:g}, "
+      print(f"\n{size} @{length}, attention dropout {config.model.attention.dropout:g}, "
             f"{kernel} kernel (prng {jax.config.jax_default_prng_impl}): compile "
             f"{cost.compile_seconds:.0f} s, step median "
             f"{1e3 * statistics.median(times):.1f} ms", flush=True)
@@ -222,7 +222,7 @@ def profile(plan, dropouts, kernels, trace_out: str | None, take_batches) -> lis
         os.makedirs(trace_out, exist_ok=True)
         shutil.copy(path, os.path.join(trace_out,
                                        f"{size}_{length}_{dropout}_{kernel}.json.gz"))
-      item = f"{size} @{length}, attention dropout {config.model.attention_dropout:g}"
+      item = f"{size} @{length}, attention dropout {config.model.attention.dropout:g}"
       found += [{"item": item, **row} for row in kernel_times(path, traced)]
   return found
 
@@ -300,7 +300,7 @@ def parse_args(argv=None):
   parser.add_argument("--dropouts", default="0,config",
                       help="attention dropouts: numbers, or 'config' for the config's")
   parser.add_argument("--kernels", default="auto",
-                      help="model.attention_kernel of each row: auto (on GPU the Pallas "
+                      help="model.attention.kernel of each row: auto (on GPU the Pallas "
                       "kernel with attention dropout, cuDNN's without), xla, pallas")
   parser.add_argument("--skip_torch", action="store_true")
   parser.add_argument("--trace_out", default=None, help="profile: copy the traces here")

@@ -4,7 +4,7 @@
     python -m encoderx.tools.speed.long_context [--lengths=1024,4096,8192] [--kernels=auto] \
         [--steps=5] [--json=FILE]
 
-For each kernel (model.attention_kernel; `--kernels=xla,auto` compares XLA's whole-mask
+For each kernel (model.attention.kernel; `--kernels=xla,auto` compares XLA's whole-mask
 attention with what "auto" picks) and length, in a fresh subprocess so that each peak is
 its own: the tiny ModernBERT (configs/modernbert.py:tiny where it exists, else
 `tiny_modernbert`: ModernBERT's fields at bert tiny's size, 2 x 128 with a 64-token
@@ -25,6 +25,7 @@ commit, device, malloc, command).
 """
 from __future__ import annotations
 
+from encoderx.models import attention_kernels, model_config
 import argparse
 import json
 import os
@@ -60,9 +61,9 @@ def tiny_modernbert():
     pass
   config = configs.get("roberta:tiny")  # the bundled byte-level BPE vocabulary
   _, fields = engine.model_fields({"model_type": "modernbert"})
-  config.model.update({**fields, "vocab_size": 0, "local_attention": 64,
-                       "hidden_dropout": 0.0, "attention_dropout": 0.0,
-                       "dtype": "float32"})
+  config.model.update(model_config.nested({
+      **fields, "vocab_size": 0, "attention.window": 64, "hidden_dropout": 0.0,
+      "attention.dropout": 0.0, "dtype": "float32"}))
   return configs_common.tiny_sizes(config)
 
 
@@ -70,8 +71,8 @@ def long_config(length: int, kernel: str):
   """The tiny ModernBERT training on rows of `length` at batch 1 with `kernel`."""
   config = tiny_modernbert()
   config.data.seq_length = length
-  config.model.max_position_embeddings = max(config.model.max_position_embeddings, length)
-  config.model.attention_kernel = kernel
+  config.model.embeddings.max_positions = max(config.model.embeddings.max_positions, length)
+  config.model.attention.kernel = kernel
   config.train.batch_size, config.train.grad_accum_steps = 1, 1
   config.train.long_fraction = 0.0
   if "batch_size_schedule" in config.train:
@@ -141,7 +142,7 @@ def measure_one(length: int, kernel: str, steps: int) -> dict:
   dummy = jax.ShapeDtypeStruct((1, length, model.num_heads, model.head_dim), jax.numpy.float32)
   kinds = sorted({attention_kernels.choose(model, dummy, dummy, dummy, window, False,
                                            False) for window in
-                  {0 if model.is_global_layer(i) else model.local_attention
+                  {0 if model.is_global_layer(i) else model.attention.window
                    for i in range(model.num_layers)}})
   return {"kernel": kernel, "kernels_run": ",".join(kinds), "seq_length": length,
           "compile_seconds": cost.compile_seconds,
@@ -185,14 +186,13 @@ def memory_line(rows: list[dict]) -> list[str]:
 
 
 def parse_args(argv):
-  from encoderx.models import common  # pylint: disable=g-import-not-at-top
   parser = argparse.ArgumentParser(prog=f"python -m {MODULE}",
                                    description=__doc__.split("\n", 1)[0])
   parser.add_argument("--lengths", default="1024,4096,8192",
                       help="comma-separated row lengths (tokens)")
   parser.add_argument("--kernels", default="auto",
-                      help="comma-separated model.attention_kernel values, among "
-                      f"{', '.join(common.ATTENTION_KERNELS)}")
+                      help="comma-separated model.attention.kernel values, among "
+                      f"{', '.join(attention_kernels.ATTENTION_KERNELS)}")
   parser.add_argument("--steps", type=int, default=5, help="timed steps per row")
   parser.add_argument("--json", default="", metavar="FILE",
                       help="also write the rows with the date, commit, device, malloc and "
@@ -204,8 +204,8 @@ def parse_args(argv):
   except ValueError:
     parser.error(f"--lengths: comma-separated integers, got {args.lengths!r}")
   args.kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
-  if set(args.kernels) - set(common.ATTENTION_KERNELS):
-    parser.error(f"--kernels: among {', '.join(common.ATTENTION_KERNELS)}, got "
+  if set(args.kernels) - set(attention_kernels.ATTENTION_KERNELS):
+    parser.error(f"--kernels: among {', '.join(attention_kernels.ATTENTION_KERNELS)}, got "
                  f"{','.join(args.kernels)}")
   if args.steps < 1 or min(args.lengths) < 128:
     parser.error("--steps must be positive and --lengths at least 128 (the window)")
