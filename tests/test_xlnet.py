@@ -370,7 +370,7 @@ def test_conversion_round_trips_exactly_both_ways(torch_xlnet):
   family, fields = engine.model_fields(engine.hf_config(MODEL, "xlnet").to_dict())
   assert family == "xlnet"
   for name, value in fields.items():
-    assert getattr(MODEL, name) == value, name
+    assert MODEL.field(name) == value, name
 
 
 def test_hugging_face_xlnet_configs_encoderx_cannot_represent_are_refused():
