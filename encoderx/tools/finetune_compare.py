@@ -22,6 +22,7 @@ its longest).
 """
 from __future__ import annotations
 
+import collections
 import json
 import statistics
 import sys
@@ -31,8 +32,8 @@ import time
 import numpy as np
 from absl import app, flags
 
-from encoderx import configs, train
-from encoderx.data import tagging
+from encoderx import configs, initialize, train
+from encoderx.data import tagging, tasks
 from encoderx.evaluation import scores
 from encoderx.evaluation import tags as tags_lib
 from encoderx.tools import finetune_steps
@@ -40,23 +41,51 @@ from encoderx.tools import finetune_steps
 FLAGS = flags.FLAGS
 
 
-METRIC = {"classify": "accuracy", "tag": "f1"}
+METHODS = ("classify", "tag")
 
 
-def encoderx_score(method: str, init_from: str, data: str, seed: int, steps: int,
-                   length_buckets: tuple[int, ...] = (), learning_rate: float = 0.0
-                   ) -> float:
-  """Dev accuracy (classify) or entity F1 (tag) of configs/finetune.py:METHOD at length
-  64, its warmup kept at 10% of `steps`, its learning rate unless `learning_rate`."""
+def encoderx_config(method: str, init_from: str, data: str, seed: int, steps: int,
+                    length_buckets: tuple[int, ...] = (), learning_rate: float = 0.0):
+  """configs/finetune.py:METHOD at length 64, its warmup kept at 10% of `steps`, its
+  learning rate unless `learning_rate`, scored once at the end (the final model, as
+  Hugging Face's)."""
   config = configs.get(f"finetune:{method},data={data}")
   config.init_from, config.data.length_buckets = init_from, length_buckets
   config.data.seq_length = finetune_steps.SEQ_LENGTH
   config.train.seed, config.train.steps = seed, steps
   config.optimizer.warmup_steps = steps // 10
   config.optimizer.learning_rate = learning_rate or config.optimizer.learning_rate
-  config.eval.every_steps, config.eval.best_metric = 0, ""  # the final model, as HF's
+  config.eval.every_steps, config.eval.best_metric = 0, ""
+  return config
+
+
+def encoderx_accuracy(config) -> dict[str, float]:
   with tempfile.TemporaryDirectory() as workdir:
-    return train.run(config, workdir)["eval"][METRIC[method]]
+    return {"accuracy": train.run(config, workdir)["eval"]["accuracy"]}
+
+
+def encoderx_tag_scores(config) -> dict[str, float]:
+  """Dev entity F1 of the tag run, and of its predictions with the words past each
+  sentence's first window predicted O: about what the evaluation gave before it split
+  long sentences into windows (then, a word cut in its pieces kept its first one)."""
+  with tempfile.TemporaryDirectory() as workdir:
+    f1 = train.run(config, workdir)["eval"]["f1"]
+    _, path = train.predict(config, workdir, config.finetune.dev_file)
+    predicted = tagging.read_conll(path, tag_column=2)
+  gold = tagging.read_conll(config.finetune.dev_file)
+  vocabulary = tasks.build_vocabulary(initialize.resolve_config(config).data.vocab)
+  _, places = tagging.windows(gold, tagging.piece_counts(vocabulary, gold),
+                              config.data.seq_length - 2)
+  first_window = {}
+  for place in places:  # the end of each sentence's first window
+    first_window.setdefault(place.sentence, len(gold[place.sentence].words))
+    if place.start:
+      first_window[place.sentence] = min(first_window[place.sentence], place.start)
+  cut = [tags_lib.repair_iob2(s.tags[:first_window[i]]
+                              + ["O"] * (len(s.tags) - first_window[i]))
+         for i, s in enumerate(predicted)]
+  return {"f1": f1, "f1_cut_at_length": tags_lib.entity_metrics(
+      [s.tags for s in gold], cut)["f1"]}
 
 
 def _trainer(model, tokenizer, train_set, seed: int, steps: int, batch_size: int,
@@ -75,7 +104,8 @@ def _trainer(model, tokenizer, train_set, seed: int, steps: int, batch_size: int
 
 
 def hugging_face_accuracy(init_from: str, data: str, seed: int, steps: int,
-                          batch_size: int, max_length: int, learning_rate: float) -> float:
+                          batch_size: int, max_length: int, learning_rate: float
+                          ) -> dict[str, float]:
   """Dev accuracy of transformers.Trainer with its defaults (see the module doc)."""
   import transformers  # pylint: disable=g-import-not-at-top
   directory = init_from.removeprefix("hf:")  # a Hugging Face directory
@@ -91,8 +121,8 @@ def hugging_face_accuracy(init_from: str, data: str, seed: int, steps: int,
                      learning_rate)
   trainer.train()
   prediction = trainer.predict(examples("dev.tsv"))
-  return scores.classification_metrics(prediction.label_ids,
-                                       np.argmax(prediction.predictions, -1), 2)["accuracy"]
+  return {"accuracy": scores.classification_metrics(
+      prediction.label_ids, np.argmax(prediction.predictions, -1), 2)["accuracy"]}
 
 
 def word_predictions(word_ids: list, predictions: np.ndarray, words: int,
@@ -151,8 +181,8 @@ def hugging_face_tag_scores(init_from: str, data: str, seed: int, steps: int,
   return tag_scores(dev_sentences, predicted)
 
 
-def describe(values: list[float], metric: str) -> dict:
-  return {metric: values, "median": statistics.median(values),
+def describe(values: list[float]) -> dict:
+  return {"values": values, "median": statistics.median(values),
           "min": min(values), "max": max(values)}
 
 
@@ -164,41 +194,37 @@ def main(argv) -> None:
   learning_rate = FLAGS.learning_rate or recipe.optimizer.learning_rate
   buckets = tuple(int(b) for b in FLAGS.length_buckets.split(",") if b)
   batch_size, max_length = recipe.train.batch_size, finetune_steps.SEQ_LENGTH
-  results = {"encoderx": [], "hugging_face": []}
-  seen_words = []  # tag: Hugging Face's F1 over the words that fit
+  results = collections.defaultdict(list)  # {side and scoring: a figure per seed}
   for seed in seeds:
     start = time.perf_counter()
-    results["encoderx"].append(encoderx_score(method, FLAGS.init_from, FLAGS.data, seed,
-                                              steps, buckets, learning_rate))
+    config = encoderx_config(method, FLAGS.init_from, FLAGS.data, seed, steps, buckets,
+                             learning_rate)
+    figures = {f"encoderx_{k}": v for k, v in (
+        encoderx_tag_scores if method == "tag" else encoderx_accuracy)(config).items()}
     middle = time.perf_counter()
-    if method == "tag":
-      tag_scores_ = hugging_face_tag_scores(FLAGS.init_from, FLAGS.data, seed, steps,
-                                            batch_size, max_length, learning_rate)
-      results["hugging_face"].append(tag_scores_["f1"])
-      seen_words.append(tag_scores_["f1_seen_words"])
-    else:
-      results["hugging_face"].append(hugging_face_accuracy(
-          FLAGS.init_from, FLAGS.data, seed, steps, batch_size, max_length, learning_rate))
-    print(f"seed {seed}: encoderx {results['encoderx'][-1]:.4f} ({middle - start:.0f} s), "
-          f"Hugging Face Trainer {results['hugging_face'][-1]:.4f}"
-          + (f" (seen words only: {seen_words[-1]:.4f})" if seen_words else "")
-          + f" ({time.perf_counter() - middle:.0f} s)", flush=True)
-  summary = {"method": method, "metric": METRIC[method], "steps": steps,
-             "batch_size": batch_size, "max_length": max_length,
-             "learning_rate": learning_rate, "seeds": seeds, "length_buckets": buckets,
-             **{side: describe(values, METRIC[method]) for side, values in results.items()}}
-  if seen_words:
-    summary["hugging_face_seen_words"] = describe(seen_words, "f1")
-  for side in summary.keys() & {"encoderx", "hugging_face", "hugging_face_seen_words"}:
-    print(f"{side}: median {METRIC[method]} {summary[side]['median']:.4f} "
-          f"({summary[side]['min']:.4f} .. {summary[side]['max']:.4f})")
+    hugging_face = (hugging_face_tag_scores if method == "tag" else hugging_face_accuracy)
+    figures.update({f"hugging_face_{k}": v for k, v in hugging_face(
+        FLAGS.init_from, FLAGS.data, seed, steps, batch_size, max_length,
+        learning_rate).items()})
+    for name, value in figures.items():
+      results[name].append(value)
+    print(f"seed {seed}: " + ", ".join(f"{k} {v:.4f}" for k, v in figures.items())
+          + f" (encoderx {middle - start:.0f} s, Hugging Face Trainer "
+          f"{time.perf_counter() - middle:.0f} s)", flush=True)
+  summary = {"method": method, "steps": steps, "batch_size": batch_size,
+             "max_length": max_length, "learning_rate": learning_rate, "seeds": seeds,
+             "length_buckets": buckets,
+             **{name: describe(values) for name, values in results.items()}}
+  for name, values in results.items():
+    print(f"{name}: median {summary[name]['median']:.4f} "
+          f"({summary[name]['min']:.4f} .. {summary[name]['max']:.4f})")
   if FLAGS.output:
     with open(FLAGS.output, "w", encoding="utf-8") as f:
       json.dump(summary, f, indent=2)
 
 
 if __name__ == "__main__":
-  flags.DEFINE_enum("method", "classify", list(METRIC), "The recipe compared.")
+  flags.DEFINE_enum("method", "classify", list(METHODS), "The recipe compared.")
   flags.DEFINE_string("init_from", None, "hf:DIR, a Hugging Face model directory.")
   flags.DEFINE_string("data", None, "classify: a directory with train.tsv and dev.tsv "
                       "(label, text); tag: with train.txt and dev.txt (CoNLL columns).")
