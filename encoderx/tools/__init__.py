@@ -4,7 +4,8 @@
                                           PyTorch (--json=FILE keeps the figures)
     python -m encoderx.tools.bench_data   the input pipeline at corpus scale
     python -m encoderx.tools.compare      equal-budget training against Hugging Face PyTorch
-    python -m encoderx.tools.finetune_compare   the classify recipe beside transformers.Trainer
+    python -m encoderx.tools.finetune_compare   the classify and tag recipes beside
+                                                transformers.Trainer
     python -m encoderx.tools.sts_compare  STS-B embeddings beside sentence-transformers' own
                                           evaluation, on the same weights
     python -m encoderx.tools.plot         loss curves of runs from their TensorBoard logs

@@ -1,9 +1,12 @@
-"""Equal-budget fine-tuning: encoderx's classify recipe beside Hugging Face's `Trainer`
-with its defaults, from the same pretrained encoder, the same steps and batch size.
+"""Equal-budget fine-tuning: encoderx's classify or tag recipe beside Hugging Face's
+`Trainer` with its defaults, from the same pretrained encoder, the same steps and batch
+size.
 
     python -m encoderx.tools.finetune_compare --init_from=hf:MODEL_DIR \
         --data=../shared/corpora/rotten_tomatoes --seeds=0,1,2 [--steps=700] \
-        [--output=compare.json] [--length_buckets=32,48]
+        [--output=compare.json] [--length_buckets=32,48] [--learning_rate=5e-5]
+    python -m encoderx.tools.finetune_compare --method=tag --init_from=hf:MODEL_DIR \
+        --data=../shared/corpora/conll2003 --steps=300 --learning_rate=1e-4
 
 For each seed: encoderx trains configs/finetune.py:classify,data=DIR (AdamW at 5e-5, 10%
 warmup then linear decay, weight decay 0.01 but on biases and LayerNorms, Adam eps 1e-6,
@@ -13,12 +16,21 @@ directory with `transformers.Trainer` and `TrainingArguments`' defaults (AdamW a
 no warmup, linear decay, no weight decay, Adam eps 1e-8, clipping at 1.0, seed = seed)
 but for the budget: the same steps and batch size, and texts cut at the same length
 (BertTokenizer, dynamic padding). Both are scored once, at the end, on the whole dev
-file: accuracy (scikit-learn). Printed and written: each seed's accuracy, the median and
+file: accuracy (scikit-learn). Printed and written: each seed's figures, the median and
 the spread, and each side's time end to end (encoderx's includes compiling its steps).
 The two see different batch orders and head initializations: the seeds say how far apart
 runs of one side fall. --length_buckets sets encoderx's data.length_buckets (each batch
 cut to the shortest bucket holding its longest text, as Hugging Face pads each batch to
-its longest).
+its longest); --learning_rate both sides' peak.
+
+--method=tag: configs/finetune.py:tag at length 64 (CoNLL files train.txt and dev.txt)
+beside AutoModelForTokenClassification under the Trainer, with 10% warmup on both sides
+(the first piece of each word labelled, as transformers' token-classification example).
+Both sides' predictions are scored alike, by entities over every word of the dev file
+(tag_scores: a word no piece of which fits predicted O); Hugging Face's also over the
+words that fit only (what that example reports), encoderx's also with the words past
+each sentence's first window predicted O (its evaluation before it split long sentences
+into windows).
 """
 from __future__ import annotations
 
