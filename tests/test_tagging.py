@@ -83,7 +83,7 @@ def test_evaluation_predicts_every_word_of_sentences_longer_than_the_length(tmp_
   its last words were scored as missed)."""
   path = tmp_path / "dev.txt"
   path.write_text("".join(f"{w}\t{t}\n" for w, t in zip(SENTENCE.words, SENTENCE.tags)))
-  config = _tag_config(tmp_path, str(path), str(path))
+  config = tag_config(str(path), str(path))
   config.data.seq_length = 8
   method = tag_method.Tagging(config)
   outputs = [{"predictions": np.maximum(b["tags"], 0), "word_ids": b["word_ids"],
