@@ -16,7 +16,8 @@ similarity  sentence-pair regression (STS-B), BERT's GLUE recipe: a linear score
             and dev.tsv with columns score, text_a, text_b (e.g. ../shared/corpora/stsb).
 tag         token classification (NER), BERT's CoNLL-2003 recipe at length 128: AdamW at
             5e-5, 10% warmup, batch 32, dropout 0.1 before the tagger, the first word piece
-            of each word labelled, best dev entity F1 kept. DATA_DIR holds train.txt and
+            of each word labelled, dev sentences longer than the length scored in windows
+            of whole words, best dev entity F1 kept. DATA_DIR holds train.txt and
             dev.txt in CoNLL columns (token ... tag; a blank line between sentences), e.g.
             ../shared/corpora/conll2003; or --config.data.tfds_name=conll2003:1.0.0
             (features tokens and ner).

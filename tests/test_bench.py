@@ -16,7 +16,9 @@ import pytest
 
 from encoderx.train import trainer as trainer_lib
 from encoderx.data import pipeline
+from encoderx.data import tagging
 from encoderx.tools.speed import accelerator, bench, bench_models, finetune_steps, flops, timing
+from encoderx.tools.quality import finetune_compare
 
 
 def _compiled(config, batch_size=8):
@@ -245,6 +247,17 @@ def test_the_finetune_rows_pad_each_side_its_own_way_and_time_whole_runs(tmp_pat
   assert row["jax_over_torch"] == pytest.approx(row["torch_ms"] / row["jax_ms"])
   (whole,) = content["tables"]["finetune_end_to_end"]
   assert whole["steps"] == 2 and whole["jax_seconds"] > 0 and whole["torch_seconds"] > 0
+
+
+def test_finetune_compare_scores_tags_over_every_word_and_over_the_words_that_fit():
+  sentence = tagging.Sentence(1, ["Anne", "went", "to", "Bath"], ["B-PER", "O", "O", "B-LOC"])
+  word_ids = [None, 0, 1, 1, None]  # "went" in two pieces; "to" and "Bath" cut off
+  predicted = finetune_compare.word_predictions(word_ids, np.array([0, 1, 0, 2, 0]), 4,
+                                                ["O", "B-PER", "B-LOC"])
+  assert predicted == ["B-PER", "O", None, None]  # a word's first piece decides
+  scores = finetune_compare.tag_scores([sentence], [predicted])
+  assert scores["f1_seen_words"] == 1.0  # Bath's entity dropped with its word
+  assert scores["f1"] == pytest.approx(2 / 3)  # Bath's entity missed: P 1, R 1/2
 
 
 def test_the_finetune_rows_name_a_missing_corpus():

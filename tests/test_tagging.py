@@ -67,6 +67,33 @@ def test_words_cut_off_by_the_length_are_predicted_o(tmp_path):
   assert tags[len(seen):] == ["O"] * (len(SENTENCE.words) - len(seen))
 
 
+def test_windows_of_whole_words_by_hand():
+  sentence = tagging.Sentence(10, list("abcd"), ["O", "B-PER", "I-PER", "O"])
+  parts, places = tagging.windows([sentence], [np.array([2, 3, 1, 4])], max_pieces=5)
+  # a window after the first holds a piece less (its first word has no space before it)
+  assert [p.words for p in parts] == [["a", "b"], ["c"], ["d"]]
+  assert [p.tags for p in parts] == [["O", "B-PER"], ["I-PER"], ["O"]]
+  assert [p.line for p in parts] == [10, 12, 13]
+  assert places == [tagging.Window(0, 0), tagging.Window(0, 2), tagging.Window(0, 3)]
+
+
+def test_evaluation_predicts_every_word_of_sentences_longer_than_the_length(tmp_path):
+  """A dev sentence past data.seq_length is evaluated in windows of whole words: an
+  oracle of its labelled pieces finds every entity (cut at the length, the entities of
+  its last words were scored as missed)."""
+  path = tmp_path / "dev.txt"
+  path.write_text("".join(f"{w}\t{t}\n" for w, t in zip(SENTENCE.words, SENTENCE.tags)))
+  config = tag_config(str(path), str(path))
+  config.data.seq_length = 8
+  method = tag_method.Tagging(config)
+  outputs = [{"predictions": np.maximum(b["tags"], 0), "word_ids": b["word_ids"],
+              "example_index": b["example_index"], "loss_sum": np.zeros(len(b["tags"])),
+              "labelled": np.ones(len(b["tags"])), "weights": b["example_weight"]}
+             for b in pipeline.whole_split(method.task(), "validation", 8, 4)]
+  metrics = method.summarize_evaluation(outputs)
+  assert metrics["accuracy"] == 1.0 and metrics["f1"] == 1.0
+
+
 def test_iob2_repair_and_entity_metrics_by_hand():
   assert tags_lib.repair_iob2(["O", "I-PER", "I-PER", "B-ORG", "I-PER", "I-LOC", "O"]) == [
       "O", "B-PER", "I-PER", "B-ORG", "B-PER", "B-LOC", "O"]

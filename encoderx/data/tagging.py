@@ -14,6 +14,11 @@ the word index on first pieces (-1 elsewhere), so that predictions map back to w
 whatever pieces the vocabulary makes (a word may make none: every character dropped).
 Byte-level BPE words after the first are tokenized with the space before them, as in
 running text.
+
+Sentences to score or tag (`windows`) are split into windows of whole words whose
+pieces fit in the sequence, so that every word of a long sentence gets a prediction
+(cut at the length, its last words would have none); their predictions join back into
+the sentence's.
 """
 from __future__ import annotations
 
@@ -131,6 +136,46 @@ def columns(sentences: list[Sentence], labels: tuple[str, ...], path: str
       "example_index": np.arange(len(sentences), dtype=np.int32)}
 
 
+@dataclasses.dataclass(frozen=True)
+class Window:
+  sentence: int  # the index of its sentence
+  start: int  # the index of its first word in that sentence
+
+
+def piece_counts(vocabulary, sentences: list[Sentence]) -> list[np.ndarray]:
+  """The pieces of each word of each sentence, as encode_sentences makes them."""
+  leading_space = getattr(vocabulary, "tokens_carry_leading_space", False)
+  words = [" " + word if leading_space and index else word
+           for sentence in sentences for index, word in enumerate(sentence.words)]
+  pieces = vocabulary.tokenize_words_tf(tf.constant(words, tf.string)).merge_dims(1, 2)
+  counts = pieces.row_lengths().numpy()
+  return np.split(counts, np.cumsum([len(s.words) for s in sentences])[:-1])
+
+
+def windows(sentences: list[Sentence], counts: list[np.ndarray], max_pieces: int
+            ) -> tuple[list[Sentence], list[Window]]:
+  """The sentences split into runs of whole words of at most `max_pieces` pieces (a
+  sentence that fits stays whole; a word longer than that alone is cut as before), and
+  where each run starts. A window after a sentence's first holds one piece less: its
+  first word, without the space before it, may take one more (byte-level BPE)."""
+  parts, places = [], []
+
+  def add(index: int, sentence: Sentence, start: int, end: int):
+    parts.append(Sentence(sentence.line + start, sentence.words[start:end],
+                          sentence.tags[start:end]))
+    places.append(Window(index, start))
+
+  for index, (sentence, count) in enumerate(zip(sentences, counts)):
+    start, used = 0, 0
+    for word, pieces in enumerate(count):
+      if word > start and used + pieces > max_pieces - (start > 0):
+        add(index, sentence, start, word)
+        start, used = word, 0
+      used += pieces
+    add(index, sentence, start, len(sentence.words))
+  return parts, places
+
+
 def encode_sentences(dataset: tf.data.Dataset, sequence_length: Mapping[str, int],
                      output_features: Mapping[str, seqio.Feature]) -> tf.data.Dataset:
   """{'words', 'tags', 'example_index'} -> the model's features, `tags` and `word_ids`
@@ -166,10 +211,14 @@ def encode_sentences(dataset: tf.data.Dataset, sequence_length: Mapping[str, int
 
 def register_task(sentences: Mapping[str, callable], labels: tuple[str, ...],
                   sources: Mapping[str, str], vocabulary: seqio.Vocabulary,
-                  vocab_description: dict, shuffle_buffer: int) -> seqio.Task:
+                  vocab_description: dict, shuffle_buffer: int,
+                  window_pieces: int = 0) -> seqio.Task:
   """The Task whose split `s` holds `sentences[s]()` (a list of Sentence read from
-  `sources[s]`, a path or TFDS split, which names the Task)."""
+  `sources[s]`, a path or TFDS split, which names the Task with `window_pieces`, the
+  length of the windows the sentences were cut into, if they were)."""
   cols = {split: (lambda split=split: columns(sentences[split](), labels, sources[split]))
           for split in sentences}
-  return example_tasks.register("tag", [dict(sources), labels, vocab_description], cols,
-                                vocabulary, [encode_sentences], shuffle_buffer)
+  description = [dict(sources), labels, vocab_description] + (
+      [window_pieces] if window_pieces else [])
+  return example_tasks.register("tag", description, cols, vocabulary, [encode_sentences],
+                                shuffle_buffer)

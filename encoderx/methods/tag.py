@@ -5,8 +5,10 @@ dataset of token and tag sequences (`data.tfds_name`, e.g. conll2003); see
 encoderx/data/tagging.py. The model is BertForTokenClassification's: the encoder, dropout
 and a linear layer on every token; the loss is the mean cross-entropy over the first
 piece of each word (the others carry no label). A word's predicted tag is its first
-piece's; words the model did not see (cut off by the sequence length, or with no piece
-at all) are predicted O. IOB tag sets are repaired to valid IOB2 on output
+piece's. Training cuts sentences at the sequence length; evaluation and `--predict`
+split longer ones into windows of whole words (encoderx/data/tagging.py `windows`), so
+that every word is predicted (cut off, the last words would be predicted O and their
+entities missed); only a word with no piece at all is predicted O. IOB tag sets are repaired to valid IOB2 on output
 (encoderx/evaluation/tags.py) and scored by entities with seqeval (micro precision,
 recall, F1, and F1 per type), as conlleval scores CoNLL-2003; every tag set is scored by
 word accuracy. `--predict` writes CoNLL columns: token, [gold tag,] predicted tag.
@@ -51,7 +53,7 @@ class Tagging(finetune.FineTuning):
   export_heads = ("token_classification",)
 
   def build_model(self):
-    self._sentences = {}
+    self._sentences, self._windows = {}, {}
     self.labels = self._labels()
     return finetuning.TokenClassifier(self.model_config, num_labels=len(self.labels),
                                       dropout=self.config.finetune.classifier_dropout)
@@ -101,16 +103,29 @@ class Tagging(finetune.FineTuning):
     tags = {tag for sentence in self.sentences("train") for tag in sentence.tags}
     return tuple(sorted(tags, key=lambda tag: (tag != "O", tag)))
 
+  def windows(self, sentences: list[tagging.Sentence]
+              ) -> tuple[list[tagging.Sentence], list[tagging.Window]]:
+    """`sentences` split into windows that fit in data.seq_length (see tagging.windows)."""
+    from encoderx.data import tagging  # pylint: disable=g-import-not-at-top
+    counts = tagging.piece_counts(self.vocabulary, sentences)
+    return tagging.windows(sentences, counts, self.config.data.seq_length - 2)
+
+  def validation_windows(self) -> tuple[list[tagging.Sentence], list[tagging.Window]]:
+    if "validation" not in self._windows:
+      self._windows["validation"] = self.windows(self.sentences("validation"))
+    return self._windows["validation"]
+
   def _task(self, sentences: dict, sources: dict):
     from encoderx.data import tagging  # pylint: disable=g-import-not-at-top
     return tagging.register_task(sentences, self.labels, sources, self.vocabulary,
                                  self.config.data.vocab.to_dict(),
-                                 self.config.data.shuffle_buffer)
+                                 self.config.data.shuffle_buffer,
+                                 window_pieces=self.config.data.seq_length - 2)
 
   def task(self):
-    splits = finetune.SPLIT_FILES
-    return self._task({split: (lambda split=split: self.sentences(split)) for split in splits},
-                      {split: self.source(split) for split in splits})
+    return self._task({"train": lambda: self.sentences("train"),
+                       "validation": lambda: self.validation_windows()[0]},
+                      {split: self.source(split) for split in finetune.SPLIT_FILES})
 
   def check_data(self) -> None:
     from encoderx.data import tagging  # pylint: disable=g-import-not-at-top
@@ -155,25 +170,36 @@ class Tagging(finetune.FineTuning):
             "example_index": batch["example_index"], "loss_sum": losses.sum(-1),
             "labelled": labelled.sum(-1), "weights": batch["example_weight"]}
 
-  def word_tags(self, predictions: np.ndarray, word_ids: np.ndarray, words: int) -> list[str]:
-    """A sentence's tags from its pieces' predictions: each word's first piece's (O for
-    words without one), repaired to IOB2 for IOB tag sets."""
+  def sentence_tags(self, lengths: list[int], windows) -> list[list[str]]:
+    """Sentences' tags (`lengths` words each) from their windows' predictions, `windows`
+    of (Window, predictions, word_ids): each word's first piece's (O for words without
+    one), repaired to IOB2 for IOB tag sets."""
     default = "O" if "O" in self.labels else self.labels[0]
-    tags = [default] * words
-    for prediction, word in zip(predictions, word_ids):
-      if word >= 0:
-        tags[word] = self.labels[int(prediction)]
-    return tags_lib.repair_iob2(tags) if tags_lib.is_iob(self.labels) else tags
+    tags = [[default] * words for words in lengths]
+    for window, predictions, word_ids in windows:
+      for prediction, word in zip(predictions, word_ids):
+        if word >= 0:
+          tags[window.sentence][window.start + word] = self.labels[int(prediction)]
+    return [tags_lib.repair_iob2(t) for t in tags] if tags_lib.is_iob(self.labels) else tags
+
+  def word_tags(self, predictions: np.ndarray, word_ids: np.ndarray, words: int) -> list[str]:
+    """One sentence's tags from the predictions of its pieces in one row."""
+    from encoderx.data import tagging  # pylint: disable=g-import-not-at-top
+    return self.sentence_tags([words], [(tagging.Window(0, 0), predictions, word_ids)])[0]
 
   def summarize_evaluation(self, outputs: list) -> dict[str, float]:
+    from encoderx.data import tagging  # pylint: disable=g-import-not-at-top
     rows = finetune.real_rows(outputs)
-    sentences = self.sentences("validation")
-    gold, predicted = [], []
-    for predictions, word_ids, index in zip(rows["predictions"], rows["word_ids"],
-                                            rows["example_index"]):
-      sentence = sentences[int(index)]
-      gold.append(sentence.tags)
-      predicted.append(self.word_tags(predictions, word_ids, len(sentence.words)))
+    sentences, (_, places) = self.sentences("validation"), self.validation_windows()
+    windows = [places[int(index)] for index in rows["example_index"]]
+    scored = sorted({window.sentence for window in windows})  # all, unless eval.batches
+    position = {sentence: i for i, sentence in enumerate(scored)}
+    gold = [sentences[i].tags for i in scored]
+    predicted = self.sentence_tags(
+        [len(sentences[i].words) for i in scored],
+        [(tagging.Window(position[w.sentence], w.start), predictions, word_ids)
+         for w, predictions, word_ids in zip(windows, rows["predictions"],
+                                              rows["word_ids"])])
     words = sum(len(tags) for tags in gold)
     metrics = {
         "accuracy": sum(g == p for gs, ps in zip(gold, predicted) for g, p in zip(gs, ps))
@@ -192,22 +218,28 @@ class Tagging(finetune.FineTuning):
     return {"tags": jnp.argmax(self.apply(params, batch), -1), "word_ids": batch["word_ids"]}
 
   def prediction_batches(self, path: str, batch_size: int):
+    """(a (Window, its sentence) row per window, batches of the windows)."""
     from encoderx.data import pipeline, tagging  # pylint: disable=g-import-not-at-top
     sentences = tagging.read_conll(path, self.config.tag.column, with_tags=False)
-    untagged = [tagging.Sentence(s.line, s.words, []) for s in sentences]  # gold: echoed
+    parts, places = self.windows(sentences)
+    untagged = [tagging.Sentence(s.line, s.words, []) for s in parts]  # gold: echoed
     task = self._task({"predict": lambda: untagged}, {"predict": path})
-    return sentences, pipeline.whole_split(task, "predict", self.config.data.seq_length,
-                                           batch_size)
+    rows = [(place, sentences[place.sentence]) for place in places]
+    return rows, pipeline.whole_split(task, "predict", self.config.data.seq_length,
+                                      batch_size)
 
   def write_predictions(self, rows, predictions, path: str) -> int:
     """CoNLL columns, tab-separated: token, the file's own tag (when it has tags), the
     predicted tag; a blank line after each sentence (conlleval reads this)."""
+    sentences = list({place.sentence: sentence for place, sentence in rows}.values())
+    predicted = self.sentence_tags(
+        [len(s.words) for s in sentences],
+        [(place, tags, word_ids) for (place, _), tags, word_ids
+         in zip(rows, predictions["tags"], predictions["word_ids"])])
     lines = []
-    for sentence, tags, word_ids in zip(rows, predictions["tags"], predictions["word_ids"]):
-      predicted = self.word_tags(tags, word_ids, len(sentence.words))
-      for word, gold, tag in zip(sentence.words, sentence.tags or [None] * len(predicted),
-                                 predicted):
+    for sentence, tags in zip(sentences, predicted):
+      for word, gold, tag in zip(sentence.words, sentence.tags or [None] * len(tags), tags):
         lines.append("\t".join([word] + ([gold] if gold is not None else []) + [tag]))
       lines.append("")
     files_lib.write_atomically(path, "\n".join(lines) + "\n")
-    return len(rows)
+    return len(sentences)

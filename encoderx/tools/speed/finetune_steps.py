@@ -147,13 +147,14 @@ def encoderx_end_to_end(config, steps: int) -> float:
     return time.perf_counter() - start
 
 
-def _tagged_features(tokenizer, path: str, labels: list[str]) -> list[dict]:
-  """CoNLL sentences tokenized as words, the first piece of each word labelled (-100
-  elsewhere), as transformers' token classification example does."""
+def tagged_features(tokenizer, sentences: list[tagging.Sentence], labels: list[str],
+                    max_length: int = SEQ_LENGTH) -> list[dict]:
+  """Sentences tokenized as words, cut at `max_length`, the first piece of each word
+  labelled (-100 elsewhere), as transformers' token classification example does."""
   features = []
-  for sentence in tagging.read_conll(path):
+  for sentence in sentences:
     encoded = tokenizer(sentence.words, is_split_into_words=True, truncation=True,
-                        max_length=SEQ_LENGTH)
+                        max_length=max_length)
     previous, tags = None, []
     for word in encoded.word_ids():
       tags.append(-100 if word is None or word == previous
@@ -186,7 +187,8 @@ def torch_end_to_end(case: str, config, steps: int) -> float:
   if variant == "tag":
     labels = sorted({tag for sentence in tagging.read_conll(config.finetune.train_file)
                      for tag in sentence.tags})
-    train_set, dev_set = (_tagged_features(tokenizer, path, labels) for path in
+    train_set, dev_set = (tagged_features(tokenizer, tagging.read_conll(path), labels)
+                          for path in
                           (config.finetune.train_file, config.finetune.dev_file))
     collator = transformers.DataCollatorForTokenClassification(tokenizer)
     model_class = transformers.AutoModelForTokenClassification
