@@ -56,7 +56,7 @@ def check_train_step(trainer: trainer_lib.Trainer, cost: trainer_lib.StepCost,
   """The train step (state, batch, gradients, temporaries) against device memory."""
   check(f"the train step at length {length}, batch {rows}", cost.device_bytes,
         "Use a smaller train.batch_size, more train.grad_accum_steps, model.layout.remat=True "
-        "or more devices.", trainer.mesh.devices.flat[0])
+        "or more devices.", trainer.mesh.local_devices[0])
 
 
 def check_evaluation_step(trainer: trainer_lib.Trainer, cost: trainer_lib.StepCost,
@@ -69,5 +69,5 @@ def check_evaluation_step(trainer: trainer_lib.Trainer, cost: trainer_lib.StepCo
             "Use a smaller train.batch_size or more train.grad_accum_steps (eval.batch_size"
             "=0 evaluates as many tokens as a training micro-batch), or more devices.")
   check(f"the evaluation step at length {length}, batch {rows}",
-        cost.device_bytes + max(0, resident), advice, trainer.mesh.devices.flat[0],
+        cost.device_bytes + max(0, resident), advice, trainer.mesh.local_devices[0],
         beside=" beside the train state")
