@@ -124,7 +124,6 @@ def measure_one(length: int, kernel: str, steps: int) -> dict:
   """The row of one length and kernel, measured in this process."""
   import jax  # pylint: disable=g-import-not-at-top
   from encoderx.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
-  from encoderx.models import attention_kernels  # pylint: disable=g-import-not-at-top
   config = long_config(length, kernel)
   trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
   model = trainer.method.model_config
