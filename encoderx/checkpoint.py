@@ -35,7 +35,6 @@ import logging
 import os
 import time
 
-import grain.checkpoint
 import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
@@ -59,6 +58,13 @@ KEPT_STEP = "kept_step"
 # What orbax and tensorstore raise when a checkpoint cannot be written (tensorstore
 # reports a full disk as a ValueError "RESOURCE_EXHAUSTED ... No space left on device").
 _WRITE_ERRORS = (OSError, ValueError, RuntimeError)
+
+
+def _grain_checkpoint():
+  """grain's checkpoint handlers, imported where positions are saved or read: the
+  accelerator bench (launch/gpu_bench.py) builds train steps on hosts without grain."""
+  import grain.checkpoint  # pylint: disable=g-import-not-at-top
+  return grain.checkpoint
 
 
 class CheckpointError(errors.UserError, RuntimeError):
@@ -384,7 +390,7 @@ class Checkpoints:
       return position
     own = _ProcessPosition()
     self.manager.restore(step, args=ocp.args.Composite(
-        data_per_process=grain.checkpoint.CheckpointRestore(own)))
+        data_per_process=_grain_checkpoint().CheckpointRestore(own)))
     return own.position
 
   def _damaged_directory(self) -> str:
@@ -422,7 +428,7 @@ class Checkpoints:
       self.manager.save(step, args=ocp.args.Composite(
           state=ocp.args.StandardSave(state),
           data=ocp.args.JsonSave(data_position),
-          data_per_process=grain.checkpoint.CheckpointSave(_ProcessPosition(data_position)),
+          data_per_process=_grain_checkpoint().CheckpointSave(_ProcessPosition(data_position)),
           model=ocp.args.JsonSave(description),
           checksums=ocp.args.JsonSave(sums)),
           metrics=None if kept_step is None else {KEPT_STEP: kept_step})

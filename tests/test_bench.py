@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 
+from encoderx import config as config_lib
 from encoderx.train import trainer as trainer_lib
 from encoderx.data import pipeline
 from encoderx.data import tagging
@@ -138,6 +139,12 @@ def test_the_modern_rows_build_and_run_a_step_beside_pytorch(capsys):
       1024, 22, 768)
   assert base.objective.mlm.max_predictions >= 0.3 * 1024  # 30% masked, as at 128
   assert bench_models.build_config("modernbert_base", 2).data.seq_length == 128
+  # the base sizes change one field of model.attention (its window); the group's other
+  # fields stay, and the configs validate (the accelerator row's too)
+  for config in (base, accelerator.accelerator_config("modernbert_base", 8192, 1)):
+    config_lib.validate(config)
+    assert (config.model.attention.window, config.model.attention.variant) == (
+        128, "standard")
   bench.main(["--models=modernbert_tiny,eurobert_tiny", "--steps=1", "--batch_size=2",
               "--skip_padding"])
   out = capsys.readouterr().out

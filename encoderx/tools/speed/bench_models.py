@@ -62,7 +62,10 @@ def build_config(model_name: str, batch_size: int, seq_length: int | None = None
   spec, model_fields = MODELS[model_name]
   config = configs.get(spec)
   for field, value in model_fields.items():
-    config.model[field] = value
+    if isinstance(value, dict):  # a group's fields (model.attention.window): the rest stay
+      config.model[field].update(value)
+    else:
+      config.model[field] = value
   if seq_length is None and model_name in LENGTHS:
     seq_length = LENGTHS[model_name]
     mlm = config.objective.mlm  # as many predictions per token as at the config's length
