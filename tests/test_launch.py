@@ -116,10 +116,11 @@ def test_a_queued_resource_that_fails_stops_the_wait_and_is_deleted(tmp_path):
 
 
 # Runs launch/gpu_bench.py (argv after the probe) where the text stack cannot be imported,
-# as on a GPU image without it; prints the imports of it that were tried (none may be).
+# as on a GPU image without it (nor grain, which the lent H100/H200 image lacks); prints the
+# imports of them that were tried (none may be).
 WITHOUT_TEXT_STACK = """
 import importlib.abc, importlib.machinery, runpy, sys
-TEXT_STACK = ("tensorflow", "tensorflow_text", "seqio", "tensorflow_datasets")
+TEXT_STACK = ("tensorflow", "tensorflow_text", "seqio", "tensorflow_datasets", "grain")
 class NotInstalled(importlib.abc.MetaPathFinder, importlib.abc.Loader):
   def find_spec(self, name, path, target=None):  # no origin: nothing to look at
     if name.split(".")[0] in TEXT_STACK:
