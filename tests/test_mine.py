@@ -61,20 +61,31 @@ def _columns(mined):
          output_format="n-tuple"),
     dict(range_min=2, range_max=10, min_score=0.3, num_negatives=2,
          output_format="labeled-pair"),
-], ids=["triplet-absolute-margin", "n-tuple-relative-margin", "labeled-pair-range-min"])
+    dict(num_negatives=4, include_positives=True, output_format="n-tuple"),
+    dict(num_negatives=2, absolute_margin=0.0, corpus=True),
+], ids=["triplet-absolute-margin", "n-tuple-relative-margin", "labeled-pair-range-min",
+        "include-positives", "separate-corpus"])
 def test_the_negatives_are_sentence_transformers_ones(models, pairs, monkeypatch, options):
   reference_model, embed_texts, cache = models
+  options = dict(options)
+  if options.pop("corpus", False):  # STS-B dev sentences as further candidates
+    rows = labelled.read_rows(str(STSB.with_name("dev.tsv")), ["text_a", "text_b"])
+    options["corpus"] = [row["text_b"] for _, row in rows[:150]]
   reference = mining_reference.mine_hard_negatives(
       monkeypatch, pairs, reference_model, use_faiss=True, cache_folder=cache,
       output_scores=options.get("output_format") == "n-tuple", **options)
-  mined = mine.mine(pairs, embed_texts, mine.MiningOptions(**options))
+  corpus = options.pop("corpus", None)
+  mined = mine.mine(pairs, embed_texts, mine.MiningOptions(**options), corpus)
   scores = reference.pop("scores", None)
   assert _columns(mined) == reference
   assert set(mined.skipped) == {k for k in options if "margin" in k or "score" in k}
   if scores is not None:  # n-tuple: [positive, negative_1..k] per row, the same scores
-    assert 0 < mined.missing < mined.possible  # rows without 3 negatives left are dropped
+    if "max_score" in options:  # rows without 3 negatives left are dropped
+      assert 0 < mined.missing < mined.possible
     np.testing.assert_allclose(np.asarray(scores)[:, 1:].ravel(), mined.negative_scores,
                                atol=1e-4)
+  if options.get("include_positives"):  # the positive leads its candidates
+    assert sum(row["negative_1"] == row["positive"] for row in mined.rows) > len(pairs) / 2
 
 
 def test_random_draws_are_sentence_transformers_draws(models, pairs, monkeypatch):
@@ -105,7 +116,7 @@ def test_random_draws_are_sentence_transformers_draws(models, pairs, monkeypatch
     (dict(include_positives=True), "include_positives", "n-tuple"),
 ])
 def test_bad_options_are_refused_when_made(options, argument, words):
-  with pytest.raises(mine.MiningError, match=None) as caught:
+  with pytest.raises(mine.MiningError) as caught:
     mine.MiningOptions(**options)
   assert caught.value.argument == argument and words in str(caught.value)
 

@@ -212,9 +212,9 @@ def mine(pairs: list[tuple[str, str]], embed_texts: Callable[..., np.ndarray],
                                      "anchors"))
   width = range_max + max_positives(anchors_all)
   scores, indices = retrieval.search(anchor_vectors, corpus_vectors, width)
-  missing = width - scores.shape[1]  # padded as faiss pads a search past the corpus
-  scores = np.pad(scores, [(0, 0), (0, missing)], constant_values=-np.inf)
-  indices = np.pad(indices, [(0, 0), (0, missing)], constant_values=-1)
+  short = width - scores.shape[1]  # padded as faiss pads a search past the corpus
+  scores = np.pad(scores, [(0, 0), (0, short)], constant_values=-np.inf)
+  indices = np.pad(indices, [(0, 0), (0, short)], constant_values=-1)
   pair_anchor = [a for a, own in enumerate(positive_indices) for _ in own]
   pair_positive = [p for own in positive_indices for p in own]
   positive_scores = np.sum(anchor_vectors[pair_anchor] * corpus_vectors[pair_positive], -1)
