@@ -26,7 +26,7 @@ LAYERS = (
     ("conversion", ("hf",)),
     ("core of a run", ("config", "checkpoint", "workdir", "initialize")),
     ("trainer, loop and command line", ("train", "cli", "gin_config")),
-    ("commands", ("export", "embed", "preprocess", "glue", "retrieval", "average",
+    ("commands", ("export", "embed", "preprocess", "glue", "retrieval", "average", "mine",
                   "__main__")),
     ("measuring tools", ("tools",)),
 )
@@ -227,7 +227,8 @@ def test_no_module_is_over_about_500_lines(name):
   assert lines <= MOST_LINES, f"{SIZED[name]}: {lines} lines; one job per module"
 
 
-COMMANDS = ("train", "export", "embed", "preprocess", "glue", "retrieval", "average")
+COMMANDS = ("train", "export", "embed", "preprocess", "glue", "retrieval", "average",
+            "mine")
 
 
 def _defines_flags(path: pathlib.Path) -> bool:
