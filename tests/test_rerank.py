@@ -1,0 +1,93 @@
+"""The cross-encoder reranker method (encoderx/methods/rerank.py): each loss's value and
+gradient against sentence-transformers' cross_encoder loss in torch on the same logits,
+tiny runs that train with each loss, and bad input stopped before anything compiles."""
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from encoderx import errors, train
+from encoderx.methods import rerank
+
+from finetune_cases import shrunk  # pylint: disable=g-bad-import-order
+
+ONE_DEVICE = jax.devices()[:1]
+ROWS, DOCUMENTS = 5, 4
+
+
+# --- the losses against sentence-transformers ----------------------------------------------
+@pytest.fixture(scope="module")
+def scoring_model(tiny_cross_encoder):
+  """A CrossEncoder whose score of the pair (query i, document "i,j") is logits[i, j] of
+  the torch tensor set by `use(logits)`: the losses' own code runs on given logits."""
+  torch = pytest.importorskip("torch")
+  from sentence_transformers.cross_encoder import CrossEncoder  # pylint: disable=g-import-not-at-top
+  model = CrossEncoder(tiny_cross_encoder.removeprefix("hf:"))
+  table = {}
+
+  def forward(inputs):
+    return {"scores": torch.stack([table["logits"][int(q[1:]), int(d.split(",")[1])]
+                                   for q, d in inputs["pairs"]])[:, None]}
+
+  model.preprocess = lambda pairs, **unused: {"pairs": list(pairs)}
+  model.forward = forward
+  model.use = lambda logits: table.update(logits=logits)
+  return model
+
+
+def reference(model, loss, inputs, labels, logits: np.ndarray):
+  """(value, gradient w.r.t. the logits) of a sentence-transformers loss in torch; with
+  `inputs` None, of its `calculate_loss` on the logits' columns."""
+  import torch  # pylint: disable=g-import-not-at-top
+  tensor = torch.tensor(logits, dtype=torch.float32, requires_grad=True)
+  model.use(tensor)
+  value = (loss.calculate_loss(list(tensor.T), logits.shape[0]) if inputs is None
+           else loss(inputs, labels))
+  value.backward()
+  return value.item(), tensor.grad.numpy()
+
+
+def columns(rows: int, documents: int) -> list[list[str]]:
+  """Queries q0.., then one column of documents "i,j" for each j."""
+  return [[f"q{i}" for i in range(rows)]] + [[f"{i},{j}" for i in range(rows)]
+                                             for j in range(documents)]
+
+
+def ours(loss: str, logits: np.ndarray, **batch):
+  config = ml_collections.ConfigDict({"rerank": rerank.config_section()})
+  config.rerank.loss = loss
+  return jax.value_and_grad(lambda x: rerank.row_losses(config, x, batch).mean())(logits)
+
+
+@pytest.mark.parametrize("loss", rerank.LOSSES)
+def test_each_loss_and_its_gradient_are_sentence_transformers(scoring_model, loss):
+  import torch  # pylint: disable=g-import-not-at-top
+  from sentence_transformers.cross_encoder import losses  # pylint: disable=g-import-not-at-top
+  generator = np.random.default_rng(0)
+  logits = generator.normal(scale=2.0, size=[ROWS, DOCUMENTS]).astype(np.float32)
+  teacher = generator.normal(scale=3.0, size=[ROWS, DOCUMENTS]).astype(np.float32)
+  labels = np.array([1, 0, 0, 1, 1], np.float32)
+  if loss == "binary":
+    logits = logits[:, :1]
+    expected = reference(scoring_model, losses.BinaryCrossEntropyLoss(scoring_model),
+                         columns(ROWS, 1), torch.tensor(labels), logits)
+    got = ours(loss, logits, label=labels)
+  elif loss == "listwise":  # the positive and hard negatives, no in-batch ones: what
+    # MNRL's forward hands calculate_loss with num_negatives=0 (torch.multinomial
+    # refuses to draw 0 in-batch negatives, so its forward cannot be called so)
+    expected = reference(scoring_model, losses.MultipleNegativesRankingLoss(
+        scoring_model, num_negatives=0), None, None, logits)
+    got = ours(loss, logits)
+  elif loss == "margin_mse":  # the teacher's scores, from which the loss takes margins
+    expected = reference(scoring_model, losses.MarginMSELoss(scoring_model),
+                         columns(ROWS, DOCUMENTS), torch.tensor(teacher), logits)
+    got = ours(loss, logits, teacher=teacher)
+  else:  # listnet: a list of documents and their teacher scores per query
+    queries, *documents = columns(ROWS, DOCUMENTS)
+    expected = reference(scoring_model, losses.ListNetLoss(scoring_model),
+                         [queries, [list(row) for row in zip(*documents)]],
+                         [torch.tensor(row) for row in teacher], logits)
+    got = ours(loss, logits, teacher=teacher)
+  assert float(got[0]) == pytest.approx(expected[0], abs=1e-5, rel=1e-5)
+  np.testing.assert_allclose(np.asarray(got[1]), expected[1], atol=1e-5, rtol=1e-5)
+  assert np.abs(expected[1]).max() > 1e-3  # a gradient that could differ
