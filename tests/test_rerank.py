@@ -91,3 +91,49 @@ def test_each_loss_and_its_gradient_are_sentence_transformers(scoring_model, los
   assert float(got[0]) == pytest.approx(expected[0], abs=1e-5, rel=1e-5)
   np.testing.assert_allclose(np.asarray(got[1]), expected[1], atol=1e-5, rtol=1e-5)
   assert np.abs(expected[1]).max() > 1e-3  # a gradient that could differ
+
+
+# --- runs --------------------------------------------------------------------------------
+def write_rows(path, header: list[str], rows: list[list]) -> str:
+  path.write_text("\t".join(header) + "\n" + "".join(
+      "\t".join(str(value) for value in row) + "\n" for row in rows), encoding="utf-8")
+  return str(path)
+
+
+def rerank_config(tmp_path, lines, loss: str):
+  """A tiny rerank run over rows whose query is the start of its positive line and whose
+  negatives are other lines; the teacher scores the positive above the negatives."""
+  from encoderx import configs  # pylint: disable=g-import-not-at-top
+  config = shrunk(configs.get("finetune:rerank"))
+  texts = lines(24)
+  train_rows = [[" ".join(texts[i].split()[:4]), texts[i], texts[i + 8], texts[i + 16],
+                 i % 2, 2.0 + 0.1 * i, -1.0, -0.5] for i in range(8)]
+  config.finetune.train_file = write_rows(
+      tmp_path / "train.tsv", ["query", "positive", "negative", "negative_2", "label",
+                               "t_positive", "t_negative", "t_negative_2"], train_rows)
+  config.finetune.dev_file = write_rows(
+      tmp_path / "dev.tsv", ["query", "positive", "negative_1", "negative_2"],
+      [[" ".join(texts[i].split()[:4]), texts[i], texts[i + 1], texts[i + 2]]
+       for i in range(8, 18)])
+  config.rerank.loss = loss
+  config.rerank.negative_columns = ("negative", "negative_2")
+  config.rerank.dev_negative_columns = ("negative_1", "negative_2")
+  if loss in rerank.DISTILLATION:
+    config.rerank.score_columns = ("t_positive", "t_negative", "t_negative_2")
+  config.model.hidden_dropout = config.model.attention.dropout = 0.0
+  config.finetune.classifier_dropout = 0.0
+  config.optimizer.learning_rate, config.optimizer.warmup_steps = 1e-3, 0
+  config.train.steps = 6
+  config.eval.every_steps = config.checkpoint.every_steps = 6
+  return config
+
+
+@pytest.mark.parametrize("loss", rerank.LOSSES)
+def test_a_tiny_run_lowers_each_loss_and_ranks_the_dev_rows(tmp_path, austen_lines, loss):
+  config = rerank_config(tmp_path, austen_lines, loss)
+  result = train.run(config, str(tmp_path / "run"), show_progress=False,
+                     devices=ONE_DEVICE)
+  losses = [logged["rerank_loss"] for logged in result["history"]]
+  assert len(losses) == 6 and losses[-1] < losses[0], losses
+  assert set(result["eval"]) >= {"mrr@10", "ndcg@10"}
+  assert 1 / 3 <= result["eval"]["mrr@10"] <= 1.0  # the positive among 3 documents
