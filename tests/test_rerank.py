@@ -137,3 +137,35 @@ def test_a_tiny_run_lowers_each_loss_and_ranks_the_dev_rows(tmp_path, austen_lin
   assert len(losses) == 6 and losses[-1] < losses[0], losses
   assert set(result["eval"]) >= {"mrr@10", "ndcg@10"}
   assert 1 / 3 <= result["eval"]["mrr@10"] <= 1.0  # the positive among 3 documents
+
+
+@pytest.mark.parametrize("loss, column, value, message", [
+    ("margin_mse", "t_negative", "high", r"train.tsv' line 4: t_negative 'high' is not a "
+     "number"),
+    ("listwise", "negative_2", "", r"train.tsv' line 4: column 'negative_2' is empty"),
+    ("binary", "label", "2", r"train.tsv' line 4: label '2' is not 0 or 1"),
+])
+def test_bad_rows_stop_before_anything_is_compiled_or_written(tmp_path, austen_lines, loss,
+                                                              column, value, message):
+  config = rerank_config(tmp_path, austen_lines, loss)
+  path = tmp_path / "train.tsv"
+  lines = path.read_text(encoding="utf-8").splitlines()
+  header = lines[0].split("\t")
+  row = lines[3].split("\t")
+  row[header.index(column)] = value
+  lines[3] = "\t".join(row)
+  path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  with pytest.raises(errors.UserError, match=message) as raised:
+    train.run(config, str(tmp_path / "run"), show_progress=False, devices=ONE_DEVICE)
+  assert "\n" not in str(raised.value)
+  assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_config_mistakes_are_named(tmp_path, austen_lines):
+  config = rerank_config(tmp_path, austen_lines, "margin_mse")
+  config.rerank.score_columns = ("t_positive",)  # the negatives' are missing
+  with pytest.raises(errors.ConfigError, match="rerank.score_columns.*3 columns, got 1"):
+    rerank.Reranking.validate(config)
+  config.rerank.loss, config.rerank.scale = "binary", 5.0
+  with pytest.raises(errors.ConfigError, match="rerank.scale"):
+    rerank.Reranking.validate(config)
