@@ -166,6 +166,7 @@ def test_config_mistakes_are_named(tmp_path, austen_lines):
   config.rerank.score_columns = ("t_positive",)  # the negatives' are missing
   with pytest.raises(errors.ConfigError, match="rerank.score_columns.*3 columns, got 1"):
     rerank.Reranking.validate(config)
-  config.rerank.loss, config.rerank.scale = "binary", 5.0
+  config.rerank.loss, config.rerank.score_columns = "listwise", ()
+  config.rerank.scale = -1.0
   with pytest.raises(errors.ConfigError, match="rerank.scale"):
     rerank.Reranking.validate(config)
