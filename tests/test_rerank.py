@@ -137,6 +137,20 @@ def test_a_tiny_run_lowers_each_loss_and_ranks_the_dev_rows(tmp_path, austen_lin
   assert len(losses) == 6 and losses[-1] < losses[0], losses
   assert set(result["eval"]) >= {"mrr@10", "ndcg@10"}
   assert 1 / 3 <= result["eval"]["mrr@10"] <= 1.0  # the positive among 3 documents
+  if loss != "listwise":
+    return
+  # The run reranks as encoderx.retrieval --rerank_with=RUN does: its scores of the dev
+  # rows' pairs give the run's dev figures.
+  from encoderx import retrieval  # pylint: disable=g-import-not-at-top
+  reranker = retrieval.Reranker(str(tmp_path / "run"), max_length=config.data.seq_length)
+  dev = rerank.Reranking(config).dev_columns()
+  documents = [dev[f"doc{i}"] for i in range(3)]
+  scores = np.stack([reranker(list(zip(dev["text"], column))) for column in documents], 1)
+  assert rerank.ranking_scores(scores) == pytest.approx(
+      {name: result["eval"][name] for name in rerank.METRICS}, abs=1e-6)
+  assert rerank.Reranking(config).describe_head() == {
+      "kind": "cross-encoder", "num_labels": 1, "activation": "sigmoid",
+      "pooling": "pooler"}
 
 
 @pytest.mark.parametrize("loss, column, value, message", [
