@@ -48,6 +48,17 @@ def austen_lines(austen_files):
 
 
 @pytest.fixture(scope="session")
+def tiny_cross_encoder(tmp_path_factory):
+  """hf:DIR of a tiny BertForSequenceClassification with one label (random weights), a
+  reranker as sentence-transformers' CrossEncoder saves one."""
+  pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  import tiny_hf  # pylint: disable=g-import-not-at-top
+  return tiny_hf.save_tiny_bert(tmp_path_factory.mktemp("cross_encoder"),
+                                transformers.BertForSequenceClassification, num_labels=1)
+
+
+@pytest.fixture(scope="session")
 def vocabulary():
   from encoderx.data import vocabulary as vocabulary_lib
   return vocabulary_lib.WordPieceVocabulary("bundled:austen-wordpiece")

@@ -193,3 +193,62 @@ def test_the_stsb_set_takes_distinct_sentences_and_pairs_scored_4_or_more(tmp_pa
   assert collection.queries == {"q0": "A man sings.", "q1": "A cat sleeps."}
   assert collection.qrels == {"q0": {"d0": 1, "d2": 1}, "q1": {"d1": 1}}
   assert beir.read_directory(str(tmp_path / "set")) == collection
+
+
+# --- reranking -------------------------------------------------------------------------
+def test_a_cross_encoder_reorders_the_top_and_both_stages_are_scored(tiny_bert,
+                                                                     tiny_cross_encoder,
+                                                                     tmp_path):
+  torch = pytest.importorskip("torch")
+  from sentence_transformers.cross_encoder import CrossEncoder  # pylint: disable=g-import-not-at-top
+  queries = {"q1": "Who was rich?", "q2": "Who walked in the rain?", "q3": "A letter"}
+  root = write_beir(tmp_path / "beir", queries,
+                    [("q1", "d1", 1), ("q1", "d5", 1), ("q2", "d2", 1), ("q3", "d3", 1)])
+  collection = beir.read_directory(str(root))
+  embedder = embed.Embedder(tiny_bert, pooling="mean", normalize=True, max_length=32,
+                            batch_size=2)
+  first = retrieval.rank(embedder, collection, 100)
+  reranker = retrieval.Reranker(tiny_cross_encoder, max_length=32, batch_size=2)
+  reranked = retrieval.rerank(reranker, collection, first, top=3)
+  # sentence-transformers' CrossEncoder scores the same pairs (its logits: Identity).
+  cross_encoder = CrossEncoder(tiny_cross_encoder.removeprefix("hf:"), max_length=32)
+  moved = 0
+  for query, docs in first.items():
+    first_order = list(retrieval_scores.top({query: docs}, 5)[query])
+    pairs = [(queries[query], collection.corpus[doc]) for doc in first_order[:3]]
+    expected = cross_encoder.predict(pairs, activation_fn=torch.nn.Identity())
+    np.testing.assert_allclose(reranker(pairs), expected, atol=1e-5)
+    order = list(retrieval_scores.top({query: reranked[query]}, 5)[query])
+    assert order[:3] == [first_order[i] for i in np.argsort(-expected, kind="stable")]
+    assert order[3:] == first_order[3:]  # past the top: the first stage's order
+    moved += order != first_order
+  assert moved  # the reranker changed some query's order
+  # The command reports both stages: the first as before, the second under "reranked".
+  output = tmp_path / "scores.json"
+  completed = subprocess.run(
+      [sys.executable, "-m", "encoderx.retrieval", f"--init_from={tiny_bert}",
+       f"--data={root}", f"--output={output}", "--batch_size=2", "--max_length=32",
+       f"--rerank_with={tiny_cross_encoder}", "--rerank_top=3"],
+      capture_output=True, text=True, check=False, cwd=REPO)
+  assert completed.returncode == 0, completed.stderr[-2000:]
+  written = json.loads(output.read_text())
+  stages = {"first": retrieval_scores.scores(collection.qrels, first),
+            "reranked": retrieval_scores.scores(collection.qrels, reranked)}
+  assert {name: written[name] for name in stages["first"]} == pytest.approx(
+      stages["first"], abs=1e-6)
+  assert (written["reranked"].pop("top"), written["reranked"].pop("rerank_with")) == (
+      3, tiny_cross_encoder)
+  assert written["reranked"] == pytest.approx(stages["reranked"], abs=1e-6)
+
+
+def test_a_reranker_needs_a_one_score_head_and_a_top_within_k(tiny_bert, tmp_path):
+  with pytest.raises(errors.UserError, match="no one-score head"):
+    retrieval.Reranker(tiny_bert)  # a BertModel: no classifier
+  root = write_beir(tmp_path / "beir", {"q1": "Who was rich?"}, [("q1", "d1", 1)])
+  bad = subprocess.run(
+      [sys.executable, "-m", "encoderx.retrieval", f"--init_from={tiny_bert}",
+       f"--data={root}", f"--rerank_with={tiny_bert}", "--rerank_top=101"],
+      capture_output=True, text=True, check=False, cwd=REPO)
+  assert bad.returncode == 2
+  assert bad.stderr.strip().splitlines()[-1].startswith(
+      "encoderx: error: flag --rerank_top: must be in [1, --k=100]")

@@ -6,9 +6,10 @@ import shutil
 from encoderx.data import resources
 
 
-def save_tiny_bert(directory: pathlib.Path, model_class) -> str:
-  """Saves `model_class` (e.g. transformers.BertModel) of a 2 x 32 BertConfig into
-  `directory` with vocab.txt and a lower-casing tokenizer config; returns "hf:DIR"."""
+def save_tiny_bert(directory: pathlib.Path, model_class, **fields) -> str:
+  """Saves `model_class` (e.g. transformers.BertModel) of a 2 x 32 BertConfig (with
+  `fields`, e.g. num_labels=1) into `directory` with vocab.txt and a lower-casing
+  tokenizer config; returns "hf:DIR"."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   vocab = resources.resolve("bundled:austen-wordpiece")
@@ -16,7 +17,7 @@ def save_tiny_bert(directory: pathlib.Path, model_class) -> str:
   model_class(transformers.BertConfig(
       vocab_size=sum(1 for _ in open(vocab, encoding="utf-8")), hidden_size=32,
       num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-      max_position_embeddings=64)).save_pretrained(directory)
+      max_position_embeddings=64, **fields)).save_pretrained(directory)
   shutil.copy(vocab, directory / "vocab.txt")
   (directory / "tokenizer_config.json").write_text('{"do_lower_case": true}')
   return f"hf:{directory}"

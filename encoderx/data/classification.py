@@ -34,34 +34,45 @@ def longest_first_lengths(first: tf.Tensor, second: tf.Tensor, budget: int):
   return first - from_first, second - (excess - from_first)
 
 
+def pair_features(vocabulary, seq_length: int, first: tf.Tensor, second: tf.Tensor,
+                  token_types: bool) -> dict[str, tf.Tensor]:
+  """The model's features of [CLS] first [SEP] second [SEP] (two separators between
+  them for byte-level BPE), the texts cut longest-first to fit `seq_length`, padded."""
+  separators = getattr(vocabulary, "pair_separators", 1)
+  keep_first, keep_second = longest_first_lengths(tf.size(first), tf.size(second),
+                                                  seq_length - 2 - separators)
+  parts = [[vocabulary.cls_id], first[:keep_first], [vocabulary.sep_id] * separators,
+           second[:keep_second], [vocabulary.sep_id]]
+  features = example_tasks.single_sequence(tf.concat(parts, axis=0))
+  if token_types:
+    features["token_type_ids"] = tf.concat([tf.zeros([keep_first + 1 + separators], tf.int32),
+                                            tf.ones([keep_second + 1], tf.int32)], axis=0)
+  return example_tasks.pad_to(features, seq_length, example_tasks.MODEL_FEATURES)
+
+
+def text_tokens(vocabulary, text: tf.Tensor) -> tf.Tensor:
+  """int32 [n]: the word pieces of one text."""
+  return tf.cast(vocabulary.tokenize_words_tf(text).flat_values, tf.int32)
+
+
 def encode_texts(dataset: tf.data.Dataset, sequence_length: Mapping[str, int],
                  output_features: Mapping[str, seqio.Feature], pair: bool,
                  token_types: bool) -> tf.data.Dataset:
   """{'text', ['text_pair'], 'label'} -> the model's features and 'label'."""
   vocabulary = output_features["input_ids"].vocabulary
   seq_length = sequence_length["input_ids"]
-  separators = getattr(vocabulary, "pair_separators", 1)
-  cls, sep = [vocabulary.cls_id], [vocabulary.sep_id]
-
-  def tokens(text):
-    return tf.cast(vocabulary.tokenize_words_tf(text).flat_values, tf.int32)
 
   def encode(example):
-    first = tokens(example["text"])
+    first = text_tokens(vocabulary, example["text"])
     if pair:
-      second = tokens(example["text_pair"])
-      keep_first, keep_second = longest_first_lengths(
-          tf.size(first), tf.size(second), seq_length - 2 - separators)
-      parts = [cls, first[:keep_first], sep * separators, second[:keep_second], sep]
-      types = tf.concat([tf.zeros([keep_first + 1 + separators], tf.int32),
-                         tf.ones([keep_second + 1], tf.int32)], axis=0)
+      features = pair_features(vocabulary, seq_length, first,
+                               text_tokens(vocabulary, example["text_pair"]), token_types)
     else:
-      parts = [cls, first[:seq_length - 2], sep]
-    features = example_tasks.single_sequence(tf.concat(parts, axis=0))
-    if pair and token_types:
-      features["token_type_ids"] = types
+      features = example_tasks.pad_to(example_tasks.single_sequence(tf.concat(
+          [[vocabulary.cls_id], first[:seq_length - 2], [vocabulary.sep_id]], axis=0)),
+          seq_length, example_tasks.MODEL_FEATURES)
     label = example["label"]
-    return {**example_tasks.pad_to(features, seq_length, example_tasks.MODEL_FEATURES),
+    return {**features,
             "label": label if label.dtype.is_floating else tf.cast(label, tf.int32)}
 
   return dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

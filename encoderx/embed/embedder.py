@@ -15,7 +15,6 @@ does; `normalize` scales to unit length (its Normalize module).
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
@@ -34,6 +33,59 @@ POOLINGS = {"mean": "mean", "cls": "first_token"}
 BUCKETS = (16, 32, 64, 128, 256, 512)
 
 
+def open_encoder(init_from: str, max_length: int):
+  """(the source, its vocabulary, its model config, max_length within the model's
+  positions) of `init_from` (a run or hf:DIR), set up for inference: its params come
+  unscanned and without the vocabulary's padding rows; without dropout, the default
+  attention is the fast one."""
+  source = initialize.open_source(init_from)
+  vocabulary = tasks.build_vocabulary(ml_collections.ConfigDict(source.vocab))
+  fields = {**source.model, "layout.scan": False, "layout.remat": False,
+            "vocab_multiple": 1, "attention.kernel": "auto"}
+  config = model_config.ModelConfig.from_config(model_config.nested(fields),
+                                                vocabulary.vocab_size)
+  limit = config.embeddings.max_positions - config.embeddings.position_offset
+  return source, vocabulary, config, min(max_length, limit)
+
+
+def word_pieces(vocabulary, texts: list[str]) -> list[list[int]]:
+  """The word piece ids of each text (no special tokens)."""
+  rows = []
+  for start in range(0, len(texts), 1024):  # one tokenizer call per 1,024 texts
+    rows += vocabulary.tokenize_words_tf(texts[start:start + 1024]).merge_dims(1, 2).to_list()
+  return rows
+
+
+def padded_batch(rows: list[list[int]], batch_size: int, pad_id: int,
+                 types: list[list[int]] | None = None) -> dict[str, np.ndarray]:
+  """The model's features of token id rows (token types `types`, default 0), padded to
+  the shortest of BUCKETS that holds the longest, and with empty rows to batch_size."""
+  longest = max(len(row) for row in rows)
+  length = next((b for b in BUCKETS if b >= longest), longest)
+  ids = np.full([batch_size, length], pad_id, np.int32)
+  real = np.zeros([batch_size, length], np.int32)
+  token_types = np.zeros([batch_size, length], np.int32)
+  for i, row in enumerate(rows):
+    ids[i, :len(row)], real[i, :len(row)] = row, 1
+    if types is not None:
+      token_types[i, :len(row)] = types[i]
+  return {"input_ids": ids, "token_type_ids": token_types, "segment_ids": real,
+          "positions": np.broadcast_to(np.arange(length, dtype=np.int32), ids.shape)}
+
+
+def in_length_order(rows: list[list[int]], batch_size: int, apply, shape: tuple[int, ...],
+                    show_progress: bool = False, description: str = "embed") -> np.ndarray:
+  """float32 [len(rows), *shape]: `apply(indices)` (-> [batch_size, *shape]) of the rows
+  in batches of similar lengths, longest first, put back in input order."""
+  order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+  output = np.zeros([len(rows), *shape], np.float32)
+  starts = range(0, len(order), batch_size)
+  for start in tqdm(starts, desc=description, unit="batch", disable=not show_progress):
+    chosen = order[start:start + batch_size]
+    output[chosen] = np.asarray(apply(chosen))[:len(chosen)]
+  return output
+
+
 class Embedder:
   """Embeds texts with the encoder of `init_from` (see the module docstring)."""
 
@@ -41,17 +93,8 @@ class Embedder:
                max_length: int = 256, batch_size: int = 64):
     if pooling not in POOLINGS:
       raise ValueError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}.")
-    source = initialize.open_source(init_from)
-    self.vocabulary = tasks.build_vocabulary(ml_collections.ConfigDict(source.vocab))
-    # The source's params come unscanned and without the vocabulary's padding rows;
-    # without dropout, the default attention is the fast one.
-    fields = {**source.model, "layout.scan": False, "layout.remat": False,
-              "vocab_multiple": 1, "attention.kernel": "auto"}
-    self.model_config = model_config.ModelConfig.from_config(model_config.nested(fields),
-                                                             self.vocabulary.vocab_size)
-    positions = self.model_config.embeddings
-    limit = positions.max_positions - positions.position_offset
-    self.max_length = min(max_length, limit)
+    source, self.vocabulary, self.model_config, self.max_length = open_encoder(
+        init_from, max_length)
     self.batch_size = batch_size
     self.normalize = normalize
     self.model = finetuning.SentenceEncoder(self.model_config, POOLINGS[pooling])
@@ -70,35 +113,19 @@ class Embedder:
 
   def token_ids(self, texts: list[str]) -> list[list[int]]:
     """[CLS] pieces [SEP] of each text, at most max_length ids."""
-    vocabulary, rows = self.vocabulary, []
-    for start in range(0, len(texts), 1024):  # one tokenizer call per 1,024 texts
-      pieces = vocabulary.tokenize_words_tf(texts[start:start + 1024]).merge_dims(1, 2)
-      rows += [[vocabulary.cls_id] + ids[:self.max_length - 2] + [vocabulary.sep_id]
-               for ids in pieces.to_list()]
-    return rows
+    vocabulary = self.vocabulary
+    return [[vocabulary.cls_id] + ids[:self.max_length - 2] + [vocabulary.sep_id]
+            for ids in word_pieces(vocabulary, texts)]
 
   def __call__(self, texts: list[str], show_progress: bool = False,
                description: str = "embed") -> np.ndarray:
     """float32 [len(texts), hidden]; `description` names the progress bar."""
     rows = self.token_ids(list(texts))
-    order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
-    output = np.zeros([len(rows), self.model_config.hidden_size], np.float32)
-    starts = range(0, len(order), self.batch_size)
-    for start in tqdm(starts, desc=description, unit="batch", disable=not show_progress):
-      chosen = order[start:start + self.batch_size]
-      vectors = self._embed_batch(self.params, self._batch([rows[i] for i in chosen]))
-      output[chosen] = np.asarray(vectors)[:len(chosen)]
-    return output
-
-  def _batch(self, rows: list[list[int]]) -> dict[str, np.ndarray]:
-    longest = max(len(row) for row in rows)
-    length = next((b for b in BUCKETS if b >= longest), longest)
-    ids = np.full([self.batch_size, length], self.vocabulary.pad_id, np.int32)
-    real = np.zeros([self.batch_size, length], np.int32)
-    for i, row in enumerate(rows):  # a short last batch is padded with empty rows
-      ids[i, :len(row)], real[i, :len(row)] = row, 1
-    return {"input_ids": ids, "token_type_ids": np.zeros_like(ids), "segment_ids": real,
-            "positions": np.broadcast_to(np.arange(length, dtype=np.int32), ids.shape)}
+    def apply(chosen):
+      return self._embed_batch(self.params, padded_batch(
+          [rows[i] for i in chosen], self.batch_size, self.vocabulary.pad_id))
+    return in_length_order(rows, self.batch_size, apply, (self.model_config.hidden_size,),
+                           show_progress, description)
 
 
 def embed(texts: list[str], init_from: str, **options) -> np.ndarray:

@@ -13,6 +13,8 @@ inputs, losses and metrics) is a `Method`, chosen by `config.method`:
     qa          extractive question answering (SQuAD v1.1 / v2.0)
     similarity  sentence-pair regression (STS-B)
     simcse      contrastive sentence embeddings (SimCSE, unsupervised or supervised)
+    rerank      cross-encoder rerankers of (query, document) pairs (binary, listwise,
+                distillation from a teacher's scores)
 
 Methods live in encoderx/methods/, one module each, and declare the config sections they
 read (`config_fields`): the schema (encoderx/config.py) is assembled from them. The core

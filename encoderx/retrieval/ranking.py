@@ -44,8 +44,17 @@ def rank(embedder: embed.Embedder, collection: beir.Collection, k: int,
 
 
 def evaluate(embedder: embed.Embedder, collection: beir.Collection, k: int = 100,
-             show_progress: bool = False) -> dict[str, float | int]:
-  """nDCG@10, Recall@100 and MRR@10 of `embedder` on `collection`, with the counts."""
+             show_progress: bool = False, reranker=None,
+             rerank_top: int = 100) -> dict[str, float | int]:
+  """nDCG@10, Recall@100 and MRR@10 of `embedder` on `collection`, with the counts; with
+  a `reranker` (retrieval/reranking.py's Reranker), those of the ranking whose top
+  `rerank_top` it reordered too, under "reranked"."""
   run = rank(embedder, collection, k, show_progress)
-  return {**retrieval_scores.scores(collection.qrels, run),
-          "queries": len(collection.queries), "corpus": len(collection.corpus), "k": k}
+  result = {**retrieval_scores.scores(collection.qrels, run),
+            "queries": len(collection.queries), "corpus": len(collection.corpus), "k": k}
+  if reranker is not None:
+    from encoderx.retrieval import reranking  # pylint: disable=g-import-not-at-top
+    reranked = reranking.rerank(reranker, collection, run, rerank_top, show_progress)
+    result["reranked"] = {**retrieval_scores.scores(collection.qrels, reranked),
+                          "top": rerank_top}
+  return result
