@@ -6,12 +6,15 @@ import csv
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import jax
 import numpy as np
 import pytest
 
-from encoderx import embed, errors, export, train
+from encoderx import embed, errors, export, retrieval, train
+from encoderx.data import beir
 from encoderx.methods import simcse
 
 from finetune_cases import shrunk, simcse_config, stsb_subset  # pylint: disable=g-bad-import-order
@@ -47,8 +50,14 @@ def test_a_simcse_run_loads_in_sentence_transformers_with_encoderx_embeddings(
     simcse_run, tmp_path, pooling):
   run = simcse_run if pooling == "mean" else _with_pooling(simcse_run, tmp_path, pooling)
   output = tmp_path / "st"
-  exported = export.export_sentence_transformers(str(run), str(output))
-  assert {"modules.json", "1_Pooling", "README.md"} <= set(exported.files)
+  if pooling == "mean":  # the command line
+    completed = subprocess.run(
+        [sys.executable, "-m", "encoderx.export", f"--workdir={run}", f"--output={output}",
+         "--format=sentence-transformers"], capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+  else:
+    export.export_sentence_transformers(str(run), str(output))
+  assert {"modules.json", "1_Pooling", "README.md"} <= set(os.listdir(output))
   assert not (output / "2_Normalize").exists()  # SimCSE's head does not normalize
   reference = sentence_transformers.SentenceTransformer(str(output), device="cpu")
   ours = embed.Embedder(str(run), pooling="mean" if pooling == "mean" else "cls")(TEXTS)
@@ -108,6 +117,26 @@ def test_a_similarity_run_loads_as_a_cross_encoder_with_its_scores(tmp_path):
   with pytest.raises(errors.UserError, match="does not train sentence embeddings"):
     export.export_sentence_transformers(str(run), str(tmp_path / "st"))
   assert not (tmp_path / "st").exists()
+
+
+def test_retrieval_puts_the_query_and_document_prompts_before_their_texts():
+  calls = []
+
+  class Recording:  # an Embedder's interface, recording the prompt of each call
+    prompts = {"query": "query: ", "document": "passage: "}
+
+    def __call__(self, texts, show_progress=False, description="", prompt_name=None):
+      calls.append((description, prompt_name))
+      return np.eye(len(texts), 2, dtype=np.float32)
+
+  collection = beir.Collection(corpus={"d1": "a", "d2": "b"}, queries={"q1": "x"},
+                               qrels={"q1": {"d1": 1}})
+  retrieval.rank(Recording(), collection, k=2)
+  assert calls == [("queries", "query"), ("corpus", "document")]
+  Recording.prompts = {"query": "query: "}  # no document prompt: the default (none)
+  calls.clear()
+  retrieval.rank(Recording(), collection, k=2)
+  assert calls == [("queries", "query"), ("corpus", None)]
 
 
 # --- import ---------------------------------------------------------------------------------
