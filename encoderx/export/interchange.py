@@ -8,7 +8,10 @@
     export_cross_encoder(workdir, output, step=None)
       -> export_hf's sequence-classification directory of a one-score run (the
          similarity method), config.json naming CrossEncoder's activation as the identity,
-         and a model card: CrossEncoder(output).predict(pairs) is the run's scores
+         the tokenizer's length the run's data.seq_length, and a model card:
+         CrossEncoder(output).predict(pairs) is the run's scores (of pairs that fit in
+         that length; where transformers' cut of a longer pair keeps other tokens than
+         encoderx's, the score differs a little)
 
 An embedding run is one whose method's `describe_head()` gives a pooling and no labels
 (simcse; contrastive: pooling, normalize, prompts, matryoshka_dims, each optional). The
@@ -93,5 +96,6 @@ def export_cross_encoder(workdir: str, output: str,
   def add_files(directory: str) -> None:
     model_card.write(directory, model_card.cross_encoder_card(run, workdir))
 
+  # CrossEncoder cuts pairs at the tokenizer's length: the one the run was trained at.
   return writer.write_hf(run, output, step, None, st_directory.CROSS_ENCODER_FIELDS,
-                         add_files)
+                         add_files, max_length=run.config.data.seq_length)

@@ -141,10 +141,12 @@ def export_hf(workdir: str, output: str, step: int | None = None,
 
 
 def write_hf(run: Run, output: str, step: int | None, head: str | None,
-             config_fields: dict | None = None, add_files=None) -> Exported:
+             config_fields: dict | None = None, add_files=None,
+             max_length: int | None = None) -> Exported:
   """export_hf of a loaded run into `output` (checked by output_directory), with
-  `config_fields` in config.json and the files `add_files(directory)` writes beside the
-  model before the directory is published."""
+  `config_fields` in config.json, the files `add_files(directory)` writes beside the
+  model before the directory is published, and `max_length` as the tokenizer's
+  model_max_length (default: the positions the model has)."""
   import torch  # pylint: disable=g-import-not-at-top
   family = run.model_config.family
   fam = families.family_named(family)
@@ -173,9 +175,9 @@ def write_hf(run: Run, output: str, step: int | None, head: str | None,
     os.makedirs(parent, exist_ok=True)
   staging = tempfile.mkdtemp(prefix=".export-", dir=parent)  # beside it, if local
   try:
-    tokenizer_files.write(vocab, fam.tokenizer_class, staging,
-                          run.model_config.embeddings.max_positions
-                          - run.model_config.embeddings.position_offset)
+    tokenizer_files.write(vocab, fam.tokenizer_class, staging, max_length or (
+        run.model_config.embeddings.max_positions
+        - run.model_config.embeddings.position_offset))
     model = engine.hf_model(run.model_config, family, head, **{
         **fields, **(config_fields or {}),
         **_special_token_ids(run.model_config, family, staging)})
