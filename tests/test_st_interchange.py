@@ -100,7 +100,8 @@ def test_a_similarity_run_loads_as_a_cross_encoder_with_its_scores(tmp_path):
   config = shrunk(configs.get("finetune:similarity"))
   config.finetune.train_file = stsb_subset(tmp_path, "train.tsv", 32)
   config.finetune.dev_file = stsb_subset(tmp_path, "dev.tsv", 16)
-  # Pairs that fit: cut pairs (at 16) differ in some rows by ~2e-5 (issue 44's notes).
+  # Pairs that fit: cut at 16, some rows differed by ~2e-5 (CrossEncoder's fast
+  # tokenizer cuts a pair otherwise than the closed form encoderx follows).
   config.data.seq_length = 128
   run = tmp_path / "run"
   train.run(config, str(run), show_progress=False, devices=ONE_DEVICE)
