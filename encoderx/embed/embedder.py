@@ -15,6 +15,7 @@ does; `normalize` scales to unit length (its Normalize module).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -23,29 +24,30 @@ import ml_collections
 import numpy as np
 from tqdm.auto import tqdm
 
-from encoderx import initialize
+from encoderx import errors, initialize
 from encoderx.data import labelled, tasks
+from encoderx.hf import st_directory
 from encoderx.models import model_config
 from encoderx.models import finetuning
 
 POOLINGS = {"mean": "mean", "cls": "first_token"}
 # Padded lengths of the batches: each a compilation; a batch takes the shortest that fits.
 BUCKETS = (16, 32, 64, 128, 256, 512)
+DEFAULT_MAX_LENGTH = 256
 
 
-def open_encoder(init_from: str, max_length: int):
-  """(the source, its vocabulary, its model config, max_length within the model's
-  positions) of `init_from` (a run or hf:DIR), set up for inference: its params come
-  unscanned and without the vocabulary's padding rows; without dropout, the default
-  attention is the fast one."""
-  source = initialize.open_source(init_from)
+def open_encoder(source, max_length: int):
+  """(its vocabulary, its model config, max_length within the model's positions) of an
+  opened `source` (initialize.open_source of a run or hf:DIR), set up for inference: its
+  params come unscanned and without the vocabulary's padding rows; without dropout, the
+  default attention is the fast one."""
   vocabulary = tasks.build_vocabulary(ml_collections.ConfigDict(source.vocab))
   fields = {**source.model, "layout.scan": False, "layout.remat": False,
             "vocab_multiple": 1, "attention.kernel": "auto"}
   config = model_config.ModelConfig.from_config(model_config.nested(fields),
                                                 vocabulary.vocab_size)
   limit = config.embeddings.max_positions - config.embeddings.position_offset
-  return source, vocabulary, config, min(max_length, limit)
+  return vocabulary, config, min(max_length, limit)
 
 
 def word_pieces(vocabulary, texts: list[str]) -> list[list[int]]:
@@ -89,14 +91,21 @@ def in_length_order(rows: list[list[int]], batch_size: int, apply, shape: tuple[
 class Embedder:
   """Embeds texts with the encoder of `init_from` (see the module docstring)."""
 
-  def __init__(self, init_from: str, pooling: str = "mean", normalize: bool = False,
-               max_length: int = 256, batch_size: int = 64):
+  def __init__(self, init_from: str, pooling: str | None = None,
+               normalize: bool | None = None, max_length: int | None = None,
+               batch_size: int = 64):
+    source = initialize.open_source(init_from)
+    # A sentence-transformers directory's own settings, where an argument leaves one open.
+    saved = source.sentence_embedding() or st_directory.SentenceEmbedding()
+    pooling = pooling or saved.pooling
     if pooling not in POOLINGS:
-      raise ValueError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}.")
-    source, self.vocabulary, self.model_config, self.max_length = open_encoder(
-        init_from, max_length)
+      raise errors.UserError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}.",
+                             argument="pooling")
+    normalize = saved.normalize if normalize is None else normalize
+    max_length = max_length or saved.max_seq_length or DEFAULT_MAX_LENGTH
+    self.embedding = dataclasses.replace(saved, pooling=pooling, normalize=normalize)
+    self.vocabulary, self.model_config, self.max_length = open_encoder(source, max_length)
     self.batch_size = batch_size
-    self.normalize = normalize
     self.model = finetuning.SentenceEncoder(self.model_config, POOLINGS[pooling])
     params = source.load_params()
     self.params = {"encoder_model": {k: v for k, v in params["encoder_model"].items()
@@ -106,7 +115,7 @@ class Embedder:
   def _embed_batch(self):
     def embed(params, batch):
       vectors = self.model.apply({"params": params}, batch).astype(jnp.float32)
-      if self.normalize:
+      if self.embedding.normalize:
         vectors /= jnp.maximum(jnp.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
       return vectors
     return jax.jit(embed)
@@ -117,10 +126,21 @@ class Embedder:
     return [[vocabulary.cls_id] + ids[:self.max_length - 2] + [vocabulary.sep_id]
             for ids in word_pieces(vocabulary, texts)]
 
+  @property
+  def prompts(self) -> dict:
+    return self.embedding.prompts
+
   def __call__(self, texts: list[str], show_progress: bool = False,
-               description: str = "embed") -> np.ndarray:
-    """float32 [len(texts), hidden]; `description` names the progress bar."""
-    rows = self.token_ids(list(texts))
+               description: str = "embed", prompt_name: str | None = None) -> np.ndarray:
+    """float32 [len(texts), hidden]; `description` names the progress bar. Each text
+    starts with the prompt `prompt_name` (default: the model's default prompt, if any),
+    as sentence-transformers' encode(prompt_name=...) prefixes it."""
+    if prompt_name and prompt_name not in self.prompts:
+      raise errors.UserError(f"prompt {prompt_name!r} is not one of the model's: "
+                             f"{', '.join(self.prompts) or 'it has none'}.",
+                             argument="prompt_name")
+    prefix = self.embedding.prompt(prompt_name)
+    rows = self.token_ids([prefix + text for text in texts])
     def apply(chosen):
       return self._embed_batch(self.params, padded_batch(
           [rows[i] for i in chosen], self.batch_size, self.vocabulary.pad_id))

@@ -54,14 +54,14 @@ class Exported:
 
 
 @dataclasses.dataclass
-class _Run:
+class Run:
   config: object
   method: method_lib.Method
   model_config: model_config_lib.ModelConfig
   params: dict  # transferable, unscanned numpy arrays, no vocabulary padding rows
 
 
-def _load_run(workdir: str, step: int | None) -> _Run:
+def load_run(workdir: str, step: int | None) -> Run:
   workdir = str(files_lib.path(workdir))
   if not files_lib.path(workdir).joinpath("config.json").is_file():
     raise ExportError(f"'{workdir}' is not a run's work directory (it has no "
@@ -73,10 +73,10 @@ def _load_run(workdir: str, step: int | None) -> _Run:
     raise ExportError(str(error), argument="workdir") from None
   config = initialize.run_config(os.path.join(workdir, "config.json"))
   method = method_registry.build(config)
-  return _Run(config, method, method.model_config.replace(layout=dict(scan=False)), params)
+  return Run(config, method, method.model_config.replace(layout=dict(scan=False)), params)
 
 
-def _output_directory(output: str) -> str:
+def output_directory(output: str) -> str:
   directory = files_lib.path(output)
   output = str(directory)
   if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
@@ -96,7 +96,7 @@ def _publish(staging: str, output: str) -> None:
   os.replace(staging, output)
 
 
-def _choose_head(run: _Run, family: str, head: str | None) -> tuple[str, tuple | None]:
+def _choose_head(run: Run, family: str, head: str | None) -> tuple[str, tuple | None]:
   """(head, parts it may leave out: None for any but the encoder's)."""
   fam = families.family_named(family)
   if head is not None:
@@ -136,9 +136,18 @@ def _special_token_ids(model_config: model_config_lib.ModelConfig, family: str,
 def export_hf(workdir: str, output: str, step: int | None = None,
               head: str | None = None) -> Exported:
   """Writes the run's (step's) parameters as a Hugging Face model directory."""
+  output = output_directory(output)
+  return write_hf(load_run(workdir, step), output, step, head)
+
+
+def write_hf(run: Run, output: str, step: int | None, head: str | None,
+             config_fields: dict | None = None, add_files=None,
+             max_length: int | None = None) -> Exported:
+  """export_hf of a loaded run into `output` (checked by output_directory), with
+  `config_fields` in config.json, the files `add_files(directory)` writes beside the
+  model before the directory is published, and `max_length` as the tokenizer's
+  model_max_length (default: the positions the model has)."""
   import torch  # pylint: disable=g-import-not-at-top
-  output = _output_directory(output)
-  run = _load_run(workdir, step)
   family = run.model_config.family
   fam = families.family_named(family)
   vocab = run.config.data.vocab.to_dict()
@@ -166,11 +175,12 @@ def export_hf(workdir: str, output: str, step: int | None = None,
     os.makedirs(parent, exist_ok=True)
   staging = tempfile.mkdtemp(prefix=".export-", dir=parent)  # beside it, if local
   try:
-    tokenizer_files.write(vocab, fam.tokenizer_class, staging,
-                          run.model_config.embeddings.max_positions
-                          - run.model_config.embeddings.position_offset)
+    tokenizer_files.write(vocab, fam.tokenizer_class, staging, max_length or (
+        run.model_config.embeddings.max_positions
+        - run.model_config.embeddings.position_offset))
     model = engine.hf_model(run.model_config, family, head, **{
-        **fields, **_special_token_ids(run.model_config, family, staging)})
+        **fields, **(config_fields or {}),
+        **_special_token_ids(run.model_config, family, staging)})
     missing, unexpected = model.load_state_dict(
         {name: torch.from_numpy(np.array(value))
          for name, value in state_dict.items()}, strict=False)
@@ -180,6 +190,8 @@ def export_hf(workdir: str, output: str, step: int | None = None,
       raise ExportError(f"{spec.hf_class} and the {family} rules disagree: weights not "
                         f"filled {missing}, unknown {unexpected}.")
     model.save_pretrained(staging, safe_serialization=True)
+    if add_files:
+      add_files(staging)
     files = sorted(os.listdir(staging))
     _publish(staging, output)
   finally:
@@ -198,7 +210,7 @@ def export_npz(workdir: str, output: str, step: int | None = None) -> Exported:
   if files_lib.exists(output):
     raise ExportError(f"'{output}' exists; name a new file (nothing is "
                       "overwritten).", argument="output")
-  run = _load_run(workdir, step)
+  run = load_run(workdir, step)
   flat = {"/".join(k): np.asarray(v) for k, v in
           flax.traverse_util.flatten_dict(run.params).items()}
   buffer = io.BytesIO()

@@ -69,6 +69,10 @@ class Similarity(classify.Classification):
   def describe_head(self) -> dict:
     return {"regression": True, "pooling": self.config.finetune.pooling}
 
+  def export_fields(self) -> dict:
+    """One output, a score (transformers' regression problem: MSE)."""
+    return {"num_labels": 1, "problem_type": "regression"}
+
   def predict(self, params, state, batch):
     del state
     return {"score": self._scores(params, batch)}

@@ -72,11 +72,11 @@ def define_flags() -> None:
                     "labeled-pair / labeled-list: texts with 1/0 labels")
   flags.DEFINE_string("query_prompt", "", "put before each anchor as it is embedded")
   flags.DEFINE_string("corpus_prompt", "", "put before each candidate as it is embedded")
-  flags.DEFINE_enum("pooling", "mean", list(embed.POOLINGS), "how a text's token outputs "
-                    "become one vector (the model's: mean for sentence-transformers')")
+  flags.DEFINE_enum("pooling", None, list(embed.POOLINGS), "how a text's token outputs "
+                    "become one vector (default: a sentence-transformers model's, else mean)")
   flags.DEFINE_integer("batch_size", 64, "texts per batch")
-  flags.DEFINE_integer("max_length", 256, "tokens per text at most, [CLS] and [SEP] "
-                       "included")
+  flags.DEFINE_integer("max_length", None, "tokens per text at most, [CLS] and [SEP] "
+                       "included (default: the model's, else 256)")
   flags.mark_flags_as_required(["init_from", "input", "output"])
 
 

@@ -5,6 +5,9 @@
         [--k=100] [--output=scores.json] [--pooling=mean] [--max_length=256] \
         [--rerank_with=RUN|hf:DIR --rerank_top=100]
 
+A sentence-transformers model's pooling, length and query / document prompts apply
+where a flag leaves them open; the embeddings are always normalized.
+
 prints (and with --output writes) JSON:
 
     {"ndcg@10": 0.64, "recall@100": 0.93, "mrr@10": 0.61, "queries": 300, "corpus": 5183,
@@ -63,11 +66,12 @@ def define_flags() -> None:
   flags.DEFINE_string("split", "test", "the qrels file to score: qrels/SPLIT.tsv")
   flags.DEFINE_integer("k", 100, "documents retrieved per query (at least 100)")
   flags.DEFINE_string("output", None, "where to write the scores as JSON too")
-  flags.DEFINE_enum("pooling", "mean", list(embed.POOLINGS), "how a text's token outputs "
-                    "become one vector (the model's: mean for sentence-transformers')")
+  flags.DEFINE_enum("pooling", None, list(embed.POOLINGS), "how a text's token outputs "
+                    "become one vector (default: a sentence-transformers model's, else mean)")
   flags.DEFINE_integer("batch_size", 64, "texts per batch")
-  flags.DEFINE_integer("max_length", 256, "tokens per text (per query and document pair, "
-                       "with --rerank_with) at most, [CLS] and [SEP] included")
+  flags.DEFINE_integer("max_length", None, "tokens per text (per query and document pair, "
+                       "with --rerank_with) at most, [CLS] and [SEP] included (default: "
+                       "the model's, else 256)")
   flags.DEFINE_string("rerank_with", None, "a cross-encoder that reorders each query's "
                       "top documents: a rerank run's work directory, or hf:DIR of a "
                       "CrossEncoder")

@@ -32,12 +32,20 @@ def search(queries: np.ndarray, corpus: np.ndarray, k: int) -> tuple[np.ndarray,
   return index.search(np.ascontiguousarray(queries, np.float32), min(k, corpus.shape[0]))
 
 
+def _prompt(embedder: embed.Embedder, name: str) -> str | None:
+  """The model's prompt `name` where it has one (sentence-transformers' encode_query /
+  encode_document), else its default prompt."""
+  return name if name in embedder.prompts else None
+
+
 def rank(embedder: embed.Embedder, collection: beir.Collection, k: int,
          show_progress: bool = False) -> dict[str, dict[str, float]]:
   """{query id: {doc id: cosine}} of each judged query's k nearest documents."""
   query_ids, doc_ids = list(collection.queries), list(collection.corpus)
-  queries = embedder([collection.queries[q] for q in query_ids], show_progress, "queries")
-  corpus = embedder([collection.corpus[d] for d in doc_ids], show_progress, "corpus")
+  queries = embedder([collection.queries[q] for q in query_ids], show_progress, "queries",
+                     _prompt(embedder, "query"))
+  corpus = embedder([collection.corpus[d] for d in doc_ids], show_progress, "corpus",
+                    _prompt(embedder, "document"))
   found_scores, found_rows = search(queries, corpus, k)
   return {query: {doc_ids[row]: float(score) for score, row in zip(scores, rows)}
           for query, scores, rows in zip(query_ids, found_scores, found_rows)}

@@ -1,0 +1,101 @@
+"""A run as a sentence-transformers model or a CrossEncoder reranker directory.
+
+    export_sentence_transformers(workdir, output, step=None)
+      -> export_hf's directory of the bare encoder (head 'base') with modules.json,
+         sentence_bert_config.json, 1_Pooling/, 2_Normalize/ (when the run normalizes),
+         config_sentence_transformers.json (prompts, similarity cosine) and a README model
+         card: SentenceTransformer(output).encode(texts) is encoderx.embed's embeddings
+    export_cross_encoder(workdir, output, step=None)
+      -> export_hf's sequence-classification directory of a one-score run (the
+         similarity method), config.json naming CrossEncoder's activation as the identity,
+         the tokenizer's length the run's data.seq_length, and a model card:
+         CrossEncoder(output).predict(pairs) is the run's scores (of pairs that fit in
+         that length; where transformers' cut of a longer pair keeps other tokens than
+         encoderx's, the score differs a little)
+
+An embedding run is one whose method's `describe_head()` gives a pooling and no labels
+(simcse; contrastive: pooling, normalize, prompts, matryoshka_dims, each optional). The
+files are encoderx/hf/st_directory.py's; sentence-transformers stores no Matryoshka
+dimensions (they are a `truncate_dim` when loading), so the card names them.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from encoderx.export import model_card, writer
+from encoderx.hf import engine, st_directory
+
+POOLER = "encoder_model/pooler/dense/"
+
+
+def _embedding(run: writer.Run) -> tuple[st_directory.SentenceEmbedding, list[int]]:
+  """(the run's sentence embedding, its Matryoshka dimensions); ExportError for a run
+  that is not an embedding model's."""
+  head = run.method.describe_head()
+  if "pooling" not in head or {"labels", "regression"} & head.keys():
+    raise writer.ExportError(
+        f"the '{run.config.method}' method does not train sentence embeddings; "
+        "--format=sentence-transformers exports a simcse or contrastive run "
+        "(--format=cross-encoder a similarity run, --format=hf any).", argument="workdir")
+  pooling = st_directory.RUN_POOLINGS.get(head["pooling"])
+  if pooling is None:
+    raise writer.ExportError(f"pooling {head['pooling']!r} has no sentence-transformers "
+                             f"Pooling mode ({', '.join(st_directory.RUN_POOLINGS)} do).")
+  embedding = st_directory.SentenceEmbedding(
+      pooling=pooling, normalize=bool(head.get("normalize", False)),
+      prompts=dict(head.get("prompts") or {}),
+      default_prompt_name=head.get("default_prompt_name"),
+      max_seq_length=run.config.data.seq_length)
+  return embedding, list(head.get("matryoshka_dims") or [])
+
+
+def _with_unused_pooler(run: writer.Run) -> writer.Run:
+  """The run with a zero pooler where the family's bare class has one (BertModel,
+  RobertaModel, AlbertModel) and the run none (an embedding method's encoder):
+  sentence-transformers pools the token outputs and never reads it. Zeros rather than
+  leaving it out, which transformers would fill at random, with a warning, on every
+  load."""
+  hidden = run.model_config.hidden_size
+  needed = {path for _, path, _ in engine.class_rules(run.model_config,
+                                                      run.model_config.family, "base")}
+  params = {**run.params, "encoder_model": dict(run.params["encoder_model"])}
+  if {POOLER + "kernel", POOLER + "bias"} <= needed and "pooler" not in params["encoder_model"]:
+    params["encoder_model"]["pooler"] = {"dense": {
+        "kernel": np.zeros([hidden, hidden], np.float32), "bias": np.zeros([hidden], np.float32)}}
+  return dataclasses.replace(run, params=params)
+
+
+def export_sentence_transformers(workdir: str, output: str,
+                                 step: int | None = None) -> writer.Exported:
+  """Writes the run's encoder as a sentence-transformers directory (module docstring)."""
+  output = writer.output_directory(output)
+  run = writer.load_run(workdir, step)
+  embedding, dims = _embedding(run)  # before anything is written
+  run = _with_unused_pooler(run)
+
+  def add_files(directory: str) -> None:
+    st_directory.write(directory, embedding, run.model_config.hidden_size)
+    model_card.write(directory, model_card.embedding_card(run, workdir, embedding, dims))
+
+  return writer.write_hf(run, output, step, "base", add_files=add_files)
+
+
+def export_cross_encoder(workdir: str, output: str,
+                         step: int | None = None) -> writer.Exported:
+  """Writes a one-score run as a CrossEncoder directory (module docstring)."""
+  output = writer.output_directory(output)
+  run = writer.load_run(workdir, step)
+  if not run.method.describe_head().get("regression"):
+    raise writer.ExportError(
+        f"the '{run.config.method}' method does not score pairs with one output; "
+        "--format=cross-encoder exports a similarity run (a classify run's labels "
+        "export with --format=hf).", argument="workdir")
+
+  def add_files(directory: str) -> None:
+    model_card.write(directory, model_card.cross_encoder_card(run, workdir))
+
+  # CrossEncoder cuts pairs at the tokenizer's length: the one the run was trained at.
+  return writer.write_hf(run, output, step, None, st_directory.CROSS_ENCODER_FIELDS,
+                         add_files, max_length=run.config.data.seq_length)

@@ -1,0 +1,201 @@
+"""sentence-transformers interchange: an embedding run exports as a SentenceTransformer
+directory and a one-score run as a CrossEncoder one, each giving encoderx's numbers; a
+sentence-transformers directory given as hf:DIR embeds with its own pooling,
+normalization and prompts (encoderx/export/interchange.py, encoderx/hf/st_directory.py)."""
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from encoderx import embed, errors, export, retrieval, train
+from encoderx.data import beir
+from encoderx.methods import simcse
+
+from finetune_cases import shrunk, simcse_config, stsb_subset  # pylint: disable=g-bad-import-order
+
+sentence_transformers = pytest.importorskip("sentence_transformers")
+ONE_DEVICE = jax.devices()[:1]
+TEXTS = ["A man is playing a guitar.", "A woman is slicing an onion.", "",
+         "Café au lait — naïve résumé!", "The cat sat on the mat by the door."]
+
+
+@pytest.fixture(scope="module")
+def simcse_run(tmp_path_factory):
+  """A tiny unsupervised SimCSE run (mean pooling) with a best checkpoint."""
+  directory = tmp_path_factory.mktemp("simcse")
+  config = simcse_config(directory, "unsupervised")
+  config.eval.best_metric = "spearman"
+  train.run(config, str(directory / "run"), show_progress=False, devices=ONE_DEVICE)
+  return directory / "run"
+
+
+def _with_pooling(run, directory, pooling):
+  """A copy of `run` whose config names another pooling (it has no parameters)."""
+  copy = directory / f"run-{pooling}"
+  shutil.copytree(run, copy)
+  config = json.loads((copy / "config.json").read_text())
+  config["finetune"]["pooling"] = pooling
+  (copy / "config.json").write_text(json.dumps(config))
+  return copy
+
+
+@pytest.mark.parametrize("pooling", ["mean", "first_token"])
+def test_a_simcse_run_loads_in_sentence_transformers_with_encoderx_embeddings(
+    simcse_run, tmp_path, pooling):
+  run = simcse_run if pooling == "mean" else _with_pooling(simcse_run, tmp_path, pooling)
+  output = tmp_path / "st"
+  if pooling == "mean":  # the command line
+    completed = subprocess.run(
+        [sys.executable, "-m", "encoderx.export", f"--workdir={run}", f"--output={output}",
+         "--format=sentence-transformers"], capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+  else:
+    export.export_sentence_transformers(str(run), str(output))
+  assert {"modules.json", "1_Pooling", "README.md"} <= set(os.listdir(output))
+  assert not (output / "2_Normalize").exists()  # SimCSE's head does not normalize
+  reference = sentence_transformers.SentenceTransformer(str(output), device="cpu")
+  ours = embed.Embedder(str(run), pooling="mean" if pooling == "mean" else "cls")(TEXTS)
+  np.testing.assert_allclose(reference.encode(TEXTS), ours, atol=1e-5)
+  # And back: hf:DIR of the export embeds the same without flags.
+  np.testing.assert_allclose(embed.Embedder(f"hf:{output}")(TEXTS), ours, atol=1e-5)
+  card = (output / "README.md").read_text()
+  assert "train.tsv" in card and "spearman" in card and "SimCSE" in card
+
+
+def test_a_normalized_head_with_prompts_exports_them(simcse_run, tmp_path, monkeypatch):
+  # The description the contrastive method gives (fabricated on the SimCSE run).
+  monkeypatch.setattr(simcse.SimCSE, "describe_head", lambda self: {
+      "pooling": "mean", "normalize": True, "matryoshka_dims": [32, 16],
+      "prompts": {"query": "query: ", "document": "passage: "}})
+  output = tmp_path / "st"
+  export.export_sentence_transformers(str(simcse_run), str(output))
+  assert (output / "2_Normalize").is_dir()
+  model = sentence_transformers.SentenceTransformer(str(output), device="cpu")
+  assert model.prompts == {"query": "query: ", "document": "passage: "}
+  embedder = embed.Embedder(str(simcse_run), normalize=True)
+  queries = embedder(["query: " + text for text in TEXTS])
+  np.testing.assert_allclose(model.encode_query(TEXTS), queries, atol=1e-5)
+  np.testing.assert_allclose(model.encode(TEXTS), embedder(TEXTS), atol=1e-5)  # no default
+  imported = embed.Embedder(f"hf:{output}")  # takes normalize and the prompts
+  np.testing.assert_allclose(imported(TEXTS, prompt_name="query"), queries, atol=1e-5)
+  np.testing.assert_allclose(np.linalg.norm(queries, axis=-1), 1.0, atol=1e-5)
+  assert "Matryoshka dimensions: 32, 16" in (output / "README.md").read_text()
+
+
+def test_a_run_of_another_kind_is_refused_before_anything_is_written(simcse_run, tmp_path):
+  output = tmp_path / "ce"
+  with pytest.raises(errors.UserError, match="does not score pairs with one output"):
+    export.export_cross_encoder(str(simcse_run), str(output))
+  assert not output.exists()
+
+
+def test_a_similarity_run_loads_as_a_cross_encoder_with_its_scores(tmp_path):
+  from encoderx import configs  # pylint: disable=g-import-not-at-top
+  config = shrunk(configs.get("finetune:similarity"))
+  config.finetune.train_file = stsb_subset(tmp_path, "train.tsv", 32)
+  config.finetune.dev_file = stsb_subset(tmp_path, "dev.tsv", 16)
+  # Pairs that fit: cut at 16, some rows differed by ~2e-5 (CrossEncoder's fast
+  # tokenizer cuts a pair otherwise than the closed form encoderx follows).
+  config.data.seq_length = 128
+  run = tmp_path / "run"
+  train.run(config, str(run), show_progress=False, devices=ONE_DEVICE)
+  _, predictions = train.predict(config, str(run), config.finetune.dev_file,
+                                 devices=ONE_DEVICE)
+  with open(predictions, encoding="utf-8") as f:
+    rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+  output = tmp_path / "ce"
+  best = int(os.listdir(run / "best")[0])  # the step predict reads
+  export.export_cross_encoder(str(run), str(output), step=best)
+  reranker = sentence_transformers.CrossEncoder(str(output), device="cpu")
+  scores = reranker.predict([(r["text_a"], r["text_b"]) for r in rows])
+  # 7 significant digits written: the head's score itself, no sigmoid.
+  np.testing.assert_allclose(scores, [float(r["prediction"]) for r in rows], atol=1e-5)
+  with pytest.raises(errors.UserError, match="does not train sentence embeddings"):
+    export.export_sentence_transformers(str(run), str(tmp_path / "st"))
+  assert not (tmp_path / "st").exists()
+
+
+def test_retrieval_puts_the_query_and_document_prompts_before_their_texts():
+  calls = []
+
+  class Recording:  # an Embedder's interface, recording the prompt of each call
+    prompts = {"query": "query: ", "document": "passage: "}
+
+    def __call__(self, texts, show_progress=False, description="", prompt_name=None):
+      calls.append((description, prompt_name))
+      return np.eye(len(texts), 2, dtype=np.float32)
+
+  collection = beir.Collection(corpus={"d1": "a", "d2": "b"}, queries={"q1": "x"},
+                               qrels={"q1": {"d1": 1}})
+  retrieval.rank(Recording(), collection, k=2)
+  assert calls == [("queries", "query"), ("corpus", "document")]
+  Recording.prompts = {"query": "query: "}  # no document prompt: the default (none)
+  calls.clear()
+  retrieval.rank(Recording(), collection, k=2)
+  assert calls == [("queries", "query"), ("corpus", None)]
+
+
+# --- import ---------------------------------------------------------------------------------
+def test_minilm_embeds_as_sentence_transformers_does_without_flags(minilm_directory):
+  reference = sentence_transformers.SentenceTransformer(str(minilm_directory), device="cpu")
+  ours = embed.Embedder(f"hf:{minilm_directory}")(TEXTS)  # mean pooling, normalized
+  np.testing.assert_allclose(ours, reference.encode(TEXTS), atol=1e-5)
+
+
+def _fabricated(minilm_directory, directory, modules, pooling, settings):
+  """all-MiniLM-L6-v2's encoder with other sentence-transformers modules."""
+  directory.mkdir()
+  for name in os.listdir(minilm_directory):
+    if name.endswith((".json", ".txt", ".safetensors")):
+      os.symlink(os.path.join(minilm_directory, name), directory / name)
+  (directory / "1_Pooling").mkdir()
+  for name, value in [("modules.json", modules), ("1_Pooling/config.json", pooling),
+                      ("config_sentence_transformers.json", settings)]:
+    (directory / name).unlink(missing_ok=True)
+    (directory / name).write_text(json.dumps(value))
+  return directory
+
+
+MODULES = [{"idx": 0, "name": "0", "path": "",
+            "type": "sentence_transformers.models.Transformer"},
+           {"idx": 1, "name": "1", "path": "1_Pooling",
+            "type": "sentence_transformers.sentence_transformer.modules.pooling.Pooling"}]
+
+
+def test_cls_pooling_and_a_default_query_prompt_are_honoured(minilm_directory, tmp_path):
+  directory = _fabricated(minilm_directory, tmp_path / "st", MODULES,
+                          {"embedding_dimension": 384, "pooling_mode": "cls"},
+                          {"prompts": {"query": "query: "}, "default_prompt_name": "query"})
+  reference = sentence_transformers.SentenceTransformer(str(directory), device="cpu")
+  embedder = embed.Embedder(f"hf:{directory}")
+  ours = embedder(TEXTS)
+  np.testing.assert_allclose(ours, reference.encode(TEXTS), atol=1e-5)
+  assert not np.allclose(np.linalg.norm(ours, axis=-1), 1.0)  # no Normalize module
+  plain = embed.Embedder(f"hf:{minilm_directory}", pooling="cls", normalize=False)
+  np.testing.assert_allclose(ours, plain(["query: " + t for t in TEXTS]), atol=1e-5)
+  # Flags win: mean pooling, normalized, as the released model.
+  flagged = embed.Embedder(f"hf:{directory}", pooling="mean", normalize=True)
+  np.testing.assert_allclose(flagged(TEXTS), embed.Embedder(f"hf:{minilm_directory}")(
+      ["query: " + t for t in TEXTS]), atol=1e-5)
+  with pytest.raises(errors.UserError, match="prompt 'document' is not one"):
+    embedder(TEXTS, prompt_name="document")
+
+
+def test_a_module_encoderx_cannot_reproduce_is_named(minilm_directory, tmp_path):
+  dense = {"idx": 2, "name": "2", "path": "2_Dense",
+           "type": "sentence_transformers.models.Dense"}
+  directory = _fabricated(minilm_directory, tmp_path / "st", MODULES + [dense],
+                          {"pooling_mode_mean_tokens": True}, {})
+  with pytest.raises(errors.UserError, match=r"module 2 \(sentence_transformers.models."
+                                             r"Dense in .*2_Dense\) is not one encoderx"):
+    embed.Embedder(f"hf:{directory}")
+  max_pooling = _fabricated(minilm_directory, tmp_path / "max", MODULES,
+                            {"pooling_mode": ["mean", "max"]}, {})
+  with pytest.raises(errors.UserError, match="pools by mean \\+ max"):
+    embed.Embedder(f"hf:{max_pooling}")
