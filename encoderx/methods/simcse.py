@@ -27,13 +27,13 @@ import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
-import optax
 
 from encoderx import errors
 from encoderx.methods import base as method_lib
 from encoderx.data import labelled
 from encoderx.methods import finetune, similarity
 from encoderx.models import finetuning
+from encoderx.objectives import contrastive
 
 logger = logging.getLogger("encoderx")
 
@@ -46,22 +46,6 @@ def view(batch: dict, prefix: str) -> dict:
   """The model's input features of one view of the batch."""
   from encoderx.data import example_tasks  # pylint: disable=g-import-not-at-top
   return {name: batch[prefix + name] for name in example_tasks.MODEL_FEATURES}
-
-
-def unit(x: jax.Array) -> jax.Array:
-  """[..., hidden] scaled to length 1."""
-  return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
-def contrastive_losses(anchors: jax.Array, candidates: jax.Array,
-                       temperature: float) -> tuple[jax.Array, jax.Array]:
-  """Per anchor: the cross-entropy of picking candidate i for anchor i among all the
-  candidates by cosine similarity / temperature, and whether it ranks first (float).
-  anchors [batch, hidden]; candidates [k * batch, hidden] (positives first)."""
-  scores = unit(anchors) @ unit(candidates).T / temperature  # [batch, k * batch]
-  targets = jnp.arange(anchors.shape[0])
-  losses = optax.softmax_cross_entropy_with_integer_labels(scores, targets)
-  return losses, (jnp.argmax(scores, -1) == targets).astype(jnp.float32)
 
 
 def config_section() -> ml_collections.ConfigDict:
@@ -160,8 +144,8 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
         candidates.append(self.apply(params, view(batch, "negative_"), keys[2]))
     else:  # the same sentences again, with other dropout masks
       candidates = [self.apply(params, view(batch, ""), keys[1])]
-    losses, correct = contrastive_losses(anchors, jnp.concatenate(candidates, axis=0),
-                                         self.config.simcse.temperature)
+    losses, correct = contrastive.ranking_losses(
+        anchors, jnp.concatenate(candidates, axis=0), 1 / self.config.simcse.temperature)
     sums = {"loss_sum": losses.sum(), "correct": correct.sum(),
             "count": jnp.asarray(losses.shape[0], jnp.float32)}
     return losses.sum() / denominators["examples"], method_lib.LossOutput(sums, state)
@@ -174,7 +158,8 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
   # --- evaluation ------------------------------------------------------------------------
   def evaluate(self, params, state, batch, key):
     del state, key
-    first, second = (unit(self.apply(params, view(batch, prefix))) for prefix in ("", "pair_"))
+    first, second = (contrastive.unit(self.apply(params, view(batch, prefix)))
+                     for prefix in ("", "pair_"))
     return {"scores": jnp.sum(first * second, -1), "labels": batch["label"],
             "weights": batch["example_weight"]}
 

@@ -1,0 +1,164 @@
+"""Contrastive losses against sentence-transformers' on the same embeddings, GradCache
+against the uncached loss, and the contrastive method's runs."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from encoderx.objectives import contrastive
+
+torch = pytest.importorskip("torch")
+losses_lib = pytest.importorskip("sentence_transformers.sentence_transformer.losses")
+
+BATCH, HIDDEN = 6, 16
+
+
+def embeddings(columns: int, seed: int = 0) -> list[np.ndarray]:
+  """anchor, positive and hard-negative columns [BATCH, HIDDEN], positives near anchors."""
+  rng = np.random.default_rng(seed)
+  anchors = rng.normal(size=(BATCH, HIDDEN)).astype(np.float32)
+  others = [anchors + rng.normal(scale=1.5, size=anchors.shape).astype(np.float32)
+            for _ in range(columns - 1)]
+  return [anchors, *others]
+
+
+class Precomputed(torch.nn.Module):
+  """A 'model' whose forward returns the embeddings given as features."""
+
+  def forward(self, features):
+    return {"sentence_embedding": features["embedding"]}
+
+  def get_embedding_dimension(self):
+    return HIDDEN
+
+
+def reference(loss_module, columns: list[np.ndarray]):
+  """sentence-transformers' loss and its gradient w.r.t. each column (torch, fp32)."""
+  from sentence_transformers.base.losses import merged_forward  # pylint: disable=g-import-not-at-top
+  tensors = [torch.tensor(c, requires_grad=True) for c in columns]
+  with merged_forward.column_merging_disabled():
+    loss = loss_module([{"embedding": t} for t in tensors], None)
+  loss.backward()
+  return loss.item(), [t.grad.numpy() for t in tensors]
+
+
+def symmetric_loss(model, scale=20.0):
+  """MultipleNegativesSymmetricRankingLoss, as its deprecation says to write it."""
+  return losses_lib.MultipleNegativesRankingLoss(
+      model, scale=scale, directions=("query_to_doc", "doc_to_query"),
+      partition_mode="per_direction")
+
+
+def ours(columns, **options):
+  def mean_loss(columns):
+    losses, _ = contrastive.matryoshka_losses(columns[0], jnp.concatenate(columns[1:]),
+                                              **options)
+    return losses.mean()
+  loss, grads = jax.value_and_grad(mean_loss)([jnp.asarray(c) for c in columns])
+  return float(loss), [np.asarray(g) for g in grads]
+
+
+def assert_same(expected, actual):
+  assert actual[0] == pytest.approx(expected[0], rel=1e-5, abs=1e-6)
+  for want, got in zip(expected[1], actual[1]):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("hard_negatives", [0, 1, 2])
+def test_ranking_loss_equals_multiple_negatives_ranking_loss(hard_negatives):
+  columns = embeddings(2 + hard_negatives)
+  model = Precomputed()
+  expected = reference(losses_lib.MultipleNegativesRankingLoss(model, scale=20.0), columns)
+  assert_same(expected, ours(columns, scale=20.0))
+  # The symmetric form, and another scale.
+  expected = reference(symmetric_loss(model, scale=7.0), columns)
+  assert_same(expected, ours(columns, scale=7.0, symmetric=True))
+  assert abs(ours(columns, scale=7.0)[0] - expected[0]) > 1e-3  # the direction counts
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_matryoshka_equals_matryoshka_loss(symmetric):
+  columns = embeddings(3, seed=1)
+  model = Precomputed()
+  inner = (symmetric_loss(model) if symmetric
+           else losses_lib.MultipleNegativesRankingLoss(model))
+  dims, weights = (16, 8, 3), (1.0, 0.5, 2.0)
+  expected = reference(losses_lib.MatryoshkaLoss(model, inner, list(dims), list(weights)),
+                       columns)
+  assert_same(expected, ours(columns, scale=20.0, dims=dims, weights=weights,
+                             symmetric=symmetric))
+
+
+def test_bad_batches_and_matryoshka_settings_are_refused_in_one_line():
+  one = jnp.ones((1, HIDDEN))
+  with pytest.raises(contrastive.ContrastiveError, match="at least 2"):
+    contrastive.ranking_losses(one, one, 20.0)
+  two = jnp.ones((2, HIDDEN))
+  for dims, weights, problem in [((32, 8), (), "hidden size"), ((8, 16), (), "decreasing"),
+                                 ((8, 8), (), "decreasing"), ((16, 8), (1.0,), "weights")]:
+    with pytest.raises(contrastive.ContrastiveError, match=problem) as error:
+      contrastive.matryoshka_losses(two, two, 20.0, dims, weights)
+    assert "\n" not in str(error.value)
+
+
+# --- gradient caching -----------------------------------------------------------------
+class TinyEncoder(nn.Module):
+  """Token embeddings -> dense -> dropout -> mean: [rows, length] ids -> [rows, 8]."""
+
+  @nn.compact
+  def __call__(self, ids, deterministic):
+    x = nn.Embed(50, 8)(ids)
+    x = nn.Dropout(0.3)(nn.gelu(nn.Dense(8)(x)), deterministic=deterministic)
+    return x.mean(axis=1)
+
+
+def test_gradient_caching_equals_the_uncached_loss_with_dropout():
+  encoder, rows, count = TinyEncoder(), 8, 4
+  ids = jax.random.randint(jax.random.key(0), (rows, 3, 5), 0, 50)  # anchor, pos, neg
+  params = {"encoder": encoder.init(jax.random.key(1), ids[:, 0], True)["params"],
+            "log_scale": jnp.log(20.0)}
+
+  def embed(params, chunk, key):  # chunk [rows / count, 3, length] -> [rows / count, 3, 8]
+    return encoder.apply({"params": params["encoder"]}, chunk.reshape(-1, 5), False,
+                         rngs={"dropout": key}).reshape(-1, 3, 8)
+
+  def loss_of_embeddings(params, embedded):  # [rows, 3, 8]
+    losses, correct = contrastive.ranking_losses(
+        embedded[:, 0], embedded[:, 1:].transpose(1, 0, 2).reshape(-1, 8),
+        jnp.exp(params["log_scale"]))
+    return losses.mean(), correct.sum()
+
+  chunks = contrastive.split_chunks(ids, count)
+
+  def uncached(params, key):
+    keys = contrastive.chunk_keys(key, count)
+    embedded = jnp.stack([embed(params, chunks[i], keys[i]) for i in range(count)])
+    return loss_of_embeddings(params, contrastive.join_chunks(embedded))
+
+  key = jax.random.key(2)
+  (loss, correct), grads = jax.jit(jax.value_and_grad(uncached, has_aux=True))(params, key)
+  run_cached = jax.jit(lambda p, k: contrastive.cached_value_and_grad(
+      embed, p, chunks, loss_of_embeddings, k))
+  (cached_loss, cached_correct), cached_grads = run_cached(params, key)
+  assert float(cached_loss) == pytest.approx(float(loss), rel=1e-6)
+  assert float(cached_correct) == float(correct)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+                         cached_grads, grads)
+  assert float(jnp.abs(grads["log_scale"])) > 0
+  # Dropout is on: another key gives another loss (so the keys above had to agree).
+  assert float(run_cached(params, jax.random.key(3))[0][0]) != pytest.approx(float(loss))
+  # The custom VJP gives a train step's value_and_grad the same gradient.
+  (wrapped_loss, _), wrapped_grads = jax.jit(jax.value_and_grad(
+      lambda p: contrastive.cached_loss(embed, p, chunks, loss_of_embeddings, key),
+      has_aux=True))(params)
+  assert float(wrapped_loss) == pytest.approx(float(loss), rel=1e-6)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+                         wrapped_grads, grads)
+
+
+def test_chunks_are_strided_and_join_back():
+  rows = jnp.arange(12).reshape(6, 2)
+  chunks = contrastive.split_chunks(rows, 3)
+  np.testing.assert_array_equal(chunks[0], rows[::3])
+  np.testing.assert_array_equal(contrastive.join_chunks(chunks), rows)
