@@ -1,5 +1,7 @@
 """Contrastive losses against sentence-transformers' on the same embeddings, GradCache
 against the uncached loss, and the contrastive method's runs."""
+import pathlib
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -162,3 +164,126 @@ def test_chunks_are_strided_and_join_back():
   chunks = contrastive.split_chunks(rows, 3)
   np.testing.assert_array_equal(chunks[0], rows[::3])
   np.testing.assert_array_equal(contrastive.join_chunks(chunks), rows)
+
+
+# --- the contrastive method -----------------------------------------------------------
+ONE_DEVICE = jax.devices()[:1]
+
+
+def pairs_file(directory, rows: int = 64) -> str:
+  """STS-B training pairs scored >= 4 as (anchor, positive), and a hard negative: the
+  next pair's positive."""
+  from finetune_cases import STSB  # pylint: disable=g-import-not-at-top
+  if not (STSB / "train.tsv").exists():
+    pytest.skip(f"the stsb corpus is not at {STSB}")
+  lines = (STSB / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
+  pairs = [line.split("\t")[1:] for line in lines if float(line.split("\t")[0]) >= 4]
+  pairs = pairs[:rows]
+  path = directory / "pairs.tsv"
+  path.write_text("anchor\tpositive\tnegative\n" + "".join(
+      f"{a}\t{p}\t{pairs[(i + 1) % len(pairs)][1]}\n" for i, (a, p) in enumerate(pairs)),
+                  encoding="utf-8")
+  return str(path)
+
+
+def method_config(tmp_path, steps=2, batch=8, dropout=0.0):
+  """configs/embedding.py:tiny at the tests' tiny sizes, without dropout by default (so
+  that runs on other meshes or in chunks see the same masks)."""
+  from encoderx import configs  # pylint: disable=g-import-not-at-top
+  from finetune_cases import shrunk, stsb_subset  # pylint: disable=g-import-not-at-top
+  config = shrunk(configs.get("embedding:tiny"))
+  config.finetune.train_file = pairs_file(tmp_path)
+  config.finetune.dev_file = stsb_subset(tmp_path, "dev.tsv", 24)
+  config.model.hidden_dropout = config.model.attention.dropout = dropout
+  config.train.steps, config.train.batch_size = steps, batch
+  config.eval.every_steps = config.checkpoint.every_steps = steps
+  return config
+
+
+def run(config, workdir, devices=ONE_DEVICE):
+  from encoderx import train  # pylint: disable=g-import-not-at-top
+  return train.run(config, str(workdir), show_progress=False, devices=devices)
+
+
+def test_contrastive_trains_and_its_loss_decreases(tmp_path):
+  config = method_config(tmp_path, steps=12, batch=16, dropout=0.1)
+  config.optimizer.learning_rate = 1e-3
+  config.contrastive.prompts.query = "query: "
+  config.contrastive.prompts.document = "passage: "
+  result = run(config, tmp_path / "run")
+  losses = [entry["contrastive_loss"] for entry in result["history"]]
+  assert len(losses) == 12 and np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.3, losses
+  assert {"spearman", "pearson"} <= set(result["eval"])
+  from encoderx.methods import contrastive as method_lib  # pylint: disable=g-import-not-at-top
+  method = method_lib.Contrastive(config)
+  columns = method.training_columns()
+  assert list(columns) == ["text", "text_pair", "negative_1"]
+  assert columns["text"][0].startswith("query: ")
+  assert columns["negative_1"][0].startswith("passage: ")
+  assert method.describe_head() == {
+      "pooling": "mean", "normalize": True, "matryoshka_dims": [],
+      "prompts": {"query": "query: ", "document": "passage: "}}
+
+
+def test_eight_devices_and_gradient_caching_equal_one_device(tmp_path):
+  """The similarity matrix over the global batch: 8 devices (each holding one row) give
+  the 1-device step, and gradient caching in chunks of 2 rows gives the uncached one
+  (Matryoshka, symmetric and a learned scale on)."""
+  results = {}
+  for name, devices, chunk in [("one", ONE_DEVICE, 0), ("eight", jax.devices(), 0),
+                               ("cached", ONE_DEVICE, 2)]:
+    config = method_config(tmp_path)
+    config.contrastive.symmetric, config.contrastive.learn_scale = True, True
+    config.contrastive.matryoshka_dims, config.contrastive.matryoshka_weights = (32, 8), (1, .5)
+    config.contrastive.cache_chunk_size = chunk
+    results[name] = run(config, tmp_path / name, devices)
+  assert "logit_scale" in results["one"]["params"]
+  for name in ("eight", "cached"):
+    for got, want in zip(results[name]["history"], results["one"]["history"]):
+      assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
+      assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=1e-4)
+    jax.tree_util.tree_map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+        results[name]["params"], results["one"]["params"])
+
+
+@pytest.mark.parametrize("change, field, problem", [
+    (lambda c: setattr(c.train, "batch_size", 1), "train.batch_size", "at least 2"),
+    (lambda c: setattr(c.train, "grad_accum_steps", 2), "grad_accum_steps", "whole batch"),
+    (lambda c: setattr(c.contrastive, "cache_chunk_size", 3), "cache_chunk_size", "divisor"),
+    (lambda c: (setattr(c.contrastive, "symmetric", True),
+                setattr(c.contrastive.prompts, "query", "query: ")), "prompts", "both"),
+])
+def test_bad_settings_are_refused_in_one_line(tmp_path, change, field, problem):
+  from encoderx import errors  # pylint: disable=g-import-not-at-top
+  from encoderx.methods import contrastive as method_lib  # pylint: disable=g-import-not-at-top
+  config = method_config(tmp_path)
+  change(config)
+  with pytest.raises(errors.ConfigError, match=problem) as error:
+    method_lib.Contrastive.validate(config)
+  assert field in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("dims, problem", [((64, 8), "hidden size"), ((8, 16), "decreasing")])
+def test_bad_matryoshka_dims_are_refused_before_compiling(tmp_path, dims, problem):
+  from encoderx import errors  # pylint: disable=g-import-not-at-top
+  config = method_config(tmp_path)
+  config.contrastive.matryoshka_dims = dims
+  with pytest.raises(errors.ConfigError, match=problem):
+    run(config, tmp_path / "run")
+  assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_rows_without_a_positive_or_with_an_empty_negative_are_refused(tmp_path):
+  from encoderx.data import labelled  # pylint: disable=g-import-not-at-top
+  config = method_config(tmp_path)
+  rows = pathlib.Path(config.finetune.train_file).read_text(encoding="utf-8").splitlines()
+  for column, broken in [("positive", "a\t\tn"), ("negative_2", "a\tp\tn\t")]:
+    path = tmp_path / f"no_{column}.tsv"
+    header = rows[0] + ("\tnegative_2" if column == "negative_2" else "")
+    body = [r + ("\tm" if column == "negative_2" else "") for r in rows[1:4]]
+    path.write_text("\n".join([header, *body, broken]) + "\n", encoding="utf-8")
+    config.finetune.train_file = str(path)  # negative_2 is found beside negative
+    with pytest.raises(labelled.LabelledDataError, match=f"line 5: column '{column}'"):
+      run(config, tmp_path / f"run_{column}")
+    assert not (tmp_path / f"run_{column}" / "checkpoints").exists()

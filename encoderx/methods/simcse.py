@@ -60,7 +60,32 @@ def config_section() -> ml_collections.ConfigDict:
   ))
 
 
-class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
+class ScoresStsPairs:
+  """Mixed into the embedding methods (simcse, contrastive): the dev file holds STS pairs
+  (finetune.text_column, text_pair_column, a score in label_column), scored by the
+  Spearman (and Pearson) correlation of the cosine similarities of their embeddings."""
+  METRICS = ("spearman", "pearson")
+
+  def dev_columns(self) -> dict:
+    """{'text', 'text_pair', 'label' (the score)} of the dev file."""
+    from encoderx.data import classification  # pylint: disable=g-import-not-at-top
+    _, examples = classification.read_examples(self.config.finetune.dev_file,
+                                               self.config.finetune, labels=None)
+    return examples
+
+  def evaluate(self, params, state, batch, key):
+    del state, key
+    first, second = (contrastive.unit(self.apply(params, view(batch, prefix)))
+                     for prefix in ("", "pair_"))
+    return {"scores": jnp.sum(first * second, -1), "labels": batch["label"],
+            "weights": batch["example_weight"]}
+
+  def summarize_evaluation(self, outputs: list) -> dict[str, float]:
+    rows = finetune.real_rows(outputs)
+    return similarity.correlations(rows["scores"], rows["labels"])
+
+
+class SimCSE(ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.FineTuning):
   """Contrastive training of the encoder's pooled output (see the module docstring)."""
   name = "simcse"
   config_sections = ("data", "finetune", "simcse")
@@ -68,7 +93,6 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
   @classmethod
   def config_fields(cls):
     return {**super().config_fields(), "simcse": config_section()}
-  METRICS = ("spearman", "pearson")
 
   def build_model(self):
     return finetuning.SentenceEncoder(self.model_config, pooling=self.config.finetune.pooling)
@@ -107,13 +131,6 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
     sentences = dict.fromkeys(row[column] for _, row in rows for column in names.values())
     return {"text": list(sentences)}
 
-  def dev_columns(self) -> dict:
-    """{'text', 'text_pair', 'label' (the score)} of the dev file."""
-    from encoderx.data import classification  # pylint: disable=g-import-not-at-top
-    _, examples = classification.read_examples(self.config.finetune.dev_file,
-                                               self.config.finetune, labels=None)
-    return examples
-
   def task(self):
     from encoderx.data import example_tasks  # pylint: disable=g-import-not-at-top
     finetune_config = self.config.finetune
@@ -125,7 +142,7 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
         "simcse", [finetune_config.to_dict(), self.config.simcse.to_dict(),
                    self.config.data.vocab.to_dict()], columns,
         self.vocabulary,
-        [functools.partial(_encode_split, train_prefixes=prefixes)],
+        [functools.partial(encode_split, train_prefixes=prefixes)],
         self.config.data.shuffle_buffer)
 
   def check_data(self) -> None:
@@ -155,23 +172,11 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
     return {"contrastive_loss": sums["loss_sum"] / count,
             "accuracy": sums["correct"] / count}  # the positive ranked first
 
-  # --- evaluation ------------------------------------------------------------------------
-  def evaluate(self, params, state, batch, key):
-    del state, key
-    first, second = (contrastive.unit(self.apply(params, view(batch, prefix)))
-                     for prefix in ("", "pair_"))
-    return {"scores": jnp.sum(first * second, -1), "labels": batch["label"],
-            "weights": batch["example_weight"]}
-
-  def summarize_evaluation(self, outputs: list) -> dict[str, float]:
-    rows = finetune.real_rows(outputs)
-    return similarity.correlations(rows["scores"], rows["labels"])
-
   def describe_head(self) -> dict:
     return {"pooling": self.config.finetune.pooling}
 
 
-def _encode_split(dataset, sequence_length, output_features, train_prefixes):
+def encode_split(dataset, sequence_length, output_features, train_prefixes):
   """Training rows hold the fields of `train_prefixes`; dev rows a scored pair."""
   from encoderx.data import classification  # pylint: disable=g-import-not-at-top
   if "label" in dataset.element_spec:

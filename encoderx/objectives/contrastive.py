@@ -67,6 +67,18 @@ def check_matryoshka(dims: Sequence[int], weights: Sequence[float],
                            "dimensions; give one weight per dimension, or none (all 1).")
 
 
+def _losses_of_scores(scores: jax.Array, symmetric: bool) -> tuple[jax.Array, jax.Array]:
+  """scores [..., batch, (1 + k) * batch] (positives first) -> per anchor losses and
+  whether the positive ranks first, [..., batch]."""
+  batch = scores.shape[-2]
+  positive = jnp.diagonal(scores[..., :batch], axis1=-2, axis2=-1)
+  losses = jax.nn.logsumexp(scores, axis=-1) - positive
+  if symmetric:
+    losses = (losses + jax.nn.logsumexp(scores[..., :batch], axis=-2) - positive) / 2
+  correct = (jnp.argmax(scores, -1) == jnp.arange(batch)).astype(jnp.float32)
+  return losses, correct
+
+
 def ranking_losses(anchors: jax.Array, candidates: jax.Array, scale,
                    symmetric: bool = False) -> tuple[jax.Array, jax.Array]:
   """Per anchor: the cross-entropy of picking its positive among all the candidates by
@@ -77,14 +89,7 @@ def ranking_losses(anchors: jax.Array, candidates: jax.Array, scale,
   anchors (the same matrix's first block, transposed), the two cross-entropies averaged.
   """
   check_batch(anchors.shape[0])
-  batch = anchors.shape[0]
-  scores = scale * (unit(anchors) @ unit(candidates).T)  # [batch, (1 + k) * batch]
-  positive = jnp.diagonal(scores[:, :batch])
-  losses = jax.nn.logsumexp(scores, axis=-1) - positive
-  if symmetric:
-    losses = (losses + jax.nn.logsumexp(scores[:, :batch], axis=0) - positive) / 2
-  correct = (jnp.argmax(scores, -1) == jnp.arange(batch)).astype(jnp.float32)
-  return losses, correct
+  return _losses_of_scores(scale * (unit(anchors) @ unit(candidates).T), symmetric)
 
 
 def matryoshka_losses(anchors: jax.Array, candidates: jax.Array, scale,
@@ -92,17 +97,22 @@ def matryoshka_losses(anchors: jax.Array, candidates: jax.Array, scale,
                       symmetric: bool = False) -> tuple[jax.Array, jax.Array]:
   """ranking_losses at each of `dims` (the embeddings' first d features), weighted
   (`weights`, default 1 each) and summed per anchor; no dims: the full embeddings.
-  `correct` is at the first (largest) dimension."""
+  `correct` is at the first (largest) dimension.
+
+  The embeddings are cut by zeroing the features past d (the same cosines as slicing),
+  so that every dimension's scores come from one batched matmul [dims, batch, (1 + k) *
+  batch]: one similarity computation over the sharded batch, not one per dimension
+  (separate ones gave XLA CPU independent collectives that deadlocked on 8 devices)."""
   if not dims:
     return ranking_losses(anchors, candidates, scale, symmetric)
+  check_batch(anchors.shape[0])
   check_matryoshka(dims, weights, anchors.shape[-1])
-  total, first_correct = 0.0, None
-  for dim, weight in zip(dims, weights or [1.0] * len(dims)):
-    losses, correct = ranking_losses(anchors[:, :dim], candidates[:, :dim], scale,
-                                     symmetric)
-    total = total + weight * losses
-    first_correct = correct if first_correct is None else first_correct
-  return total, first_correct
+  kept = (jnp.arange(anchors.shape[-1]) < jnp.asarray(dims)[:, None]).astype(anchors.dtype)
+  scores = scale * jnp.einsum("dbh,dch->dbc", unit(anchors * kept[:, None]),
+                              unit(candidates * kept[:, None]))
+  losses, correct = _losses_of_scores(scores, symmetric)  # [dims, batch]
+  weights = jnp.asarray(weights or [1.0] * len(dims), losses.dtype)
+  return jnp.einsum("d,db->b", weights, losses), correct[0]
 
 
 # --- gradient caching ----------------------------------------------------------------------
