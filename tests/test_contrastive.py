@@ -287,3 +287,23 @@ def test_rows_without_a_positive_or_with_an_empty_negative_are_refused(tmp_path)
     with pytest.raises(labelled.LabelledDataError, match=f"line 5: column '{column}'"):
       run(config, tmp_path / f"run_{column}")
     assert not (tmp_path / f"run_{column}" / "checkpoints").exists()
+
+
+def test_jsonl_rows_with_numbered_negatives_and_last_token_pooling(tmp_path):
+  import json  # pylint: disable=g-import-not-at-top
+  from encoderx.methods import contrastive as method_lib  # pylint: disable=g-import-not-at-top
+  from encoderx.models import heads  # pylint: disable=g-import-not-at-top
+  config = method_config(tmp_path)
+  path = tmp_path / "rows.jsonl"
+  path.write_text("".join(json.dumps({"anchor": f"a{i}", "positive": f"p{i}",
+                                      "negative_2": f"m{i}", "negative_1": f"n{i}"}) + "\n"
+                          for i in range(3)), encoding="utf-8")
+  config.finetune.train_file, config.finetune.pooling = str(path), "last_token"
+  method_lib.Contrastive.validate(config)
+  columns = method_lib.Contrastive(config).training_columns()
+  assert columns == {"text": ["a0", "a1", "a2"], "text_pair": ["p0", "p1", "p2"],
+                     "negative_1": ["n0", "n1", "n2"], "negative_2": ["m0", "m1", "m2"]}
+  hidden = jnp.arange(2 * 4 * 3, dtype=jnp.float32).reshape(2, 4, 3)
+  segments = jnp.array([[1, 1, 1, 0], [1, 1, 1, 1]])  # the last real tokens: 2 and 3
+  np.testing.assert_array_equal(heads.pool(hidden, segments, "last_token"),
+                                hidden[jnp.arange(2), jnp.array([2, 3])])
