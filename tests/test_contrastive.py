@@ -345,3 +345,13 @@ def test_steps_match_sentence_transformers_loss_on_hugging_face_bert(tmp_path, s
   assert result.param_diff <= parity.PARAM_ATOL
   assert result.losses[-5:, 1].mean() < result.losses[:5, 1].mean() - 0.5  # it trained
   assert (result.grad_norms[:, 1] > config.optimizer.clip_norm).any()  # and clipped
+
+
+@pytest.mark.parametrize("variant", ["tiny", "mnrl", "cached"])
+def test_the_embedding_configs_are_valid(tmp_path, variant):
+  from encoderx import config as config_lib, configs  # pylint: disable=g-import-not-at-top
+  (tmp_path / "train.tsv").write_text("anchor\tpositive\na\tb\n", encoding="utf-8")
+  (tmp_path / "dev.tsv").write_text("score\ttext_a\ttext_b\n1\ta\tb\n", encoding="utf-8")
+  config = configs.get(f"embedding:{variant},data={tmp_path}")
+  config_lib.validate(config)
+  assert config.method == "contrastive" and config.finetune.pooling == "mean"

@@ -88,8 +88,7 @@ def ranking_losses(anchors: jax.Array, candidates: jax.Array, scale,
   column of hard negatives. symmetric: also each positive picking its anchor among all
   anchors (the same matrix's first block, transposed), the two cross-entropies averaged.
   """
-  check_batch(anchors.shape[0])
-  return _losses_of_scores(scale * (unit(anchors) @ unit(candidates).T), symmetric)
+  return matryoshka_losses(anchors, candidates, scale, (), (), symmetric)
 
 
 def matryoshka_losses(anchors: jax.Array, candidates: jax.Array, scale,
@@ -101,11 +100,13 @@ def matryoshka_losses(anchors: jax.Array, candidates: jax.Array, scale,
 
   The embeddings are cut by zeroing the features past d (the same cosines as slicing),
   so that every dimension's scores come from one batched matmul [dims, batch, (1 + k) *
-  batch]: one similarity computation over the sharded batch, not one per dimension
-  (separate ones gave XLA CPU independent collectives that deadlocked on 8 devices)."""
-  if not dims:
-    return ranking_losses(anchors, candidates, scale, symmetric)
+  batch]: one similarity computation over the sharded batch, not one per dimension.
+  ranking_losses is this at the full size: a plain 2-D matmul (and one per dimension)
+  compiled for 8 CPU devices into collectives that deadlocked when the executable was
+  loaded from JAX's persistent compilation cache (XLA CPU, jax 0.10.2: an all-gather
+  rendezvous timeout, devices waiting at different all-gathers)."""
   check_batch(anchors.shape[0])
+  dims = tuple(dims) or (anchors.shape[-1],)
   check_matryoshka(dims, weights, anchors.shape[-1])
   kept = (jnp.arange(anchors.shape[-1]) < jnp.asarray(dims)[:, None]).astype(anchors.dtype)
   scores = scale * jnp.einsum("dbh,dch->dbc", unit(anchors * kept[:, None]),
