@@ -11,6 +11,7 @@ from scipy import stats
 from encoderx import errors
 from encoderx import train
 from encoderx.methods import simcse, similarity
+from encoderx.objectives import contrastive
 
 from finetune_cases import shrunk, simcse_config, stsb_subset  # pylint: disable=g-bad-import-order
 
@@ -67,8 +68,8 @@ def test_contrastive_loss_by_hand():
   anchors = jnp.array([[1.0, 0.0], [0.0, 2.0]])
   positives = jnp.array([[3.0, 0.0], [1.0, 1.0]])
   negatives = jnp.array([[0.0, 1.0], [-1.0, 0.0]])
-  losses, correct = simcse.contrastive_losses(anchors, jnp.concatenate([positives, negatives]),
-                                              0.05)
+  losses, correct = contrastive.ranking_losses(
+      anchors, jnp.concatenate([positives, negatives]), 1 / 0.05)
   # Cosines: anchor 0 vs (p0, p1, n0, n1) = (1, 1/sqrt2, 0, -1); anchor 1 = (0, 1/sqrt2,
   # 1, 0). Anchor 1's positive (p1) loses to n0: not ranked first.
   cosines = np.array([[1.0, 2 ** -0.5, 0.0, -1.0], [0.0, 2 ** -0.5, 1.0, 0.0]]) / 0.05

@@ -51,6 +51,22 @@ def numbered_lines(path: str):
                                 f"{error.start + 1}).") from None
 
 
+def column_names(path: str, format_name: str = "") -> list[str]:
+  """The file's columns: its header's (TSV, CSV), or the keys of its first object
+  (JSON lines)."""
+  kind = file_format(path, format_name)
+  for number, line in numbered_lines(path):
+    if not line.strip():
+      continue
+    if kind == "jsonl":
+      try:
+        return list(json.loads(line))
+      except (ValueError, TypeError):
+        raise LabelledDataError(f"'{path}' line {number}: not a JSON object.") from None
+    return line.split("\t") if kind == "tsv" else next(csv.reader([line]))
+  raise LabelledDataError(f"'{path}' holds no examples.")
+
+
 def read_rows(path: str, columns: list[str], format_name: str = "",
               optional: tuple[str, ...] = ()) -> list[tuple[int, dict[str, str]]]:
   """[(line number, {column: value})] of the file's examples, for the given columns;

@@ -10,8 +10,8 @@ sentence-transformers model's). Texts are tokenized as training tokenizes them (
 text [SEP], cut to `max_length` tokens), sorted by length into batches padded to a few
 bucket lengths (one compilation each), embedded by one jitted function and put back in
 input order. `mean` pooling averages the encoder's outputs over the real tokens, special
-ones included, and `cls` takes the first token's, as sentence-transformers' Pooling
-does; `normalize` scales to unit length (its Normalize module).
+ones included, `cls` takes the first token's and `lasttoken` the last real token's, as
+sentence-transformers' Pooling does; `normalize` scales to unit length (its Normalize module).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from encoderx.hf import st_directory
 from encoderx.models import model_config
 from encoderx.models import finetuning
 
-POOLINGS = {"mean": "mean", "cls": "first_token"}
+POOLINGS = {"mean": "mean", "cls": "first_token", "lasttoken": "last_token"}
 # Padded lengths of the batches: each a compilation; a batch takes the shortest that fits.
 BUCKETS = (16, 32, 64, 128, 256, 512)
 DEFAULT_MAX_LENGTH = 256

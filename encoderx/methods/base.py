@@ -13,6 +13,8 @@ inputs, losses and metrics) is a `Method`, chosen by `config.method`:
     qa          extractive question answering (SQuAD v1.1 / v2.0)
     similarity  sentence-pair regression (STS-B)
     simcse      contrastive sentence embeddings (SimCSE, unsupervised or supervised)
+    contrastive embedding models as sentence-transformers trains them (MNRL over the
+                global batch, GradCache, Matryoshka, prompts)
     rerank      cross-encoder rerankers of (query, document) pairs (binary, listwise,
                 distillation from a teacher's scores)
 

@@ -19,6 +19,7 @@ REGISTRY: dict[str, str] = {
     "qa": "encoderx.methods.qa:QuestionAnswering",
     "similarity": "encoderx.methods.similarity:Similarity",
     "simcse": "encoderx.methods.simcse:SimCSE",
+    "contrastive": "encoderx.methods.contrastive:Contrastive",
     "rerank": "encoderx.methods.rerank:Reranking",
 }
 

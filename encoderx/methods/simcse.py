@@ -27,13 +27,13 @@ import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
-import optax
 
 from encoderx import errors
 from encoderx.methods import base as method_lib
 from encoderx.data import labelled
 from encoderx.methods import finetune, similarity
 from encoderx.models import finetuning
+from encoderx.objectives import contrastive
 
 logger = logging.getLogger("encoderx")
 
@@ -48,22 +48,6 @@ def view(batch: dict, prefix: str) -> dict:
   return {name: batch[prefix + name] for name in example_tasks.MODEL_FEATURES}
 
 
-def unit(x: jax.Array) -> jax.Array:
-  """[..., hidden] scaled to length 1."""
-  return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
-def contrastive_losses(anchors: jax.Array, candidates: jax.Array,
-                       temperature: float) -> tuple[jax.Array, jax.Array]:
-  """Per anchor: the cross-entropy of picking candidate i for anchor i among all the
-  candidates by cosine similarity / temperature, and whether it ranks first (float).
-  anchors [batch, hidden]; candidates [k * batch, hidden] (positives first)."""
-  scores = unit(anchors) @ unit(candidates).T / temperature  # [batch, k * batch]
-  targets = jnp.arange(anchors.shape[0])
-  losses = optax.softmax_cross_entropy_with_integer_labels(scores, targets)
-  return losses, (jnp.argmax(scores, -1) == targets).astype(jnp.float32)
-
-
 def config_section() -> ml_collections.ConfigDict:
   """config.simcse: what the contrast is between."""
   return ml_collections.ConfigDict(dict(
@@ -76,7 +60,32 @@ def config_section() -> ml_collections.ConfigDict:
   ))
 
 
-class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
+class ScoresStsPairs:
+  """Mixed into the embedding methods (simcse, contrastive): the dev file holds STS pairs
+  (finetune.text_column, text_pair_column, a score in label_column), scored by the
+  Spearman (and Pearson) correlation of the cosine similarities of their embeddings."""
+  METRICS = ("spearman", "pearson")
+
+  def dev_columns(self) -> dict:
+    """{'text', 'text_pair', 'label' (the score)} of the dev file."""
+    from encoderx.data import classification  # pylint: disable=g-import-not-at-top
+    _, examples = classification.read_examples(self.config.finetune.dev_file,
+                                               self.config.finetune, labels=None)
+    return examples
+
+  def evaluate(self, params, state, batch, key):
+    del state, key
+    first, second = (contrastive.unit(self.apply(params, view(batch, prefix)))
+                     for prefix in ("", "pair_"))
+    return {"scores": jnp.sum(first * second, -1), "labels": batch["label"],
+            "weights": batch["example_weight"]}
+
+  def summarize_evaluation(self, outputs: list) -> dict[str, float]:
+    rows = finetune.real_rows(outputs)
+    return similarity.correlations(rows["scores"], rows["labels"])
+
+
+class SimCSE(ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.FineTuning):
   """Contrastive training of the encoder's pooled output (see the module docstring)."""
   name = "simcse"
   config_sections = ("data", "finetune", "simcse")
@@ -84,7 +93,6 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
   @classmethod
   def config_fields(cls):
     return {**super().config_fields(), "simcse": config_section()}
-  METRICS = ("spearman", "pearson")
 
   def build_model(self):
     return finetuning.SentenceEncoder(self.model_config, pooling=self.config.finetune.pooling)
@@ -123,13 +131,6 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
     sentences = dict.fromkeys(row[column] for _, row in rows for column in names.values())
     return {"text": list(sentences)}
 
-  def dev_columns(self) -> dict:
-    """{'text', 'text_pair', 'label' (the score)} of the dev file."""
-    from encoderx.data import classification  # pylint: disable=g-import-not-at-top
-    _, examples = classification.read_examples(self.config.finetune.dev_file,
-                                               self.config.finetune, labels=None)
-    return examples
-
   def task(self):
     from encoderx.data import example_tasks  # pylint: disable=g-import-not-at-top
     finetune_config = self.config.finetune
@@ -141,7 +142,7 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
         "simcse", [finetune_config.to_dict(), self.config.simcse.to_dict(),
                    self.config.data.vocab.to_dict()], columns,
         self.vocabulary,
-        [functools.partial(_encode_split, train_prefixes=prefixes)],
+        [functools.partial(encode_split, train_prefixes=prefixes)],
         self.config.data.shuffle_buffer)
 
   def check_data(self) -> None:
@@ -160,8 +161,8 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
         candidates.append(self.apply(params, view(batch, "negative_"), keys[2]))
     else:  # the same sentences again, with other dropout masks
       candidates = [self.apply(params, view(batch, ""), keys[1])]
-    losses, correct = contrastive_losses(anchors, jnp.concatenate(candidates, axis=0),
-                                         self.config.simcse.temperature)
+    losses, correct = contrastive.ranking_losses(
+        anchors, jnp.concatenate(candidates, axis=0), 1 / self.config.simcse.temperature)
     sums = {"loss_sum": losses.sum(), "correct": correct.sum(),
             "count": jnp.asarray(losses.shape[0], jnp.float32)}
     return losses.sum() / denominators["examples"], method_lib.LossOutput(sums, state)
@@ -171,22 +172,11 @@ class SimCSE(finetune.ReadsLabelledFiles, finetune.FineTuning):
     return {"contrastive_loss": sums["loss_sum"] / count,
             "accuracy": sums["correct"] / count}  # the positive ranked first
 
-  # --- evaluation ------------------------------------------------------------------------
-  def evaluate(self, params, state, batch, key):
-    del state, key
-    first, second = (unit(self.apply(params, view(batch, prefix))) for prefix in ("", "pair_"))
-    return {"scores": jnp.sum(first * second, -1), "labels": batch["label"],
-            "weights": batch["example_weight"]}
-
-  def summarize_evaluation(self, outputs: list) -> dict[str, float]:
-    rows = finetune.real_rows(outputs)
-    return similarity.correlations(rows["scores"], rows["labels"])
-
   def describe_head(self) -> dict:
     return {"pooling": self.config.finetune.pooling}
 
 
-def _encode_split(dataset, sequence_length, output_features, train_prefixes):
+def encode_split(dataset, sequence_length, output_features, train_prefixes):
   """Training rows hold the fields of `train_prefixes`; dev rows a scored pair."""
   from encoderx.data import classification  # pylint: disable=g-import-not-at-top
   if "label" in dataset.element_spec:

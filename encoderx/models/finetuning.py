@@ -18,7 +18,7 @@ from encoderx.models import model_config
 from encoderx.models import common, heads, pretraining
 from encoderx.models import dropout as dropout_lib
 
-SENTENCE_POOLINGS = ("first_token", "mean")
+SENTENCE_POOLINGS = ("first_token", "mean", "last_token")
 
 
 def sentence_representation(outputs: dict, pooling: str) -> jax.Array:

@@ -72,12 +72,17 @@ def gather_positions(hidden: jax.Array, positions: jax.Array) -> jax.Array:
 
 
 def pool(hidden: jax.Array, segment_ids: jax.Array, pooling: str) -> jax.Array:
-  """[batch, length, hidden] -> [batch, hidden]: the first token ('first_token', [CLS])
-  or the mean over the real tokens, special ones included ('mean', as
-  sentence-transformers' Pooling(pooling_mode_mean_tokens) over the attention mask, and
-  Hugging Face's ModernBertForSequenceClassification with classifier_pooling 'mean')."""
+  """[batch, length, hidden] -> [batch, hidden]: the first token ('first_token', [CLS]),
+  the last real token ('last_token', as sentence-transformers' Pooling
+  (pooling_mode_lasttoken) of right-padded rows), or the mean over the real tokens,
+  special ones included ('mean', as sentence-transformers' Pooling
+  (pooling_mode_mean_tokens) over the attention mask, and Hugging Face's
+  ModernBertForSequenceClassification with classifier_pooling 'mean')."""
   if pooling == "first_token":
     return hidden[:, 0]
+  if pooling == "last_token":
+    last = jnp.maximum(jnp.sum(segment_ids > 0, axis=1) - 1, 0)
+    return jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0]
   real = (segment_ids > 0).astype(hidden.dtype)[..., None]
   return (hidden * real).sum(axis=1) / jnp.maximum(real.sum(axis=1), 1e-9)
 

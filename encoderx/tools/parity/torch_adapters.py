@@ -31,6 +31,10 @@ family (REGISTRY; "*": any family the Hugging Face conversion knows):
       problem_type='regression' for similarity; BertForTokenClassification), its
       classifier_dropout the method's; fed the labels (tags -100 where encoderx's are -1:
       pieces after a word's first, special tokens) and scored by the class's own loss.
+  contrastive, any family: the family's base class (BertModel; its pooler left out of
+      the comparison), each view mean-pooled, and sentence-transformers'
+      MultipleNegativesRankingLoss (symmetric: its per-direction form) on the embeddings;
+      mean pooling only, no Matryoshka, learned scale or gradient caching.
 
 `strict` (the default) is parity's: the inputs and loss are what encoderx's step computes
 or an error says why they cannot be (rows packing several documents, which HF's attention
@@ -414,6 +418,76 @@ class FineTuning(Adapter):
     return self.model(**batch.kwargs).loss
 
 
+class Contrastive(Adapter):
+  """The contrastive method: the family's base class without its pooler (BertModel),
+  each view mean-pooled over the attention mask (sentence-transformers' Pooling), and
+  sentence-transformers' MultipleNegativesRankingLoss on the embeddings (symmetric:
+  directions query_to_doc and doc_to_query, per_direction, as
+  MultipleNegativesSymmetricRankingLoss)."""
+  description = ("the family's base class, mean pooling and sentence-transformers' "
+                 "MultipleNegativesRankingLoss")
+
+  @classmethod
+  def refusal(cls, method):
+    settings = method.config.contrastive
+    if method.config.finetune.pooling != "mean":
+      return "only mean pooling (finetune.pooling='mean')"
+    if settings.matryoshka_dims or settings.learn_scale or settings.cache_chunk_size:
+      return ("no Matryoshka dimensions, learned scale or gradient caching (their "
+              "equality with this loss is tested on its own)")
+    return None
+
+  def build(self, head):
+    del head
+    self.head = "base"
+    return engine.hf_model(self.method.model_config, self.method.model_config.family,
+                           self.head)
+
+  # The base class's pooler, which encoderx's SentenceEncoder lacks and the loss never
+  # reads: left out of the conversion and of the weights compared.
+  def converted_params(self, trainer):
+    config = self.method.model_config
+    params, _, _ = engine.import_state_dict(self.model.state_dict(), config, config.family,
+                                            self.head)
+    self.pooler = params["encoder_model"].pop("pooler")
+    engine.check_tree(params, trainer.abstract_state.params)
+    return params
+
+  def state_dicts(self, trainer, params):
+    with_pooler = {**params, "encoder_model": {**params["encoder_model"],
+                                               "pooler": self.pooler}}
+    ours, theirs = super().state_dicts(trainer, with_pooler)
+    return tuple({k: v for k, v in d.items() if not k.startswith("pooler.")}
+                 for d in (ours, theirs))
+
+  def inputs(self, prepared):
+    views = {prefix: {name[len(prefix):]: value for name, value in prepared.items()
+                      if name.startswith(prefix)} for prefix in self.method.views.values()}
+    views[""] = {name: prepared[name] for name in ("input_ids", "segment_ids",
+                                                   "token_type_ids", "positions")}
+    return TorchBatch({f"{index}.{name}": value
+                       for index, prefix in enumerate(self.method.views.values())
+                       for name, value in self.model_inputs(views[prefix]).items()},
+                      prepared)
+
+  def loss(self, batch, key=None):
+    del key
+    from sentence_transformers.sentence_transformer import losses  # pylint: disable=g-import-not-at-top
+    settings, embeddings = self.method.config.contrastive, []
+    for index in range(len(self.method.views)):
+      kwargs = {name.partition(".")[2]: value for name, value in batch.kwargs.items()
+                if name.partition(".")[0] == str(index)}
+      hidden = self.model(**kwargs).last_hidden_state
+      mask = kwargs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+      embeddings.append((hidden * mask).sum(1) / torch.clamp(mask.sum(1), min=1e-9))
+    directions = (("query_to_doc", "doc_to_query") if settings.symmetric
+                  else ("query_to_doc",))
+    loss = losses.MultipleNegativesRankingLoss(
+        None, scale=settings.scale, directions=directions,
+        partition_mode="per_direction" if settings.symmetric else "joint")
+    return loss.compute_loss_from_embeddings(embeddings, None)
+
+
 # --- the registry ---------------------------------------------------------------------
 # (method name, model family or ANY_FAMILY) -> its adapter.
 REGISTRY: dict[tuple[str, str], type[Adapter]] = {
@@ -423,6 +497,7 @@ REGISTRY: dict[tuple[str, str], type[Adapter]] = {
     ("classify", ANY_FAMILY): FineTuning,
     ("similarity", ANY_FAMILY): FineTuning,
     ("tag", ANY_FAMILY): FineTuning,
+    ("contrastive", ANY_FAMILY): Contrastive,
 }
 
 

@@ -1,0 +1,246 @@
+"""contrastive: an embedding model trained as sentence-transformers trains one, over the
+whole global batch.
+
+Training rows are (anchor, positive[, negatives ...]) in a TSV or JSON-lines file with
+sentence-transformers' column names: `anchor`, `positive`, and `negative` or
+`negative_1`, `negative_2` ... (contrastive.anchor_column, positive_column,
+negative_columns; () finds the file's negative columns). Each text is embedded alone
+([CLS] text [SEP], finetune.pooling: "mean", "first_token" or "last_token"), with
+contrastive.prompts.query before each anchor and prompts.document before each positive
+and negative.
+
+The loss (encoderx/objectives/contrastive.py) is sentence-transformers'
+MultipleNegativesRankingLoss over the global batch: each anchor against every positive
+and hard negative of the batch, on every device (one sharded similarity matrix), at
+contrastive.scale (20) or a learned scale (learn_scale: params['logit_scale'] holds its
+log, CLIP's), optionally symmetric (MultipleNegativesSymmetricRankingLoss), at several
+Matryoshka dimensions (matryoshka_dims / matryoshka_weights, MatryoshkaLoss). Because
+the batch is one loss, train.grad_accum_steps must be 1; contrastive.cache_chunk_size > 0
+bounds the activation memory instead by gradient caching (GradCache,
+CachedMultipleNegativesRankingLoss): the batch embedded in chunks of that many rows,
+then each chunk re-run with its slice of the embeddings' gradient (the same dropout
+keys in both passes), which equals the uncached step.
+
+The dev file holds STS pairs (finetune.text_column, text_pair_column, a score in
+label_column; the query prompt before both texts), scored by the Spearman correlation
+of their cosine similarities (simcse.ScoresStsPairs).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import re
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from encoderx import errors
+from encoderx.data import labelled
+from encoderx.methods import base as method_lib
+from encoderx.methods import finetune, simcse
+from encoderx.models import finetuning
+from encoderx.objectives import contrastive as objective
+
+logger = logging.getLogger("encoderx")
+
+# A file's negative columns when contrastive.negative_columns is (): 'negative', or
+# 'negative_1', 'negative_2' ... in their order.
+NEGATIVE_COLUMN = re.compile(r"negative(_(\d+))?")
+
+
+def config_section() -> ml_collections.ConfigDict:
+  """config.contrastive: the training rows' columns, the loss, gradient caching."""
+  return ml_collections.ConfigDict(dict(
+      anchor_column="anchor",
+      positive_column="positive",
+      negative_columns=(),  # (): the file's 'negative' or 'negative_1', 'negative_2' ...
+      scale=20.0,  # of the cosine similarities (1 / temperature); a learned scale's start
+      learn_scale=False,
+      symmetric=False,  # also each positive picking its anchor among the batch's anchors
+      # The loss at each of these (strictly decreasing) leading sizes of the embedding,
+      # weighted by matryoshka_weights (() : 1 each); (): the full embedding only.
+      matryoshka_dims=(),
+      matryoshka_weights=(),
+      # 0: the whole batch's activations at once; n: gradient caching in chunks of n rows
+      # (a divisor of train.batch_size).
+      cache_chunk_size=0,
+      # Prefixes: `query` before anchors (and both dev texts), `document` before positives
+      # and negatives.
+      prompts=ml_collections.ConfigDict(dict(query="", document="")),
+  ))
+
+
+class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.FineTuning):
+  """An embedding model trained by in-batch and hard negatives (the module docstring)."""
+  name = "contrastive"
+  config_sections = ("data", "finetune", "contrastive")
+
+  @classmethod
+  def config_fields(cls):
+    return {**super().config_fields(), "contrastive": config_section()}
+
+  def build_model(self):
+    return finetuning.SentenceEncoder(self.model_config, pooling=self.config.finetune.pooling)
+
+  @classmethod
+  def validate(cls, config) -> None:
+    super().validate(config)
+    settings, fail = config.contrastive, errors.fail
+    errors.check_choice("finetune.pooling", config.finetune.pooling,
+                        finetuning.SENTENCE_POOLINGS)
+    if not config.finetune.text_pair_column:
+      fail("finetune.text_pair_column", "is empty; the dev file's STS pairs are "
+           "text_column and text_pair_column.")
+    if settings.scale <= 0:
+      fail("contrastive.scale", f"must be positive, got {settings.scale}.")
+    if settings.learn_scale and settings.scale > objective.MAX_LEARNED_SCALE:
+      fail("contrastive.scale", f"{settings.scale} is above a learned scale's cap of "
+           f"{objective.MAX_LEARNED_SCALE:g}.")
+    if config.train.batch_size < 2:
+      fail("train.batch_size", f"a contrastive batch of {config.train.batch_size} has no "
+           "in-batch negative; use at least 2.")
+    if config.train.grad_accum_steps != 1:
+      fail("train.grad_accum_steps", "must be 1: the contrastive loss is over the whole "
+           "batch.", "Set contrastive.cache_chunk_size to bound its memory instead.")
+    chunk = settings.cache_chunk_size
+    if chunk < 0 or (chunk and config.train.batch_size % chunk):
+      fail("contrastive.cache_chunk_size", f"{chunk} is not 0 or a divisor of "
+           f"train.batch_size={config.train.batch_size}.")
+    prompts = settings.prompts
+    if settings.symmetric and bool(prompts.query) != bool(prompts.document):
+      fail("contrastive.prompts", f"query={prompts.query!r}, document="
+           f"{prompts.document!r}: a symmetric loss makes each side the other's query, so "
+           "set both prompts or neither.")
+
+  # --- data ------------------------------------------------------------------------------
+  def negative_columns(self) -> list[str]:
+    """contrastive.negative_columns, or the training file's own (NEGATIVE_COLUMN)."""
+    if self.config.contrastive.negative_columns:
+      return list(self.config.contrastive.negative_columns)
+    found = [(int(m.group(2) or 0), name) for name in labelled.column_names(
+        self.config.finetune.train_file, self.config.finetune.format)
+             if (m := NEGATIVE_COLUMN.fullmatch(name))]
+    return [name for _, name in sorted(found)]
+
+  def training_columns(self) -> dict:
+    """{'text': anchors, 'text_pair': positives, 'negative_1' ...: negatives}, prompted;
+    a row with an empty anchor, positive or negative is a LabelledDataError."""
+    settings, path = self.config.contrastive, self.config.finetune.train_file
+    names = {"text": settings.anchor_column, "text_pair": settings.positive_column}
+    names.update({f"negative_{i}": column
+                  for i, column in enumerate(self.negative_columns(), start=1)})
+    rows = labelled.read_rows(path, list(names.values()), self.config.finetune.format)
+    for column in names.values():
+      empty = [number for number, row in rows if not row[column].strip()]
+      if empty:
+        raise labelled.LabelledDataError(
+            f"'{path}' line {empty[0]}: column '{column}' is empty (in {len(empty)} of "
+            f"{len(rows)} rows); every row needs its anchor, positive and each negative "
+            "(drop the rows or the column).")
+    prompts = settings.prompts
+    return {field: [(prompts.query if field == "text" else prompts.document) + row[column]
+                    for _, row in rows] for field, column in names.items()}
+
+  def dev_columns(self) -> dict:
+    """The STS pairs, each text after the query prompt."""
+    columns, prompt = super().dev_columns(), self.config.contrastive.prompts.query
+    return {**columns, **{field: [prompt + text for text in columns[field]]
+                          for field in ("text", "text_pair")}}
+
+  @functools.cached_property
+  def views(self) -> dict[str, str]:
+    """Training field -> its features' prefix in the batch."""
+    fields = {"text": "", "text_pair": "pair_"}
+    fields.update({f"negative_{i}": f"negative{i}_"
+                   for i in range(1, len(self.negative_columns()) + 1)})
+    return fields
+
+  def task(self):
+    from encoderx.data import example_tasks  # pylint: disable=g-import-not-at-top
+    columns = {"train": self.training_columns, "validation": self.dev_columns}
+    return example_tasks.register(
+        "contrastive", [self.config.finetune.to_dict(), self.config.contrastive.to_dict(),
+                        self.config.data.vocab.to_dict()], columns, self.vocabulary,
+        [functools.partial(simcse.encode_split, train_prefixes=self.views)],
+        self.config.data.shuffle_buffer)
+
+  def check_data(self) -> None:
+    settings = self.config.contrastive
+    try:
+      objective.check_matryoshka(settings.matryoshka_dims, settings.matryoshka_weights,
+                                 self.model_config.hidden_size)
+    except objective.ContrastiveError as error:
+      errors.fail("contrastive.matryoshka_dims", str(error))
+    train, dev = self.training_columns(), self.dev_columns()
+    logger.info("train: %d rows of an anchor, a positive and %d hard negatives; dev: %d "
+                "scored pairs", len(train["text"]), len(train) - 2, len(dev["text"]))
+
+  # --- parameters ------------------------------------------------------------------------
+  def init(self, key):
+    variables = super().init(key)
+    if self.config.contrastive.learn_scale:
+      variables["params"]["logit_scale"] = jnp.log(
+          jnp.asarray(self.config.contrastive.scale, jnp.float32))
+    return variables
+
+  def transferable_params(self, params) -> dict:
+    return {"encoder_model": params["encoder_model"]}
+
+  def with_transferable_params(self, params, transferable: dict):
+    return {**params, **transferable}
+
+  # --- the train step --------------------------------------------------------------------
+  def scale(self, params) -> jax.Array:
+    if "logit_scale" not in params:
+      return jnp.asarray(self.config.contrastive.scale, jnp.float32)
+    return jnp.minimum(jnp.exp(params["logit_scale"]), objective.MAX_LEARNED_SCALE)
+
+  def embed_rows(self, params, rows: dict, key: jax.Array) -> jax.Array:
+    """rows {feature: [rows, views, length]} -> [rows, views, hidden] (views: anchor,
+    positive, negatives), in one pass of the encoder."""
+    count, views = rows["input_ids"].shape[:2]
+    flat = {name: value.reshape(count * views, -1) for name, value in rows.items()}
+    return self.apply(params, flat, key).reshape(count, views, -1)
+
+  def loss_of_embeddings(self, params, embedded: jax.Array):
+    """embedded [batch, views, hidden] -> (mean loss, metric sums)."""
+    settings = self.config.contrastive
+    candidates = jnp.swapaxes(embedded[:, 1:], 0, 1).reshape(-1, embedded.shape[-1])
+    losses, correct = objective.matryoshka_losses(
+        embedded[:, 0], candidates, self.scale(params), settings.matryoshka_dims,
+        settings.matryoshka_weights, settings.symmetric)
+    sums = {"loss_sum": losses.sum(), "correct": correct.sum(),
+            "count": jnp.asarray(losses.shape[0], jnp.float32),
+            "scale": self.scale(params)}
+    return losses.mean(), sums
+
+  def loss(self, params, state, batch, key, denominators, update, carry):
+    # One micro-batch (validate: grad_accum_steps 1), so the mean is over the batch.
+    del denominators, update, carry
+    from encoderx.data import example_tasks  # pylint: disable=g-import-not-at-top
+    rows = {name: jnp.stack([batch[prefix + name] for prefix in self.views.values()], 1)
+            for name in example_tasks.MODEL_FEATURES}
+    chunk = self.config.contrastive.cache_chunk_size
+    if chunk:
+      chunks = objective.split_chunks(rows, rows["input_ids"].shape[0] // chunk)
+      loss, sums = objective.cached_loss(self.embed_rows, params, chunks,
+                                         self.loss_of_embeddings, key)
+    else:
+      loss, sums = self.loss_of_embeddings(params, self.embed_rows(params, rows, key))
+    return loss, method_lib.LossOutput(sums, state)
+
+  def summarize(self, sums):
+    count = jnp.maximum(sums["count"], 1.0)
+    return {"contrastive_loss": sums["loss_sum"] / count,
+            "accuracy": sums["correct"] / count,  # the positive ranked first
+            "scale": sums["scale"]}
+
+  # --- identity --------------------------------------------------------------------------
+  def describe_head(self) -> dict:
+    """Read by the export to a sentence-transformers directory: keep these keys."""
+    settings = self.config.contrastive
+    return {"pooling": self.config.finetune.pooling, "normalize": True,
+            "prompts": {"query": settings.prompts.query,
+                        "document": settings.prompts.document},
+            "matryoshka_dims": [int(d) for d in settings.matryoshka_dims]}
