@@ -60,3 +60,19 @@ def test_the_command_writes_the_library_call_in_input_order(minilm_directory, tm
   assert missing.returncode == 2
   assert missing.stderr.strip().splitlines()[-1].startswith("encoderx: error: ")
   assert "config.json" in missing.stderr and not (tmp_path / "x.npy").exists()
+
+
+def test_last_token_pooling_matches_sentence_transformers(minilm_directory):
+  """--pooling=lasttoken takes each text's last real token ([SEP]) in a padded batch, as
+  sentence-transformers' Pooling(pooling_mode="lasttoken") does."""
+  sentence_transformers = pytest.importorskip(
+      "sentence_transformers", reason="sentence-transformers is not installed")
+  modules = pytest.importorskip("sentence_transformers.sentence_transformer.modules")
+  transformer = modules.Transformer(str(minilm_directory))
+  pooling = modules.Pooling(
+      transformer.get_word_embedding_dimension(), pooling_mode="lasttoken")
+  reference = sentence_transformers.SentenceTransformer(
+      modules=[transformer, pooling], device="cpu").encode(TEXTS, batch_size=4)
+  ours = embed.embed(TEXTS, f"hf:{minilm_directory}", pooling="lasttoken", normalize=False,
+                     batch_size=4)
+  np.testing.assert_allclose(ours, reference, atol=1e-4)
