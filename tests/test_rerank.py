@@ -151,6 +151,14 @@ def test_a_tiny_run_lowers_each_loss_and_ranks_the_dev_rows(tmp_path, austen_lin
   assert rerank.Reranking(config).describe_head() == {
       "kind": "cross-encoder", "num_labels": 1, "activation": "sigmoid",
       "pooling": "pooler"}
+  # Exported as a CrossEncoder, it predicts the same scores through its sigmoid.
+  sentence_transformers = pytest.importorskip("sentence_transformers")
+  from encoderx import export  # pylint: disable=g-import-not-at-top
+  export.export_cross_encoder(str(tmp_path / "run"), str(tmp_path / "exported"))
+  pairs = list(zip(dev["text"], documents[0]))
+  predicted = sentence_transformers.CrossEncoder(str(tmp_path / "exported"),
+                                                 device="cpu").predict(pairs)
+  np.testing.assert_allclose(predicted, 1 / (1 + np.exp(-reranker(pairs))), atol=1e-5)
 
 
 @pytest.mark.parametrize("loss, column, value, message", [

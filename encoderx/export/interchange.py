@@ -6,8 +6,9 @@
          config_sentence_transformers.json (prompts, similarity cosine) and a README model
          card: SentenceTransformer(output).encode(texts) is encoderx.embed's embeddings
     export_cross_encoder(workdir, output, step=None)
-      -> export_hf's sequence-classification directory of a one-score run (the
-         similarity method), config.json naming CrossEncoder's activation as the identity,
+      -> export_hf's sequence-classification directory of a one-score run (the rerank
+         or similarity method), config.json naming CrossEncoder's activation (the
+         reranker's: sigmoid for the binary and listwise losses; else the identity),
          the tokenizer's length the run's data.seq_length, and a model card:
          CrossEncoder(output).predict(pairs) is the run's scores (of pairs that fit in
          that length; where transformers' cut of a longer pair keeps other tokens than
@@ -28,6 +29,10 @@ from encoderx.export import model_card, writer
 from encoderx.hf import engine, st_directory
 
 POOLER = "encoder_model/pooler/dense/"
+# A reranker's describe_head()["activation"] -> CrossEncoder's activation_fn: predict()
+# returns the scores as the run's loss read them (a similarity run's: the identity).
+ACTIVATIONS = {"identity": "torch.nn.modules.linear.Identity",
+               "sigmoid": "torch.nn.modules.activation.Sigmoid"}
 
 
 def _embedding(run: writer.Run) -> tuple[st_directory.SentenceEmbedding, list[int]]:
@@ -87,15 +92,19 @@ def export_cross_encoder(workdir: str, output: str,
   """Writes a one-score run as a CrossEncoder directory (module docstring)."""
   output = writer.output_directory(output)
   run = writer.load_run(workdir, step)
-  if not run.method.describe_head().get("regression"):
+  head = run.method.describe_head()
+  if not (head.get("regression") or head.get("kind") == "cross-encoder"):
     raise writer.ExportError(
         f"the '{run.config.method}' method does not score pairs with one output; "
-        "--format=cross-encoder exports a similarity run (a classify run's labels "
-        "export with --format=hf).", argument="workdir")
+        "--format=cross-encoder exports a rerank or similarity run (a classify run's "
+        "labels export with --format=hf).", argument="workdir")
+  activation = ACTIVATIONS[head.get("activation", "identity")]
 
   def add_files(directory: str) -> None:
     model_card.write(directory, model_card.cross_encoder_card(run, workdir))
 
   # CrossEncoder cuts pairs at the tokenizer's length: the one the run was trained at.
-  return writer.write_hf(run, output, step, None, st_directory.CROSS_ENCODER_FIELDS,
-                         add_files, max_length=run.config.data.seq_length)
+  fields = {"num_labels": 1,
+            "sentence_transformers": {"activation_fn": activation}}
+  return writer.write_hf(run, output, step, None, fields, add_files,
+                         max_length=run.config.data.seq_length)

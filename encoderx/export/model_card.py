@@ -87,7 +87,8 @@ def cross_encoder_card(run, workdir: str) -> str:
                         ["sentence-transformers", "cross-encoder"])
   lines += [f"# {run.config.method} cross-encoder ({run.model_config.family})", "",
             "Trained with encoderx: one score per (text, text pair), the head's output "
-            "itself (the activation is the identity).", "",
+            f"through {run.method.describe_head().get('activation', 'identity')} "
+            "(the activation CrossEncoder applies).", "",
             "```python", "from sentence_transformers import CrossEncoder",
             'model = CrossEncoder("DIR")', 'scores = model.predict([("query", "document")])',
             "```", "", *_training(run, workdir)]

@@ -15,8 +15,8 @@ names (`sentence_transformers.models.Pooling`, `pooling_mode_mean_tokens`), whic
 release since 2.x reads and 6.2 converts (`_convert_legacy_pooling_config`), so that the
 directory loads in the sentence-transformers a user has, not only the newest. A reranker
 is a plain sequence-classification directory whose config.json names CrossEncoder's
-`activation_fn` (cross_encoder/model.py, CrossEncoder.get_default_activation_fn):
-`CROSS_ENCODER_FIELDS`.
+`activation_fn` (cross_encoder/model.py, CrossEncoder.get_default_activation_fn): see
+export/interchange.py's ACTIVATIONS.
 """
 from __future__ import annotations
 
@@ -29,8 +29,6 @@ from encoderx import errors
 MODULES = "modules.json"
 # The identity, so that CrossEncoder.predict returns the head's score itself (its
 # default for one label is a sigmoid).
-CROSS_ENCODER_FIELDS = {"sentence_transformers": {
-    "activation_fn": "torch.nn.modules.linear.Identity"}}
 # A run's finetune.pooling -> sentence-transformers' pooling mode (which is also the
 # name encoderx.embed's --pooling takes).
 RUN_POOLINGS = {"mean": "mean", "first_token": "cls", "last_token": "lasttoken"}
