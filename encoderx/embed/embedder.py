@@ -6,7 +6,10 @@
 
 `init_from` is what --init_from of a training run takes: a run's work directory (its
 latest checkpoint: e.g. a SimCSE run) or hf:DIR, a Hugging Face model directory (e.g. a
-sentence-transformers model's). Texts are tokenized as training tokenizes them ([CLS]
+sentence-transformers model's). Where an argument leaves it open, the model's own
+pooling, normalization, prompts and length apply (initialize.Source.sentence_embedding):
+a sentence-transformers directory's modules, or an embedding run's (simcse, contrastive)
+as it was trained, so that Embedder(RUN) is SentenceTransformer(its export). Texts are tokenized as training tokenizes them ([CLS]
 text [SEP], cut to `max_length` tokens), sorted by length into batches padded to a few
 bucket lengths (one compilation each), embedded by one jitted function and put back in
 input order. `mean` pooling averages the encoder's outputs over the real tokens, special
