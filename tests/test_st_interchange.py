@@ -15,6 +15,7 @@ import pytest
 
 from encoderx import embed, errors, export, retrieval, train
 from encoderx.data import beir
+from encoderx.hf import st_directory
 from encoderx.methods import simcse
 
 from finetune_cases import shrunk, simcse_config, stsb_subset  # pylint: disable=g-bad-import-order
@@ -222,6 +223,18 @@ def contrastive_run(tmp_path_factory):
   config.contrastive.matryoshka_dims = MATRYOSHKA_DIMS
   train.run(config, str(directory / "run"), show_progress=False, devices=ONE_DEVICE)
   return directory / "run"
+
+
+def test_only_an_embedding_methods_head_gives_a_sentence_embedding():
+  of_run_head = st_directory.of_run_head
+  assert of_run_head({"labels": ["no", "yes"], "pooling": "first_token"}, 32) is None
+  assert of_run_head({"regression": True, "pooling": "mean"}, 32) is None  # similarity
+  assert of_run_head({"kind": "cross-encoder", "num_labels": 1}, 32) is None  # rerank
+  assert of_run_head({"pooling": "first_token"}, 64) == st_directory.SentenceEmbedding(
+      pooling="cls", max_seq_length=64)  # simcse's
+  assert of_run_head({"pooling": "last_token", "normalize": True, "prompts": PROMPTS,
+                      "matryoshka_dims": [16]}, 32) == st_directory.SentenceEmbedding(
+      pooling="lasttoken", normalize=True, prompts=PROMPTS, max_seq_length=32)
 
 
 def _unit(vectors):
