@@ -10,7 +10,8 @@ same run, encoderx/checkpoint.py); and `config.init_from` (the train command's
                                           model.safetensors or pytorch_model.bin, and the
                                           tokenizer's files); a sentence-transformers
                                           one's pooling, normalization and prompts too
-                                          (hf/st_directory.py, for encoderx.embed)
+                                          (hf/st_directory.py, for encoderx.embed, as an
+                                          embedding run's own: Source.sentence_embedding)
 
 `resolve(config)` reads the source once and returns what the run takes from it
 (`InitSource`): the config with the source's encoder fields and vocabulary, and the
@@ -83,9 +84,11 @@ class Source:
   notes: tuple[str, ...] = ()
   # (the run's abstract optimizer state, with shardings) -> the source's (a run only)
   load_optimizer_state: callable = None
-  # () -> how a sentence-transformers directory embeds (hf/st_directory.py), or None;
-  # read when embedding, so that a module encoderx cannot reproduce does not stop a run
-  # that only starts from the encoder.
+  # () -> how the source embeds texts (hf/st_directory.py's SentenceEmbedding): a
+  # sentence-transformers directory's modules, an embedding run's head (its pooling,
+  # normalization, prompts, length); None for any other model. Read when embedding, so
+  # that a module encoderx cannot reproduce does not stop a run that only starts from
+  # the encoder.
   sentence_embedding: callable = lambda: None
 
 
@@ -157,31 +160,49 @@ def _run_source(path: str) -> Source:
           f"(init_from_optimizer needs the same method, model, heads, scan layout, "
           f"optimizer and train.ema_decay): {' '.join(str(error).split())[:300]}") from None
 
+  def sentence_embedding():
+    return st_directory.of_run_head(run_description(workdir, step), config.data.seq_length)
+
   return Source(name=workdir, model=model_config.flat(config.model),
                 vocab=dict(config.data.vocab),
-                load_params=load_params, load_optimizer_state=load_optimizer_state)
+                load_params=load_params, load_optimizer_state=load_optimizer_state,
+                sentence_embedding=sentence_embedding)
 
 
-def restore_state(workdir: str, step: int | None, item: dict) -> tuple[int, dict]:
-  """(the step, the parts of that checkpoint's train state that `item` names: a tree of
-  ShapeDtypeStructs with shardings) of the run in `workdir`; step None: its latest.
-  Reads only: never writes into the run."""
+def _read_checkpoint(workdir: str, step: int | None, items: dict) -> tuple[int, dict]:
+  """(the step, the items of that checkpoint of the run in `workdir` that `items` names,
+  {name: its orbax restore args}); step None: its latest. Reads only: never writes into
+  the run."""
   checkpoints = os.path.join(workdir, "checkpoints")
-  manager = ocp.CheckpointManager(checkpoints, item_names=("state",),
+  manager = ocp.CheckpointManager(checkpoints, item_names=tuple(items),
                                   options=ocp.CheckpointManagerOptions(read_only=True))
   try:
     chosen = step if step is not None else manager.latest_step()
     if chosen is None or chosen not in manager.all_steps():
       raise InitError(f"{checkpoints} holds no checkpoint"
                       + (f" of step {step}." if step is not None else "."))
-    restored = manager.restore(chosen, args=ocp.args.Composite(
-        state=ocp.args.PyTreeRestore(
-            item=item, partial_restore=True,
-            restore_args=ocp.checkpoint_utils.construct_restore_args(item))))
+    return chosen, manager.restore(chosen, args=ocp.args.Composite(**items))
   finally:
     manager.close()
+
+
+def restore_state(workdir: str, step: int | None, item: dict) -> tuple[int, dict]:
+  """(the step, the parts of that checkpoint's train state that `item` names: a tree of
+  ShapeDtypeStructs with shardings) of the run in `workdir`; step None: its latest.
+  Reads only: never writes into the run."""
+  chosen, restored = _read_checkpoint(workdir, step, {"state": ocp.args.PyTreeRestore(
+      item=item, partial_restore=True,
+      restore_args=ocp.checkpoint_utils.construct_restore_args(item))})
   logger.info("init_from: %s of step %d of %s", "/".join(item), chosen, workdir)
   return chosen, restored["state"]
+
+
+def run_description(workdir: str, step: int | None) -> dict:
+  """What the run in `workdir` was at that checkpoint (step None: its latest), as it
+  recorded it (checkpoint.py's `model` item, Trainer.describe): its method, model and
+  the method's describe_head() (pooling, prompts, labels ...). Read rather than
+  rebuilt, so that no method is built (a classifier's labels read from its train file)."""
+  return _read_checkpoint(workdir, step, {"model": ocp.args.JsonRestore()})[1]["model"]
 
 
 def run_weights(workdir: str, step: int | None, config=None, method=None

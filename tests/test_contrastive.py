@@ -289,6 +289,21 @@ def test_rows_without_a_positive_or_with_an_empty_negative_are_refused(tmp_path)
     assert not (tmp_path / f"run_{column}" / "checkpoints").exists()
 
 
+@pytest.mark.parametrize("symmetric, chunk, dims, name", [
+    (False, 0, (), "MultipleNegativesRankingLoss"),
+    (True, 4, (), "CachedMultipleNegativesSymmetricRankingLoss"),
+    (False, 0, (64, 32), "MatryoshkaLoss(MultipleNegativesRankingLoss)")])
+def test_the_model_card_names_the_loss_as_sentence_transformers_does(
+    tmp_path, symmetric, chunk, dims, name):
+  from encoderx.methods import contrastive as method_lib  # pylint: disable=g-import-not-at-top
+  config = method_config(tmp_path)
+  config.contrastive.symmetric, config.contrastive.cache_chunk_size = symmetric, chunk
+  config.contrastive.matryoshka_dims = dims
+  assert method_lib.Contrastive(config).reference_loss() == name
+  for part in name.replace(")", "").split("("):  # classes sentence-transformers has
+    assert hasattr(losses_lib, part), part
+
+
 def test_jsonl_rows_with_numbered_negatives_and_last_token_pooling(tmp_path):
   import json  # pylint: disable=g-import-not-at-top
   from encoderx.methods import contrastive as method_lib  # pylint: disable=g-import-not-at-top

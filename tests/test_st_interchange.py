@@ -15,6 +15,7 @@ import pytest
 
 from encoderx import embed, errors, export, retrieval, train
 from encoderx.data import beir
+from encoderx.hf import st_directory
 from encoderx.methods import simcse
 
 from finetune_cases import shrunk, simcse_config, stsb_subset  # pylint: disable=g-bad-import-order
@@ -199,3 +200,93 @@ def test_a_module_encoderx_cannot_reproduce_is_named(minilm_directory, tmp_path)
                             {"pooling_mode": ["mean", "max"]}, {})
   with pytest.raises(errors.UserError, match="pools by mean \\+ max"):
     embed.Embedder(f"hf:{max_pooling}")
+
+
+# --- an embedding run as it was trained --------------------------------------------------
+PROMPTS = {"query": "query: ", "document": "passage: "}
+MATRYOSHKA_DIMS = (32, 16, 8)
+
+
+@pytest.fixture(scope="module")
+def contrastive_run(tmp_path_factory):
+  """A tiny contrastive run from a tiny Hugging Face BERT (32 wide): mean pooling,
+  normalized, query and document prompts, Matryoshka dimensions; 2 steps, a best
+  checkpoint."""
+  import test_contrastive  # pylint: disable=g-import-not-at-top
+  import tiny_hf  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  directory = tmp_path_factory.mktemp("contrastive")
+  config = test_contrastive.method_config(directory)
+  config.init_from = tiny_hf.save_tiny_bert(directory / "base", transformers.BertModel)
+  config.contrastive.prompts.query = PROMPTS["query"]
+  config.contrastive.prompts.document = PROMPTS["document"]
+  config.contrastive.matryoshka_dims = MATRYOSHKA_DIMS
+  train.run(config, str(directory / "run"), show_progress=False, devices=ONE_DEVICE)
+  return directory / "run"
+
+
+def test_only_an_embedding_methods_head_gives_a_sentence_embedding():
+  of_run_head = st_directory.of_run_head
+  assert of_run_head({"labels": ["no", "yes"], "pooling": "first_token"}, 32) is None
+  assert of_run_head({"regression": True, "pooling": "mean"}, 32) is None  # similarity
+  assert of_run_head({"kind": "cross-encoder", "num_labels": 1}, 32) is None  # rerank
+  assert of_run_head({"pooling": "first_token"}, 64) == st_directory.SentenceEmbedding(
+      pooling="cls", max_seq_length=64)  # simcse's
+  assert of_run_head({"pooling": "last_token", "normalize": True, "prompts": PROMPTS,
+                      "matryoshka_dims": [16]}, 32) == st_directory.SentenceEmbedding(
+      pooling="lasttoken", normalize=True, prompts=PROMPTS, max_seq_length=32)
+
+
+def _unit(vectors):
+  return vectors / np.linalg.norm(vectors, axis=-1, keepdims=True)
+
+
+def test_a_contrastive_run_embeds_as_its_sentence_transformers_export_without_flags(
+    contrastive_run, tmp_path):
+  output = tmp_path / "st"
+  export.export_sentence_transformers(str(contrastive_run), str(output))
+  model = sentence_transformers.SentenceTransformer(str(output), device="cpu")
+  embedder = embed.Embedder(str(contrastive_run))  # the run's own settings, no flags
+  assert embedder.prompts == PROMPTS and embedder.embedding.normalize
+  assert embedder.max_length == 32  # the run's data.seq_length, as the export's
+  ours = {name: embedder(TEXTS, prompt_name=name) for name in PROMPTS}
+  np.testing.assert_allclose(model.encode_query(TEXTS), ours["query"], atol=1e-5)
+  np.testing.assert_allclose(model.encode_document(TEXTS), ours["document"], atol=1e-5)
+  np.testing.assert_allclose(np.linalg.norm(ours["query"], axis=-1), 1.0, atol=1e-5)
+  assert not np.allclose(ours["query"], ours["document"], atol=1e-3)  # prompts differ
+  # Flags still win.
+  flagged = embed.Embedder(str(contrastive_run), pooling="cls", normalize=False)
+  plain = embed.Embedder(f"hf:{output}", pooling="cls", normalize=False)
+  np.testing.assert_allclose(flagged(TEXTS, prompt_name="query"),
+                             plain(["query: " + text for text in TEXTS]), atol=1e-5)
+  # A Matryoshka size: sentence-transformers truncates after Normalize.
+  for dim in MATRYOSHKA_DIMS[1:]:
+    truncated = sentence_transformers.SentenceTransformer(str(output), device="cpu",
+                                                          truncate_dim=dim)
+    np.testing.assert_allclose(truncated.encode_document(TEXTS),
+                               ours["document"][:, :dim], atol=1e-5)
+    np.testing.assert_allclose(truncated.encode_query(TEXTS, normalize_embeddings=True),
+                               _unit(ours["query"][:, :dim]), atol=1e-5)
+  card = (output / "README.md").read_text()
+  assert "MatryoshkaLoss(MultipleNegativesRankingLoss)" in card
+  assert f"base_model: {contrastive_run.parent / 'base'}" in card
+  assert "spearman" in card and "step 2" in card
+  assert "Matryoshka dimensions: 32, 16, 8" in card
+
+
+def test_retrieval_of_a_run_puts_its_prompts_before_queries_and_documents(
+    contrastive_run, tmp_path):
+  import test_retrieval  # pylint: disable=g-import-not-at-top
+  data = test_retrieval.write_beir(tmp_path / "beir", {
+      "q1": "Who was rich?", "q2": "Who walked in the rain?"},
+      [("q1", "d1", 1), ("q1", "d5", 1), ("q2", "d2", 1)])
+  collection = beir.read_directory(str(data), "test")
+  embedder = embed.Embedder(str(contrastive_run), normalize=True)  # as the command builds it
+  ranked = retrieval.rank(embedder, collection, k=100)
+  queries = embedder([PROMPTS["query"] + collection.queries[q] for q in ("q1", "q2")])
+  documents = embedder([PROMPTS["document"] + text for text in collection.corpus.values()])
+  for query, vector in zip(("q1", "q2"), queries):
+    expected = dict(zip(collection.corpus, documents @ vector))
+    assert ranked[query].keys() == expected.keys()
+    for doc, score in ranked[query].items():
+      assert score == pytest.approx(expected[doc], abs=1e-5)

@@ -1,12 +1,12 @@
 """The embed command: sentence embeddings of a text file (embed/embedder.py).
 
-    python -m encoderx.embed --init_from=hf:DIR --input=sentences.txt --output=emb.npy \
+    python -m encoderx.embed --init_from=RUN|hf:DIR --input=sentences.txt --output=emb.npy \
         [--pooling=mean|cls] [--[no]normalize] [--prompt_name=query] [--batch_size=64] \
         [--max_length=256]
 
 A sentence-transformers directory's pooling, normalization, prompts and length apply
-where a flag leaves them open (encoderx/hf/st_directory.py); otherwise mean pooling,
-not normalized, 256 tokens.
+where a flag leaves them open (encoderx/hf/st_directory.py), as an embedding run's
+(simcse, contrastive) do; otherwise mean pooling, not normalized, 256 tokens.
 
 writes a float32 [lines, hidden] array, row i the embedding of line i of the input (a
 UTF-8 file, one text a line).

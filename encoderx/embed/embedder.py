@@ -6,12 +6,17 @@
 
 `init_from` is what --init_from of a training run takes: a run's work directory (its
 latest checkpoint: e.g. a SimCSE run) or hf:DIR, a Hugging Face model directory (e.g. a
-sentence-transformers model's). Texts are tokenized as training tokenizes them ([CLS]
-text [SEP], cut to `max_length` tokens), sorted by length into batches padded to a few
-bucket lengths (one compilation each), embedded by one jitted function and put back in
-input order. `mean` pooling averages the encoder's outputs over the real tokens, special
-ones included, `cls` takes the first token's and `lasttoken` the last real token's, as
-sentence-transformers' Pooling does; `normalize` scales to unit length (its Normalize module).
+sentence-transformers model's). Where an argument leaves it open, the model's own
+pooling, normalization, prompts and length apply (initialize.Source.sentence_embedding):
+a sentence-transformers directory's modules, or an embedding run's (simcse, contrastive)
+as it was trained, so that Embedder(RUN) is SentenceTransformer(its export).
+
+Texts are tokenized as training tokenizes them ([CLS] text [SEP], cut to `max_length`
+tokens), sorted by length into batches padded to a few bucket lengths (one compilation
+each), embedded by one jitted function and put back in input order. `mean` pooling
+averages the encoder's outputs over the real tokens, special ones included, `cls` takes
+the first token's and `lasttoken` the last real token's, as sentence-transformers'
+Pooling does; `normalize` scales to unit length (its Normalize module).
 """
 from __future__ import annotations
 
@@ -95,7 +100,8 @@ class Embedder:
                normalize: bool | None = None, max_length: int | None = None,
                batch_size: int = 64):
     source = initialize.open_source(init_from)
-    # A sentence-transformers directory's own settings, where an argument leaves one open.
+    # The model's own settings (a sentence-transformers directory's, an embedding run's),
+    # where an argument leaves one open.
     saved = source.sentence_embedding() or st_directory.SentenceEmbedding()
     pooling = pooling or saved.pooling
     if pooling not in POOLINGS:

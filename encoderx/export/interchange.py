@@ -39,20 +39,15 @@ def _embedding(run: writer.Run) -> tuple[st_directory.SentenceEmbedding, list[in
   """(the run's sentence embedding, its Matryoshka dimensions); ExportError for a run
   that is not an embedding model's."""
   head = run.method.describe_head()
-  if "pooling" not in head or {"labels", "regression"} & head.keys():
+  embedding = st_directory.of_run_head(head, run.config.data.seq_length)
+  if embedding is None:
     raise writer.ExportError(
         f"the '{run.config.method}' method does not train sentence embeddings; "
         "--format=sentence-transformers exports a simcse or contrastive run "
         "(--format=cross-encoder a similarity run, --format=hf any).", argument="workdir")
-  pooling = st_directory.RUN_POOLINGS.get(head["pooling"])
-  if pooling is None:
+  if head["pooling"] not in st_directory.RUN_POOLINGS:
     raise writer.ExportError(f"pooling {head['pooling']!r} has no sentence-transformers "
                              f"Pooling mode ({', '.join(st_directory.RUN_POOLINGS)} do).")
-  embedding = st_directory.SentenceEmbedding(
-      pooling=pooling, normalize=bool(head.get("normalize", False)),
-      prompts=dict(head.get("prompts") or {}),
-      default_prompt_name=head.get("default_prompt_name"),
-      max_seq_length=run.config.data.seq_length)
   return embedding, list(head.get("matryoshka_dims") or [])
 
 

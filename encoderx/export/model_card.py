@@ -29,9 +29,12 @@ def best_metrics(workdir: str) -> tuple[int, dict] | None:
 
 
 def _loss(run) -> str:
-  """The method's name and the first paragraph of its module's docstring."""
+  """The method's name, the reference library's name of its loss (where it has one) and
+  the first paragraph of its module's docstring."""
   doc = sys.modules[type(run.method).__module__].__doc__ or ""
-  return f"`{run.config.method}`: " + " ".join(doc.split("\n\n")[0].split())
+  named = run.method.reference_loss()
+  return (f"`{run.config.method}`" + (f" (sentence-transformers' {named})" if named else "")
+          + ": " + " ".join(doc.split("\n\n")[0].split()))
 
 
 def _training(run, workdir: str) -> list[str]:

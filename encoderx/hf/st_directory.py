@@ -1,10 +1,12 @@
 """sentence-transformers' files beside a Hugging Face model directory: what turns the
 encoder's outputs into a sentence embedding (pooling, normalization, prompts), written by
 `encoderx.export --format=sentence-transformers` and read by `--init_from=hf:DIR`
-(encoderx/initialize.py) for encoderx.embed and encoderx.retrieval.
+(encoderx/initialize.py) for encoderx.embed and encoderx.retrieval. A run's own is its
+method's head description (`of_run_head`), so that a run embeds as its export does.
 
     write(directory, SentenceEmbedding(pooling="mean", normalize=True), 384)
     read(directory)  # -> SentenceEmbedding, or None without modules.json
+    of_run_head({"pooling": "mean", "normalize": True, ...}, 128)  # or None
 
 This mirrors sentence-transformers 6.2.0: modules.json and config_sentence_transformers.json
 of `SentenceTransformer.save` (base/model.py, BaseModel.save), sentence_bert_config.json
@@ -60,6 +62,21 @@ class SentenceEmbedding:
     """The prefix of prompt `name` (None: the default prompt's, or none)."""
     name = name or self.default_prompt_name
     return self.prompts.get(name, "") if name else ""
+
+
+def of_run_head(head: dict, max_seq_length: int | None) -> SentenceEmbedding | None:
+  """The sentence embedding of a run whose method describes its head as `head`
+  (describe_head(): simcse's pooling; contrastive's pooling, normalize and prompts), its
+  texts cut at `max_seq_length` tokens (the run's data.seq_length); None for a run that
+  does not train sentence embeddings (no pooling, or labels or one score: a classifier,
+  a reranker). The pooling is sentence-transformers' name for it (RUN_POOLINGS), or the
+  run's own where it has none."""
+  if "pooling" not in head or {"labels", "regression"} & head.keys():
+    return None
+  return SentenceEmbedding(
+      pooling=RUN_POOLINGS.get(head["pooling"], head["pooling"]),
+      normalize=bool(head.get("normalize", False)), prompts=dict(head.get("prompts") or {}),
+      default_prompt_name=head.get("default_prompt_name"), max_seq_length=max_seq_length)
 
 
 def _write_json(path: str, value: dict | list) -> None:

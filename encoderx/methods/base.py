@@ -160,6 +160,11 @@ class Method(abc.ABC):
     """Fields the exported model's config.json carries for the method's head (labels)."""
     return {}
 
+  def reference_loss(self) -> str:
+    """The loss as the reference library names it, for an exported model's card (e.g.
+    sentence-transformers' 'MultipleNegativesRankingLoss'); '' where none is named."""
+    return ""
+
   def transferable_params(self, params) -> dict:
     """The parameters another run can start from (`--init_from`), in the common layout:
     {'encoder_model': encoder, <head name>: head, ...}."""

@@ -236,6 +236,14 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
             "accuracy": sums["correct"] / count,  # the positive ranked first
             "scale": sums["scale"]}
 
+  def reference_loss(self) -> str:
+    """sentence-transformers' class of this loss (the module docstring): e.g.
+    'MatryoshkaLoss(CachedMultipleNegativesSymmetricRankingLoss)'."""
+    settings = self.config.contrastive
+    loss = ("Cached" * bool(settings.cache_chunk_size) + "MultipleNegatives"
+            + "Symmetric" * settings.symmetric + "RankingLoss")
+    return f"MatryoshkaLoss({loss})" if settings.matryoshka_dims else loss
+
   # --- identity --------------------------------------------------------------------------
   def describe_head(self) -> dict:
     """Read by the export to a sentence-transformers directory: keep these keys."""

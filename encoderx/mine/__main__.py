@@ -73,7 +73,7 @@ def define_flags() -> None:
   flags.DEFINE_string("query_prompt", "", "put before each anchor as it is embedded")
   flags.DEFINE_string("corpus_prompt", "", "put before each candidate as it is embedded")
   flags.DEFINE_enum("pooling", None, list(embed.POOLINGS), "how a text's token outputs "
-                    "become one vector (default: a sentence-transformers model's, else mean)")
+                    "become one vector (default: the model's, else mean)")
   flags.DEFINE_integer("batch_size", 64, "texts per batch")
   flags.DEFINE_integer("max_length", None, "tokens per text at most, [CLS] and [SEP] "
                        "included (default: the model's, else 256)")

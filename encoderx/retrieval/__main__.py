@@ -5,8 +5,9 @@
         [--k=100] [--output=scores.json] [--pooling=mean] [--max_length=256] \
         [--rerank_with=RUN|hf:DIR --rerank_top=100]
 
-A sentence-transformers model's pooling, length and query / document prompts apply
-where a flag leaves them open; the embeddings are always normalized.
+A sentence-transformers model's or an embedding run's pooling, length and query /
+document prompts apply where a flag leaves them open; the embeddings are always
+normalized.
 
 prints (and with --output writes) JSON:
 
@@ -67,7 +68,7 @@ def define_flags() -> None:
   flags.DEFINE_integer("k", 100, "documents retrieved per query (at least 100)")
   flags.DEFINE_string("output", None, "where to write the scores as JSON too")
   flags.DEFINE_enum("pooling", None, list(embed.POOLINGS), "how a text's token outputs "
-                    "become one vector (default: a sentence-transformers model's, else mean)")
+                    "become one vector (default: the model's, else mean)")
   flags.DEFINE_integer("batch_size", 64, "texts per batch")
   flags.DEFINE_integer("max_length", None, "tokens per text (per query and document pair, "
                        "with --rerank_with) at most, [CLS] and [SEP] included (default: "
