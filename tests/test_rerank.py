@@ -159,6 +159,8 @@ def test_a_tiny_run_lowers_each_loss_and_ranks_the_dev_rows(tmp_path, austen_lin
   predicted = sentence_transformers.CrossEncoder(str(tmp_path / "exported"),
                                                  device="cpu").predict(pairs)
   np.testing.assert_allclose(predicted, 1 / (1 + np.exp(-reranker(pairs))), atol=1e-5)
+  card = (tmp_path / "exported" / "README.md").read_text()
+  assert "cross_encoder.losses.MultipleNegativesRankingLoss" in card and "sigmoid" in card
 
 
 @pytest.mark.parametrize("loss, column, value, message", [

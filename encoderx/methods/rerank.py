@@ -55,6 +55,10 @@ logger = logging.getLogger("encoderx")
 
 LOSSES = ("binary", "listwise", "margin_mse", "listnet")
 DISTILLATION = ("margin_mse", "listnet")
+# Each loss as sentence-transformers' cross_encoder/losses names it (an export's card).
+REFERENCE_LOSSES = {"binary": "BinaryCrossEntropyLoss",
+                    "listwise": "MultipleNegativesRankingLoss", "margin_mse": "MarginMSELoss",
+                    "listnet": "ListNetLoss"}
 ACTIVATIONS = ("identity", "sigmoid")
 # sentence-transformers' defaults: each loss' activation_fn, MNRL's scale.
 DEFAULT_ACTIVATION = {"binary": "identity", "listwise": "sigmoid", "margin_mse": "identity",
@@ -286,6 +290,9 @@ class Reranking(finetune.ReadsLabelledFiles, finetune.FineTuning):
 
   def summarize_evaluation(self, outputs: list) -> dict[str, float]:
     return ranking_scores(finetune.real_rows(outputs)["scores"])
+
+  def reference_loss(self) -> str:
+    return f"cross_encoder.losses.{REFERENCE_LOSSES[self.config.rerank.loss]}"
 
   def describe_head(self) -> dict:
     """What encoderx.export writes as a CrossEncoder: one label, and the activation of
