@@ -15,7 +15,6 @@ Recall@100, MRR@10, the mean over the judged queries):
 """
 from __future__ import annotations
 
-
 from encoderx import embed
 from encoderx.data import beir
 from encoderx.evaluation import retrieval as retrieval_scores
