@@ -25,8 +25,10 @@ def retrieval_config(tmp_path):
 def test_retrieval_dev_scores_equal_the_retrieval_library_on_the_checkpoint(tmp_path):
   from encoderx import embed, retrieval  # pylint: disable=g-import-not-at-top
   from encoderx.data import beir  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
   config = retrieval_config(tmp_path)  # STS pairs and the retrieval set both
-  result = run(config, tmp_path / "run")
+  # On 8 devices: the texts' rows sharded and padded as every evaluation batch is.
+  result = run(config, tmp_path / "run", jax.devices())
   assert {"spearman", "pearson", "ndcg@10", "recall@100", "mrr@10"} <= set(result["eval"])
   embedder = embed.Embedder(str(tmp_path / "run"), pooling="mean", normalize=True,
                             max_length=config.data.seq_length, batch_size=4)
