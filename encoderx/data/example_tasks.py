@@ -21,17 +21,25 @@ MODEL_FEATURES = ("input_ids", "token_type_ids", "segment_ids", "positions")
 
 def register(prefix: str, description, columns: Mapping[str, Callable[[], dict]],
              vocabulary: seqio.Vocabulary, preprocessors: Sequence = (),
-             shuffle_buffer: int = 10_000) -> seqio.Task:
+             shuffle_buffer: int = 10_000,
+             train_order: Callable[[dict, int], Sequence[int]] | None = None) -> seqio.Task:
   """Registers (once) and returns the Task `encoderx_<prefix>_<hash of description>`
-  whose split `s` slices `columns[s]()` (read when a dataset is built)."""
+  whose split `s` slices `columns[s]()` (read when a dataset is built). With
+  `train_order`, an epoch of the train split is its rows in the order
+  `train_order(columns, the epoch's seed)` gives, unshuffled: the order batched (the
+  description must then hold what the order depends on, e.g. the batch size)."""
   blob = json.dumps(description, sort_keys=True, default=str)
   name = f"encoderx_{prefix}_{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
   if name in seqio.TaskRegistry.names():
     return seqio.get_mixture_or_task(name)
 
   def dataset_fn(split, shuffle_files, seed=None):
-    del shuffle_files, seed  # the Task's shuffle buffer holds a whole fine-tuning file
-    return tf.data.Dataset.from_tensor_slices(dict(columns[split]()))
+    del shuffle_files  # the Task's shuffle buffer holds a whole fine-tuning file
+    read = dict(columns[split]())
+    if train_order is not None and split == "train":
+      order = train_order(read, 0 if seed is None else seed)
+      read = {name: [column[i] for i in order] for name, column in read.items()}
+    return tf.data.Dataset.from_tensor_slices(read)
 
   plain = seqio.PassThroughVocabulary(size=0)
   features = {"input_ids": seqio.Feature(vocabulary, add_eos=False, dtype=tf.int32)}
@@ -40,7 +48,7 @@ def register(prefix: str, description, columns: Mapping[str, Callable[[], dict]]
   return seqio.TaskRegistry.add(
       name, source=seqio.FunctionDataSource(dataset_fn, splits=tuple(columns)),
       preprocessors=list(preprocessors), output_features=features,
-      shuffle_buffer_size=shuffle_buffer)
+      shuffle_buffer_size=1 if train_order is not None else shuffle_buffer)
 
 
 def pad_to(features: Mapping[str, tf.Tensor], length: int, names: Sequence[str],

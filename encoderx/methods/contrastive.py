@@ -21,9 +21,23 @@ CachedMultipleNegativesRankingLoss): the batch embedded in chunks of that many r
 then each chunk re-run with its slice of the embeddings' gradient (the same dropout
 keys in both passes), which equals the uncached step.
 
-The dev file holds STS pairs (finetune.text_column, text_pair_column, a score in
-label_column; the query prompt before both texts), scored by the Spearman correlation
-of their cosine similarities (simcse.ScoresStsPairs).
+contrastive.no_duplicates (default on) orders each epoch's rows so that no batch holds
+a text twice (a false negative), as sentence-transformers' NoDuplicatesBatchSampler
+(data/no_duplicates.py): the order is the one batched, so the Task does not shuffle.
+
+Dev evaluation: finetune.dev_file holds STS pairs (finetune.text_column,
+text_pair_column, a score in label_column; the query prompt before both texts), scored
+by the Spearman correlation of their cosine similarities (simcse.ScoresStsPairs);
+contrastive.dev_retrieval names a retrieval set in BEIR's layout (data/beir.py, split
+contrastive.dev_retrieval_split), scored as sentence-transformers'
+InformationRetrievalEvaluator scores one: its queries (query prompt) and corpus
+(document prompt) embedded with the current params, each query's nearest documents
+by cosine (faiss, exactly) scored by nDCG@10, Recall@100 and MRR@10
+(evaluation/retrieval.py, as `encoderx.retrieval` scores a model). Either or both may
+be given. The set's texts are rows of the validation split beside the STS pairs
+(`dev_text`: a text's place among the queries then the documents, -1 for a pair), so
+they are embedded by the evaluation step the loop already runs, sharded as it is, and
+ranked in summarize_evaluation.
 """
 from __future__ import annotations
 
@@ -34,11 +48,14 @@ import re
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 
 from encoderx import errors
-from encoderx.data import labelled
+from encoderx import files as files_lib
+from encoderx.data import beir, labelled, no_duplicates
+from encoderx.evaluation import retrieval as retrieval_scores
 from encoderx.methods import base as method_lib
-from encoderx.methods import finetune, simcse
+from encoderx.methods import finetune, similarity, simcse
 from encoderx.models import finetuning
 from encoderx.objectives import contrastive as objective
 
@@ -68,6 +85,14 @@ def config_section() -> ml_collections.ConfigDict:
       # Prefixes: `query` before anchors (and both dev texts), `document` before positives
       # and negatives.
       prompts=ml_collections.ConfigDict(dict(query="", document="")),
+      # No text twice in a batch: each epoch's rows ordered as sentence-transformers'
+      # NoDuplicatesBatchSampler draws batches (data/no_duplicates.py).
+      no_duplicates=True,
+      # A retrieval set in BEIR's layout scored at each evaluation (nDCG@10, Recall@100,
+      # MRR@10), beside finetune.dev_file's STS pairs or instead of them; the split of
+      # its qrels/SPLIT.tsv.
+      dev_retrieval="",
+      dev_retrieval_split="dev",
   ))
 
 
@@ -75,6 +100,10 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
   """An embedding model trained by in-batch and hard negatives (the module docstring)."""
   name = "contrastive"
   config_sections = ("data", "finetune", "contrastive")
+  STS_METRICS = simcse.ScoresStsPairs.METRICS
+  RETRIEVAL_METRICS = (f"ndcg@{retrieval_scores.NDCG_AT}",
+                       f"recall@{retrieval_scores.RECALL_AT}", f"mrr@{retrieval_scores.MRR_AT}")
+  METRICS = STS_METRICS + RETRIEVAL_METRICS
 
   @classmethod
   def config_fields(cls):
@@ -84,8 +113,16 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
     return finetuning.SentenceEncoder(self.model_config, pooling=self.config.finetune.pooling)
 
   @classmethod
+  def required_files(cls, config) -> tuple[str, ...]:
+    """The dev file of STS pairs is optional beside a retrieval set."""
+    if config.contrastive.dev_retrieval and not config.finetune.dev_file:
+      return ("train_file",)
+    return super().required_files(config)
+
+  @classmethod
   def validate(cls, config) -> None:
     super().validate(config)
+    cls.validate_dev(config)
     settings, fail = config.contrastive, errors.fail
     errors.check_choice("finetune.pooling", config.finetune.pooling,
                         finetuning.SENTENCE_POOLINGS)
@@ -112,6 +149,26 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
       fail("contrastive.prompts", f"query={prompts.query!r}, document="
            f"{prompts.document!r}: a symmetric loss makes each side the other's query, so "
            "set both prompts or neither.")
+
+  @classmethod
+  def validate_dev(cls, config) -> None:
+    """The retrieval set's directory, the whole dev split read, a best_metric evaluated."""
+    directory, fail = config.contrastive.dev_retrieval, errors.fail
+    if directory and not files_lib.path(directory).is_dir():
+      fail("contrastive.dev_retrieval", f"'{directory}' is not a directory (one in BEIR's "
+           f"layout: {beir.CORPUS}, {beir.QUERIES}, {beir.QRELS}/SPLIT.tsv).")
+    if directory and config.eval.batches:
+      fail("eval.batches", f"is {config.eval.batches}; a retrieval set is ranked against "
+           "its whole corpus, so set it to 0 (the whole dev split).")
+    evaluated = (cls.STS_METRICS if config.finetune.dev_file else ()) + (
+        cls.RETRIEVAL_METRICS if directory else ())
+    if config.eval.best_metric and config.eval.best_metric not in evaluated:
+      fail("eval.best_metric", f"{config.eval.best_metric!r} is not evaluated: "
+           f"{', '.join(evaluated)} are (retrieval metrics need contrastive.dev_retrieval, "
+           "STS ones finetune.dev_file).")
+    if config.contrastive.no_duplicates and config.finetune.group_by_length:
+      fail("contrastive.no_duplicates", "orders the batches itself; "
+           "finetune.group_by_length would regroup them. Turn one off.")
 
   # --- data ------------------------------------------------------------------------------
   def negative_columns(self) -> list[str]:
@@ -142,11 +199,51 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
     return {field: [(prompts.query if field == "text" else prompts.document) + row[column]
                     for _, row in rows] for field, column in names.items()}
 
+  def train_order(self, columns: dict, seed: int) -> list[int]:
+    """An epoch's row order without a text twice in a batch (data/no_duplicates.py),
+    from the rows' texts without their prompts."""
+    prompts = self.config.contrastive.prompts
+    cut = {field: len(prompts.query if field == "text" else prompts.document)
+           for field in columns}
+    texts = [tuple(column[row][cut[field]:] for field, column in columns.items())
+             for row in range(len(columns["text"]))]
+    order = no_duplicates.batch_order(texts, self.config.train.batch_size, seed)
+    duplicated = no_duplicates.duplicated_batches(texts, order, self.config.train.batch_size)
+    if duplicated:
+      logger.warning("%d batches of an epoch hold a text twice: too few distinct texts "
+                     "are left at its end for a batch of %d", duplicated,
+                     self.config.train.batch_size)
+    return order
+
+  @functools.cached_property
+  def dev_collection(self) -> beir.Collection | None:
+    """The retrieval set of contrastive.dev_retrieval, or None."""
+    settings = self.config.contrastive
+    if not settings.dev_retrieval:
+      return None
+    return beir.read_directory(settings.dev_retrieval, settings.dev_retrieval_split)
+
   def dev_columns(self) -> dict:
-    """The STS pairs, each text after the query prompt."""
-    columns, prompt = super().dev_columns(), self.config.contrastive.prompts.query
-    return {**columns, **{field: [prompt + text for text in columns[field]]
-                          for field in ("text", "text_pair")}}
+    """The STS pairs, each text after the query prompt (dev_text -1), then the retrieval
+    set's queries (query prompt) and documents (document prompt), a text a row (an
+    empty pair, label 0; dev_text its place among them)."""
+    prompts, parts = self.config.contrastive.prompts, []
+    if self.config.finetune.dev_file:
+      pairs = super().dev_columns()
+      parts.append({"text": [prompts.query + text for text in pairs["text"]],
+                    "text_pair": [prompts.query + text for text in pairs["text_pair"]],
+                    "label": np.asarray(pairs["label"], np.float32),
+                    "dev_text": np.full([len(pairs["text"])], -1, np.int32)})
+    if self.dev_collection is not None:
+      collection = self.dev_collection
+      texts = ([prompts.query + text for text in collection.queries.values()]
+               + [prompts.document + text for text in collection.corpus.values()])
+      parts.append({"text": texts, "text_pair": [""] * len(texts),
+                    "label": np.zeros([len(texts)], np.float32),
+                    "dev_text": np.arange(len(texts), dtype=np.int32)})
+    return {name: [value for part in parts for value in part[name]]
+            if name in ("text", "text_pair") else np.concatenate([p[name] for p in parts])
+            for name in parts[0]}
 
   @functools.cached_property
   def views(self) -> dict[str, str]:
@@ -161,9 +258,12 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
     columns = {"train": self.training_columns, "validation": self.dev_columns}
     return example_tasks.register(
         "contrastive", [self.config.finetune.to_dict(), self.config.contrastive.to_dict(),
-                        self.config.data.vocab.to_dict()], columns, self.vocabulary,
+                        self.config.data.vocab.to_dict(),
+                        self.config.train.batch_size],  # the order's batches
+        columns, self.vocabulary,
         [functools.partial(simcse.encode_split, train_prefixes=self.views)],
-        self.config.data.shuffle_buffer)
+        self.config.data.shuffle_buffer,
+        self.train_order if self.config.contrastive.no_duplicates else None)
 
   def check_data(self) -> None:
     settings = self.config.contrastive
@@ -173,8 +273,12 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
     except objective.ContrastiveError as error:
       errors.fail("contrastive.matryoshka_dims", str(error))
     train, dev = self.training_columns(), self.dev_columns()
+    collection = self.dev_collection
     logger.info("train: %d rows of an anchor, a positive and %d hard negatives; dev: %d "
-                "scored pairs", len(train["text"]), len(train) - 2, len(dev["text"]))
+                "scored pairs, %d retrieval queries over %d documents", len(train["text"]),
+                len(train) - 2, int(np.sum(dev["dev_text"] < 0)),
+                len(collection.queries) if collection else 0,
+                len(collection.corpus) if collection else 0)
 
   # --- parameters ------------------------------------------------------------------------
   def init(self, key):
@@ -243,6 +347,31 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
     loss = ("Cached" * bool(settings.cache_chunk_size) + "MultipleNegatives"
             + "Symmetric" * settings.symmetric + "RankingLoss")
     return f"MatryoshkaLoss({loss})" if settings.matryoshka_dims else loss
+
+  # --- evaluation ------------------------------------------------------------------------
+  def evaluate(self, params, state, batch, key):
+    outputs = {**super().evaluate(params, state, batch, key), "dev_text": batch["dev_text"]}
+    if self.dev_collection is not None:  # the texts' embeddings, to rank on the host
+      outputs["embeddings"] = objective.unit(self.apply(params, simcse.view(batch, "")))
+    return outputs
+
+  def summarize_evaluation(self, outputs: list) -> dict[str, float]:
+    """Spearman and Pearson of the STS pairs; nDCG@10, Recall@100, MRR@10 of the
+    retrieval set (each query's nearest documents by cosine)."""
+    rows, metrics = finetune.real_rows(outputs), {}
+    pairs = rows["dev_text"] < 0
+    if pairs.any():
+      metrics.update(similarity.correlations(rows["scores"][pairs], rows["labels"][pairs]))
+    collection = self.dev_collection
+    if collection is not None:
+      texts = ~pairs
+      embedded = rows["embeddings"][texts][np.argsort(rows["dev_text"][texts])]
+      queries = len(collection.queries)
+      run = retrieval_scores.ranked(list(collection.queries), embedded[:queries],
+                                    list(collection.corpus), embedded[queries:],
+                                    retrieval_scores.RECALL_AT)
+      metrics.update(retrieval_scores.scores(collection.qrels, run))
+    return metrics
 
   # --- identity --------------------------------------------------------------------------
   def describe_head(self) -> dict:

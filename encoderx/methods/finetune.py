@@ -136,12 +136,18 @@ class FineTuning(method_lib.Method):
     """Checks a data file's name (e.g. its format); raises config.ConfigError."""
 
   @classmethod
+  def required_files(cls, config) -> tuple[str, ...]:
+    """The finetune fields that must name a file (when not reading TFDS)."""
+    del config
+    return ("train_file", "dev_file")
+
+  @classmethod
   def validate(cls, config) -> None:
     finetune, fail = config.finetune, errors.fail
     if cls.READS_TFDS and config.data.tfds_name:
       errors.check_tfds_name(config.data.tfds_name)
     else:
-      for field in ("train_file", "dev_file"):
+      for field in cls.required_files(config):
         path = finetune[field]
         if not path:
           fail(f"finetune.{field}", "is empty; name a file of examples"

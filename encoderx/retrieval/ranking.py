@@ -15,21 +15,12 @@ Recall@100, MRR@10, the mean over the judged queries):
 """
 from __future__ import annotations
 
-import numpy as np
-
 from encoderx import embed
 from encoderx.data import beir
 from encoderx.evaluation import retrieval as retrieval_scores
 
 
-def search(queries: np.ndarray, corpus: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-  """The k highest inner products of each query with the corpus, exactly (faiss
-  IndexFlatIP): scores float32 [queries, k'] and corpus rows int [queries, k'], best
-  first, k' = min(k, corpus rows)."""
-  import faiss  # pylint: disable=g-import-not-at-top
-  index = faiss.IndexFlatIP(corpus.shape[1])
-  index.add(np.ascontiguousarray(corpus, np.float32))
-  return index.search(np.ascontiguousarray(queries, np.float32), min(k, corpus.shape[0]))
+search = retrieval_scores.search  # faiss' exact search (evaluation/retrieval.py)
 
 
 def _prompt(embedder: embed.Embedder, name: str) -> str | None:
@@ -46,9 +37,7 @@ def rank(embedder: embed.Embedder, collection: beir.Collection, k: int,
                      _prompt(embedder, "query"))
   corpus = embedder([collection.corpus[d] for d in doc_ids], show_progress, "corpus",
                     _prompt(embedder, "document"))
-  found_scores, found_rows = search(queries, corpus, k)
-  return {query: {doc_ids[row]: float(score) for score, row in zip(scores, rows)}
-          for query, scores, rows in zip(query_ids, found_scores, found_rows)}
+  return retrieval_scores.ranked(query_ids, queries, doc_ids, corpus, k)
 
 
 def evaluate(embedder: embed.Embedder, collection: beir.Collection, k: int = 100,
