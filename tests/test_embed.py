@@ -70,7 +70,7 @@ def test_last_token_pooling_matches_sentence_transformers(minilm_directory):
   modules = pytest.importorskip("sentence_transformers.sentence_transformer.modules")
   transformer = modules.Transformer(str(minilm_directory))
   pooling = modules.Pooling(
-      transformer.get_word_embedding_dimension(), pooling_mode="lasttoken")
+      transformer.get_embedding_dimension(), pooling_mode="lasttoken")
   reference = sentence_transformers.SentenceTransformer(
       modules=[transformer, pooling], device="cpu").encode(TEXTS, batch_size=4)
   ours = embed.embed(TEXTS, f"hf:{minilm_directory}", pooling="lasttoken", normalize=False,
