@@ -4,10 +4,10 @@ global-norm clipping.
 
 `clip_norm` <= 0 turns clipping off. Weight decay skips LayerNorm parameters and biases,
 as in BERT (google-research/bert optimization.py excludes "LayerNorm", "layer_norm" and
-"bias"). LAMB is ALBERT's: Adam's update plus decoupled weight decay, scaled per
-parameter by the trust ratio ||w|| / ||update||, except LayerNorm parameters and biases,
-which ALBERT leaves out of that layer-wise scaling as out of weight decay
-(google-research/albert lamb_optimizer.py, exclude_from_layer_adaptation); optax.lamb,
+"bias"), and a contrastive run's learned scale. LAMB is ALBERT's: Adam's update plus
+decoupled weight decay, scaled per parameter by the trust ratio ||w|| / ||update||,
+except LayerNorm parameters and biases, which ALBERT leaves out of that layer-wise
+scaling as out of weight decay (google-research/albert lamb_optimizer.py, exclude_from_layer_adaptation); optax.lamb,
 whose steps these are, scales every parameter.
 
 StableAdamW (Wortsman et al. 2023, "Stable and low-precision training for large-scale
@@ -150,11 +150,18 @@ def learning_rate_schedule(optimizer_config, total_steps: int,
   return schedule
 
 
+# Parameters that are no weights: a contrastive run's learned (log) scale, which open_clip
+# also keeps out of weight decay (decay would pull the scale towards 1).
+NOT_DECAYED = ("logit_scale",)
+
+
 def decay_mask(params) -> dict:
-  """True for parameters that weight decay applies to: not biases, not LayerNorm."""
+  """True for parameters that weight decay applies to: not biases, not LayerNorm, not
+  NOT_DECAYED."""
   flat = flax.traverse_util.flatten_dict(params)
   return flax.traverse_util.unflatten_dict({
-      path: not (path[-1].endswith("bias") or any("layer_norm" in part for part in path))
+      path: not (path[-1].endswith("bias") or path[-1] in NOT_DECAYED
+                 or any("layer_norm" in part for part in path))
       for path in flat})
 
 

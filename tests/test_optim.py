@@ -183,3 +183,11 @@ def test_stable_adamw_trains_a_tiny_run(tiny_config):
     state, metrics = step(state, trainer.device_batch(batch))
     losses.append(float(metrics["loss"]))
   assert losses[-1] < losses[0] - 0.2 and losses == sorted(losses, reverse=True), losses
+
+
+def test_weight_decay_skips_biases_norms_and_a_learned_scale():
+  params = {"logit_scale": 1.0, "dense": {"kernel": 1.0, "bias": 1.0},
+            "layer_norm": {"scale": 1.0}}
+  assert optim.decay_mask(params) == {"logit_scale": False,
+                                      "dense": {"kernel": True, "bias": False},
+                                      "layer_norm": {"scale": False}}
