@@ -7,8 +7,8 @@ as in BERT (google-research/bert optimization.py excludes "LayerNorm", "layer_no
 "bias"), and a contrastive run's learned scale. LAMB is ALBERT's: Adam's update plus
 decoupled weight decay, scaled per parameter by the trust ratio ||w|| / ||update||,
 except LayerNorm parameters and biases, which ALBERT leaves out of that layer-wise
-scaling as out of weight decay (google-research/albert lamb_optimizer.py, exclude_from_layer_adaptation); optax.lamb,
-whose steps these are, scales every parameter.
+scaling as out of weight decay (google-research/albert lamb_optimizer.py,
+exclude_from_layer_adaptation); optax.lamb, whose steps these are, scales every parameter.
 
 StableAdamW (Wortsman et al. 2023, "Stable and low-precision training for large-scale
 vision-language models"; the reference is optimi's `StableAdamW`, warner-benjamin/optimi
