@@ -3,6 +3,7 @@
     python -m encoderx.train --config=configs/bert.py:tiny --workdir=runs/tiny \
         [--config.train.steps=200] [--resume] [--init_from=RUN_DIR | hf:HF_DIR] \
         [--predict=FILE [--predict_output=FILE]]
+    python -m encoderx.train --config=... --compile_only   (what each train step needs)
     python -m encoderx.train --gin_file=my_run.gin --workdir=runs/tiny \
         [--gin_bindings='train.steps = 200']   (the same schema in gin: gin_config.py)
 
@@ -37,6 +38,14 @@ def main(argv) -> None:
     logger.setLevel(logging.WARNING)  # process 0 reports the run
   with distributed.agreement((errors.UserError,)):  # a per-process flag or gin file
     config = cli.config_from_flags(FLAGS)
+  if FLAGS.compile_only:
+    from encoderx.train import sizing  # pylint: disable=g-import-not-at-top
+    for size in sizing.compile_train_steps(config):
+      print(size.describe())
+    return
+  if not FLAGS.workdir:
+    raise errors.UserError("--workdir is required: the directory for the run's "
+                           "checkpoints and metrics.")
   if FLAGS.predict:
     count, output = train.predict(config, FLAGS.workdir, FLAGS.predict,
                                   FLAGS.predict_output)
@@ -69,6 +78,10 @@ def define_flags() -> None:
                     "work directory holds no checkpoint (instead of stopping).")
   flags.DEFINE_integer("stop_at_step", None, "Stop (with a checkpoint) after this step; "
                        "continue later with --resume.")
+  flags.DEFINE_bool("compile_only", False, "Instead of training: compile each phase's "
+                    "train step for the config and print XLA's FLOPs and memory per "
+                    "device (and whether it fits the device), then stop. Nothing trains "
+                    "or is written; --workdir is not needed (train/sizing.py).")
   flags.DEFINE_string("predict", "", "Instead of training: write the predictions of the "
                       "run in --workdir for the examples of this file.")
   flags.DEFINE_string("predict_output", "", "Where --predict writes (default: the "
@@ -80,7 +93,6 @@ def define_flags() -> None:
                        "default $JAX_NUM_PROCESSES.")
   flags.DEFINE_integer("process_id", None, "A run of several processes: this one's index, "
                        "0 to num_processes - 1; default $JAX_PROCESS_ID.")
-  flags.mark_flags_as_required(["workdir"])
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from encoderx import initialize
 from encoderx.train import trainer as trainer_lib
 from encoderx import workdir as workdir_lib
 from encoderx.data import buckets, pipeline
+from encoderx.train import feeding
 from encoderx.train import memory
 from encoderx.train import progress
 from encoderx.train import skips as skips_lib
@@ -41,35 +42,6 @@ logger = logging.getLogger("encoderx")
 # Errors that come from what the user gave: every process of a run agrees on them
 # (distributed.agreement) and the command line prints them in one line.
 USER_ERRORS = (errors.UserError,)
-
-
-def _by_rows(config) -> bool:
-  """data.process_split=rows: every process reads the whole global stream."""
-  return config.data.process_split == "rows" and jax.process_count() > 1
-
-
-def _shard_info(config) -> seqio.ShardInfo | None:
-  if jax.process_count() == 1 or _by_rows(config):
-    return None
-  return seqio.ShardInfo(index=jax.process_index(), num_shards=jax.process_count())
-
-
-def _local_batch_size(config, global_batch: int) -> int:
-  """The batch size this process's iterator yields (rows mode: the global one)."""
-  if global_batch % jax.process_count():
-    raise errors.ConfigError(
-        f"batch size {global_batch} is not divisible by the {jax.process_count()} hosts.")
-  return global_batch if _by_rows(config) else global_batch // jax.process_count()
-
-
-def _device_batch(trainer: trainer_lib.Trainer, batch: dict[str, np.ndarray],
-                  whole: bool = False):
-  """This process's batch as global arrays; in rows mode, or with `whole`, `batch` is the
-  global batch, of which this process keeps the rows its devices hold."""
-  if whole or _by_rows(trainer.config):
-    rows = trainer.process_rows(len(next(iter(batch.values()))))
-    batch = {name: value[rows] for name, value in batch.items()}
-  return trainer.device_batch(batch)
 
 
 def _length(batch: dict, default: int) -> int:
@@ -90,10 +62,10 @@ def _evaluation_batches(trainer: trainer_lib.Trainer, task: seqio.Task,
   `eval.batches` batches of the validation split (the same examples at every evaluation
   of a run), or, with eval.batches=0, every example of it once."""
   config = trainer.config
-  batch_size = _local_batch_size(config, trainer.evaluation_batch_size(phase.seq_length))
+  batch_size = feeding.local_batch_size(config, trainer.evaluation_batch_size(phase.seq_length))
   batches = pipeline.evaluation_batches(
       task, "validation", phase.seq_length, batch_size, count=config.eval.batches,
-      seed=config.train.seed, shard_info=_shard_info(config))
+      seed=config.train.seed, shard_info=feeding.shard_info(config))
   if not config.eval.batches:  # each process's shard has its own number of batches
     batches = _padded_to_every_process(batches, lambda: next(pipeline.whole_split(
         task, "validation", phase.seq_length, batch_size, config.train.seed)))
@@ -116,7 +88,7 @@ def evaluate(trainer: trainer_lib.Trainer, task: seqio.Task, state,
   evaluate_step = trainer.evaluate_step(phase.index)
   key = _evaluation_key(config)
   weights = trainer.weights(state)
-  outputs = [evaluate_step(weights, state.method_state, _device_batch(trainer, batch),
+  outputs = [evaluate_step(weights, state.method_state, feeding.device_batch(trainer, batch),
                            jax.random.fold_in(key, index))
              for index, batch in enumerate(batches)]
   return trainer.methods[phase.index].summarize_evaluation(jax.device_get(outputs))
@@ -139,7 +111,7 @@ def _compile_evaluations(trainer: trainer_lib.Trainer, task: seqio.Task, state) 
       batches.close()
     if first is None:  # an empty split: nothing to evaluate, nothing to compile
       continue
-    batch = _device_batch(trainer, first)
+    batch = feeding.device_batch(trainer, first)
     rows = trainer.evaluation_batch_size(length)
     _, cost = trainer.compile_evaluate_step(
         weights, state.method_state, batch, jax.random.fold_in(_evaluation_key(config), 0),
@@ -301,15 +273,15 @@ def _run_in(trainer: trainer_lib.Trainer, init: initialize.InitSource, task: seq
             start = position if position.get("phase") == stream else None
             with distributed.agreement(USER_ERRORS):  # the data's errors, to the first batch
               batches = pipeline.batch_iterator(
-                  task, "train", phase.seq_length, _local_batch_size(config, unit),
-                  seed=config.train.seed + 1000 * stream, shard_info=_shard_info(config),
+                  task, "train", phase.seq_length, feeding.local_batch_size(config, unit),
+                  seed=config.train.seed + 1000 * stream, shard_info=feeding.shard_info(config),
                   position=start, group_lengths=config.finetune.length_buckets
                   if config.finetune.group_by_length else ())
               feed = itertools.chain([next(batches)], batches)
           train_steps = {}  # by the batch's shapes: one, or one per length bucket
           meter = progress.Meter(phase.batch_size * phase.seq_length)
           while step < phase.end and not stop.stopping:
-            batch = _device_batch(trainer, buckets.cut(
+            batch = feeding.device_batch(trainer, buckets.cut(
                 _joined([next(feed) for _ in range(phase.batch_size // unit)]),
                 config.finetune.length_buckets, phase.seq_length))
             shapes = buckets.shapes(batch)
@@ -390,7 +362,7 @@ def predict(config: ml_collections.ConfigDict, workdir: str, input_path: str,
         config.eval.best_metric, config.eval.best_mode, trainer.weights)
   predict_step = trainer.predict_step()
   outputs = [jax.device_get(predict_step(params, method_state,
-                                         _device_batch(trainer, b, whole=True)))
+                                         feeding.device_batch(trainer, b, whole=True)))
              for b in batches]
   predictions = {name: np.concatenate([o[name] for o in outputs])[:len(rows)]
                  for name in outputs[0]} if outputs else {}
