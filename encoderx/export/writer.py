@@ -68,12 +68,13 @@ def load_run(workdir: str, step: int | None) -> Run:
                       "config.json).", argument="workdir")
   source = os.path.join(workdir, "checkpoints", str(step)) if step is not None else workdir
   try:
-    params = sources.open_source(source).load_params()
+    opened = sources.open_source(source)  # a RunSource: the directory has config.json
+    params = opened.load_params()
   except sources.InitError as error:
     raise ExportError(str(error), argument="workdir") from None
-  config = sources.run_config(os.path.join(workdir, "config.json"))
-  method = method_registry.build(config)
-  return Run(config, method, method.model_config.replace(layout=dict(scan=False)), params)
+  method = method_registry.build(opened.config)
+  return Run(opened.config, method, method.model_config.replace(layout=dict(scan=False)),
+             params)
 
 
 def output_directory(output: str) -> str:
