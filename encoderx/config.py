@@ -249,7 +249,7 @@ def _validate_run(config) -> None:
   errors.check_choice("eval.best_mode", config.eval.best_mode, ("max", "min"))
   if config.init_from_optimizer and (not config.init_from
                                      or config.init_from.startswith("hf:")):
-    errors.fail("init_from_optimizer", "needs --init_from to name a run (its work "
+    errors.fail("init_from_optimizer", "needs init_from to name a run (its work "
                 f"directory or RUN/checkpoints/STEP), got {config.init_from!r}.")
 
 

@@ -146,7 +146,7 @@ def test_hugging_face_weights_cut_short_stop_in_one_line(tmp_path):
   legacy format when the weights are read)."""
   transformers = pytest.importorskip("transformers")
   torch = pytest.importorskip("torch")
-  from encoderx import initialize  # pylint: disable=g-import-not-at-top
+  from encoderx import sources  # pylint: disable=g-import-not-at-top
   directory = tmp_path / "hf"
   source = tiny_hf.save_tiny_bert(directory, transformers.BertForMaskedLM)
   state_dict = {name: value.clone() for name, value in  # not mapped from the file cut
@@ -170,9 +170,9 @@ def test_hugging_face_weights_cut_short_stop_in_one_line(tmp_path):
     torch.save(state_dict, directory / "pytorch_model.bin",
                _use_new_zipfile_serialization=zipped)
     _cut_short(directory / "pytorch_model.bin")
-    with pytest.raises(initialize.InitError, match=r"pytorch_model.bin' cannot be read "
+    with pytest.raises(sources.InitError, match=r"pytorch_model.bin' cannot be read "
                        r"\(.*\): it is cut short"):
-      initialize.open_source(source).load_params()
+      sources.open_source(source).load_params()
 
 
 # --- one document per line ----------------------------------------------------------------------

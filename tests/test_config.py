@@ -11,7 +11,7 @@ import pytest
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import cli, errors, moved
 from encoderx import config as config_lib
-from encoderx import initialize
+from encoderx import sources
 from encoderx import configs
 
 
@@ -158,7 +158,7 @@ def test_moved_fields_are_read_at_their_new_place_from_older_runs(tmp_path):
   assert old["finetune"]["doc_stride"] == 64  # the argument is left as it was
   # An older run's config.json, as --init_from and export read it.
   (tmp_path / "config.json").write_text(json.dumps(old))
-  config = initialize.run_config(str(tmp_path / "config.json"))
+  config = sources.run_config(str(tmp_path / "config.json"))
   assert (config.qa.doc_stride, config.qa.version_2, config.finetune.train_file) == (
       64, True, "t.json")
   assert (config.finetune.length_buckets, config.finetune.group_by_length) == ((32, 48), True)
@@ -235,7 +235,7 @@ def test_flat_model_fields_of_older_runs_are_read_in_their_groups(tmp_path):
   # A run written with the groups is left as it is (a group is not a moved leaf).
   assert config_lib.migrate_fields({"model": GROUPED_MODEL})["model"] == GROUPED_MODEL
   (tmp_path / "config.json").write_text(json.dumps({"model": FLAT_MODEL}))
-  model = initialize.run_config(str(tmp_path / "config.json")).model
+  model = sources.run_config(str(tmp_path / "config.json")).model
   assert (model.attention.variant, model.attention.kernel, model.attention.window,
           model.attention.relative_terms, model.norm.kind, model.norm.bias,
           model.feed_forward.kind, model.layout.scan, model.init.scheme,

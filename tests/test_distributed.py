@@ -421,7 +421,7 @@ def test_two_processes_evaluate_and_predict_a_whole_split_as_one_process(tmp_pat
   the metrics of one process evaluating the same parameters, and --predict on two
   processes writes one process's predictions, each row once, in input order."""
   import seqio  # pylint: disable=g-import-not-at-top
-  from encoderx import checkpoint, initialize  # pylint: disable=g-import-not-at-top
+  from encoderx import checkpoint, sources  # pylint: disable=g-import-not-at-top
   from encoderx.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   from encoderx.data import pipeline  # pylint: disable=g-import-not-at-top
   lines = [line.replace("\t", " ") for line in austen_lines(73)]
@@ -443,7 +443,7 @@ def test_two_processes_evaluate_and_predict_a_whole_split_as_one_process(tmp_pat
 
   # One process of 8 devices, the same config and parameters (the best checkpoint: the
   # only evaluation's).
-  config = initialize.run_config(str(run / "config.json"))
+  config = sources.run_config(str(run / "config.json"))
   trainer = trainer_lib.Trainer(config)
   task = trainer.method.task()
   assert [len(list(pipeline.whole_split(task, "validation", 64, 4,

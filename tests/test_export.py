@@ -81,8 +81,8 @@ def test_exported_run_loads_in_transformers_with_the_same_outputs_and_ids(
   check_tokenizer(exported.output, method.vocabulary, austen_lines(300))
   check_special_token_ids(exported.output)
   # The exported directory is read back by --init_from=hf: to the same parameters.
-  from encoderx import initialize  # pylint: disable=g-import-not-at-top
-  source = initialize.open_source(f"hf:{exported.output}")
+  from encoderx import sources  # pylint: disable=g-import-not-at-top
+  source = sources.open_source(f"hf:{exported.output}")
   assert source.model["family"] == case.family
   back = flax.traverse_util.flatten_dict(source.load_params())
   ours = flax.traverse_util.flatten_dict(params)
@@ -203,13 +203,13 @@ def test_a_fine_tuning_config_takes_a_rotary_sources_thetas_a_rotary_run_its_own
 def test_a_directory_of_another_family_is_refused_in_one_line(tmp_path):
   """A ModernBERT directory given to EuroBERT's config, a BERT one to ModernBERT's (on
   the command line: one line, exit 2, before anything compiles)."""
-  from encoderx import initialize  # pylint: disable=g-import-not-at-top
+  from encoderx import initialize, sources  # pylint: disable=g-import-not-at-top
   from encoderx.data import resources  # pylint: disable=g-import-not-at-top
   modernbert = str(tmp_path / "modernbert")
   _save_pretrained("modernbert", modernbert)
   config = _tiny_config("eurobert:tiny")
   config.init_from = f"hf:{modernbert}"
-  with pytest.raises(initialize.InitError, match=r"\(modernbert\) is a modernbert model \(a "
+  with pytest.raises(sources.InitError, match=r"\(modernbert\) is a modernbert model \(a "
                      r"byte_bpe vocabulary, layout 'bert'\); this config "
                      r"\(model.family='eurobert'\) trains byte_bpe vocabularies of the "
                      r"'eurobert' layout: .*configs/modernbert.py"):
@@ -327,7 +327,7 @@ def test_electra_over_modernbert_trains_and_exports_its_discriminator(tmp_path, 
   ModernBERT's encoder) trains a few steps; its discriminator exports as a
   ModernBertModel (the replaced-token head named as left out) that transformers loads
   and computes with encoderx's hidden states (fp32, 1e-4)."""
-  from encoderx import initialize, train  # pylint: disable=g-import-not-at-top
+  from encoderx import sources, train  # pylint: disable=g-import-not-at-top
   from encoderx.methods import registry  # pylint: disable=g-import-not-at-top
   config = _config("modernbert:rtd_tiny")
   config.train.steps = 3
@@ -338,8 +338,8 @@ def test_electra_over_modernbert_trains_and_exports_its_discriminator(tmp_path, 
   exported = writer.export_hf(workdir, str(tmp_path / "hf"))
   assert (exported.family, exported.hf_class) == ("modernbert", "ModernBertModel")
   assert exported.left_out == ["rtd_head"]
-  method = registry.build(initialize.run_config(os.path.join(workdir, "config.json")))
-  params = initialize.open_source(workdir).load_params()  # the discriminator's, as trained
+  method = registry.build(sources.run_config(os.path.join(workdir, "config.json")))
+  params = sources.open_source(workdir).load_params()  # the discriminator's, as trained
   diffs = check_export_parity(method, params, exported, method.vocabulary.pad_id)
   print(f"modernbert:rtd_tiny discriminator export parity: hidden {diffs['hidden']:.1e}")
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 import transformers
 
-from encoderx import checkpoint, initialize, train
+from encoderx import checkpoint, initialize, sources, train
 from encoderx.train import progress
 from encoderx.train import trainer as trainer_lib
 from encoderx.data import labelled, resources
@@ -249,8 +249,8 @@ def test_bad_init_from_sources_are_clear_errors(tmp_path, pretrained_run):
       (str(tmp_path), "neither a run's work directory"),
       (f"hf:{tmp_path}", "has no config.json"),
   ]:
-    with pytest.raises(initialize.InitError, match=message) as refused:
-      initialize.open_source(spec)
+    with pytest.raises(sources.InitError, match=message) as refused:
+      sources.open_source(spec)
     # The library speaks of the value; the command line names the flag (--init_from:).
     assert not str(refused.value).startswith("--") and refused.value.argument == "init_from"
   # Weights that do not fit their own config.json: the encoder is refused, by name.
@@ -258,7 +258,7 @@ def test_bad_init_from_sources_are_clear_errors(tmp_path, pretrained_run):
   config_json = directory / "config.json"
   config_json.write_text(config_json.read_text().replace('"num_hidden_layers": 2',
                                                          '"num_hidden_layers": 3'))
-  source = initialize.open_source(f"hf:{directory}")
+  source = sources.open_source(f"hf:{directory}")
   model_config = model_config_lib.ModelConfig.from_config(
       model_config_lib.nested(source.model))
   shapes = flax.linen.unbox(jax.eval_shape(
@@ -266,13 +266,13 @@ def test_bad_init_from_sources_are_clear_errors(tmp_path, pretrained_run):
       pretraining.init_batch(1, 8, 2))["params"])
   fresh = jax.tree_util.tree_map(lambda x: np.zeros(x.shape, x.dtype), shapes)
   # The conversion itself names the weights the directory lacks (encoderx/hf/engine.py).
-  with pytest.raises(initialize.InitError, match=r"the weights lack what BertForPreTraining "
+  with pytest.raises(sources.InitError, match=r"the weights lack what BertForPreTraining "
                      r"has: bert.encoder.layer.2.attention"):
     initialize.merge(fresh, source.load_params())
   # A checkpoint step that does not exist.
   workdir, _ = pretrained_run
-  with pytest.raises(initialize.InitError, match=r"checkpoints/7' does not exist"):
-    initialize.open_source(str(workdir / "checkpoints" / "7"))
+  with pytest.raises(sources.InitError, match=r"checkpoints/7' does not exist"):
+    sources.open_source(str(workdir / "checkpoints" / "7"))
 
 
 def test_labelled_files_with_errors_name_file_and_line(tmp_path):

@@ -24,7 +24,7 @@ LAYERS = (
                          "distributed")),
     ("methods", ("methods",)),
     ("conversion", ("hf",)),
-    ("core of a run", ("config", "checkpoint", "workdir", "initialize")),
+    ("core of a run", ("config", "checkpoint", "workdir", "sources", "initialize")),
     ("trainer, loop and command line", ("train", "cli", "gin_config")),
     ("commands", ("export", "embed", "preprocess", "glue", "retrieval", "average", "mine",
                   "__main__")),

@@ -27,7 +27,8 @@ PACKAGE = REPO / "encoderx"
 # The core: the loop, the trainer and what they are built on. Methods live in
 # encoderx/methods/ and are loaded by name (encoderx/methods/registry.py: REGISTRY).
 CORE = ("train/trainer.py", "train/loop.py", "train/__main__.py", "methods/base.py",
-        "checkpoint.py", "initialize.py", "sharding.py", "optim.py", "config.py")
+        "checkpoint.py", "initialize.py", "sources.py", "sharding.py", "optim.py",
+        "config.py")
 # What the core may import of encoderx/methods: the interface and the registry.
 INTERFACE = ("encoderx.methods.base", "encoderx.methods.registry")
 OBJECTIVE_AND_FAMILY_NAMES = {"mlm", "nsp", "sop", "sbo", "rtd", "plm", "electra",

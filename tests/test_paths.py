@@ -10,7 +10,7 @@ import pytest
 from etils import epath
 
 from encoderx import errors
-from encoderx import files, initialize, train
+from encoderx import files, sources, train
 from encoderx import workdir as workdir_lib
 from encoderx.data import resources
 from encoderx.export import writer
@@ -137,15 +137,15 @@ def test_a_run_in_file_urls_is_the_run_in_paths(runs):
 @pytest.mark.slow
 def test_init_from_and_export_take_file_urls(runs, tmp_path):
   workdir = runs["path"][0]
-  by_url, by_path = (initialize.open_source(_url(workdir)),
-                     initialize.open_source(str(workdir)))
+  by_url, by_path = (sources.open_source(_url(workdir)),
+                     sources.open_source(str(workdir)))
   assert by_url.name == by_path.name == str(workdir) and by_url.vocab == by_path.vocab
   jax.tree_util.tree_map(np.testing.assert_array_equal, by_url.load_params(),
                          by_path.load_params())
-  step = initialize.open_source(_url(workdir / "checkpoints" / "3"))
+  step = sources.open_source(_url(workdir / "checkpoints" / "3"))
   assert step.name == str(workdir)
-  with pytest.raises(initialize.InitError, match=f"'{tmp_path}/none' does not exist"):
-    initialize.open_source(_url(tmp_path / "none"))
+  with pytest.raises(sources.InitError, match=f"'{tmp_path}/none' does not exist"):
+    sources.open_source(_url(tmp_path / "none"))
   exported = writer.export_npz(_url(workdir), _url(tmp_path / "url.npz"))
   writer.export_npz(str(workdir), str(tmp_path / "path.npz"))
   assert exported.output == str(tmp_path / "url.npz")
@@ -156,5 +156,5 @@ def test_init_from_and_export_take_file_urls(runs, tmp_path):
   pytest.importorskip("transformers")
   exported = writer.export_hf(_url(workdir), _url(tmp_path / "hf"))
   assert exported.output == str(tmp_path / "hf") and "vocab.txt" in exported.files
-  source = initialize.open_source(f"hf:{_url(tmp_path / 'hf')}")
+  source = sources.open_source(f"hf:{_url(tmp_path / 'hf')}")
   assert source.vocab["path"] == str(tmp_path / "hf" / "vocab.txt")

@@ -239,7 +239,7 @@ def test_context_extension_continues_the_source_at_a_longer_length(tiny_config, 
 
 def test_init_from_optimizer_needs_a_run(tiny_config):
   config = tiny_config("modernbert:tiny_context_extension")
-  with pytest.raises(errors.ConfigError, match="init_from_optimizer.*needs --init_from"):
+  with pytest.raises(errors.ConfigError, match="init_from_optimizer.*needs init_from "):
     trainer_lib.Trainer(config, devices=ONE_DEVICE)
   config.init_from = "hf:/some/dir"
   with pytest.raises(errors.ConfigError, match="init_from_optimizer"):
@@ -268,7 +268,7 @@ def test_average_is_the_hand_mean_and_a_run_like_any_other(tiny_config, tmp_path
   train.ema_decay contributes (and --init_from takes) its moving average."""
   import subprocess
   import sys
-  from encoderx import average, initialize
+  from encoderx import average, initialize, sources
   from encoderx.export import writer
   config = tiny_config()
   config.train.steps = 6
@@ -277,19 +277,19 @@ def test_average_is_the_hand_mean_and_a_run_like_any_other(tiny_config, tmp_path
   run = tmp_path / "run"
   result = _run(config, run)
   before = _fingerprint(run)
-  weights = {step: initialize.run_weights(str(run), step)[1] for step in (2, 4, 6)}
+  weights = {step: sources.run_weights(str(run), step)[1] for step in (2, 4, 6)}
   # The run's weights are the moving average: what it returned and what export reads.
   jax.tree_util.tree_map(np.testing.assert_array_equal, weights[6],
                          jax.device_get(result["params"]))
 
   written, chosen = average.average([str(run)], str(tmp_path / "last2"), last=2)
   assert chosen == [(str(run), 4), (str(run), 6)] and written.endswith("checkpoints/6")
-  _, mean = initialize.run_weights(str(tmp_path / "last2"), None)
+  _, mean = sources.run_weights(str(tmp_path / "last2"), None)
   hand = jax.tree_util.tree_map(lambda a, b: ((a.astype(np.float64) + b) / 2).astype(a.dtype),
                                 weights[4], weights[6])
   jax.tree_util.tree_map(np.testing.assert_array_equal, mean, hand)
   average.average([str(run)], str(tmp_path / "named"), steps=(2, 6))
-  _, named = initialize.run_weights(str(tmp_path / "named"), None)
+  _, named = sources.run_weights(str(tmp_path / "named"), None)
   jax.tree_util.tree_map(
       lambda m, a, b: np.testing.assert_allclose(m, (a + b) / 2, rtol=1e-6, atol=1e-8),
       named, weights[2], weights[6])

@@ -29,7 +29,7 @@ import orbax.checkpoint as ocp
 from encoderx import checkpoint as checkpoint_lib
 from encoderx import errors
 from encoderx import files as files_lib
-from encoderx import initialize
+from encoderx import sources
 
 
 
@@ -84,7 +84,7 @@ def _model_of(config) -> dict:
 def mean_weights(checkpoints: list[tuple[str, int]]):
   """(the first run's config, the mean of the checkpoints' weights in the runs' own
   layout). Raises AverageError when they are not of one model."""
-  configs = {run: initialize.run_config(os.path.join(run, "config.json"))
+  configs = {run: sources.run_config(os.path.join(run, "config.json"))
              for run, _ in checkpoints}
   first_run = checkpoints[0][0]
   first = configs[first_run]
@@ -98,7 +98,7 @@ def mean_weights(checkpoints: list[tuple[str, int]]):
                          "average.")
   total, reference = None, None
   for run, step in checkpoints:
-    _, weights = initialize.run_weights(run, step, configs[run])
+    _, weights = sources.run_weights(run, step, configs[run])
     flat = flax.traverse_util.flatten_dict(weights)
     if reference is None:
       reference = {path: (value.shape, value.dtype) for path, value in flat.items()}

@@ -7,7 +7,7 @@
 `init_from` is what --init_from of a training run takes: a run's work directory (its
 latest checkpoint: e.g. a SimCSE run) or hf:DIR, a Hugging Face model directory (e.g. a
 sentence-transformers model's). Where an argument leaves it open, the model's own
-pooling, normalization, prompts and length apply (initialize.Source.sentence_embedding):
+pooling, normalization, prompts and length apply (sources.Source.sentence_embedding):
 a sentence-transformers directory's modules, or an embedding run's (simcse, contrastive)
 as it was trained, so that Embedder(RUN) is SentenceTransformer(its export).
 
@@ -29,7 +29,7 @@ import ml_collections
 import numpy as np
 from tqdm.auto import tqdm
 
-from encoderx import errors, initialize
+from encoderx import errors, sources
 from encoderx.data import labelled, tasks
 from encoderx.hf import st_directory
 from encoderx.models import model_config
@@ -43,7 +43,7 @@ DEFAULT_MAX_LENGTH = 256
 
 def open_encoder(source, max_length: int):
   """(its vocabulary, its model config, max_length within the model's positions) of an
-  opened `source` (initialize.open_source of a run or hf:DIR), set up for inference: its
+  opened `source` (sources.open_source of a run or hf:DIR), set up for inference: its
   params come unscanned and without the vocabulary's padding rows; without dropout, the
   default attention is the fast one."""
   vocabulary = tasks.build_vocabulary(ml_collections.ConfigDict(source.vocab))
@@ -99,7 +99,7 @@ class Embedder:
   def __init__(self, init_from: str, pooling: str | None = None,
                normalize: bool | None = None, max_length: int | None = None,
                batch_size: int = 64):
-    source = initialize.open_source(init_from)
+    source = sources.open_source(init_from)
     # The model's own settings (a sentence-transformers directory's, an embedding run's),
     # where an argument leaves one open.
     saved = source.sentence_embedding() or st_directory.SentenceEmbedding()

@@ -25,7 +25,7 @@ import numpy as np
 
 from encoderx import errors
 from encoderx import files as files_lib
-from encoderx import initialize
+from encoderx import sources
 from encoderx.data import fields as data_fields
 from encoderx.methods import base as method_lib
 from encoderx.methods import registry as method_registry
@@ -68,12 +68,13 @@ def load_run(workdir: str, step: int | None) -> Run:
                       "config.json).", argument="workdir")
   source = os.path.join(workdir, "checkpoints", str(step)) if step is not None else workdir
   try:
-    params = initialize.open_source(source).load_params()
-  except initialize.InitError as error:
+    opened = sources.open_source(source)  # a RunSource: the directory has config.json
+    params = opened.load_params()
+  except sources.InitError as error:
     raise ExportError(str(error), argument="workdir") from None
-  config = initialize.run_config(os.path.join(workdir, "config.json"))
-  method = method_registry.build(config)
-  return Run(config, method, method.model_config.replace(layout=dict(scan=False)), params)
+  method = method_registry.build(opened.config)
+  return Run(opened.config, method, method.model_config.replace(layout=dict(scan=False)),
+             params)
 
 
 def output_directory(output: str) -> str:

@@ -33,7 +33,7 @@ import jax
 import ml_collections
 from tqdm.auto import tqdm
 
-from encoderx import errors, initialize, train
+from encoderx import errors, initialize, sources, train
 from encoderx import config as config_lib
 from encoderx import files as files_lib
 from encoderx.train import trainer as trainer_lib
@@ -282,7 +282,7 @@ def sweep(init_from: str, output: str, recipe=None, tasks: list[str] | None = No
   if not init_from:
     raise GlueError("name the encoder (a run's work directory or hf:DIR).",
                     argument="init_from")
-  initialize.open_source(init_from)  # a bad source fails before any data is read
+  sources.open_source(init_from)  # a bad source fails before any data is read
   output = str(files_lib.path(output))
   prepared = prepare_data(tasks, output, data_dir, use_tfds, tfds_data_dir)
   for name, (_, examples) in prepared.items():

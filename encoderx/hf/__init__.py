@@ -1,5 +1,5 @@
 """Hugging Face (PyTorch) conversion, used by both import (`--init_from=hf:DIR`,
-encoderx/initialize.py) and export (encoderx/export/).
+encoderx/sources.py) and export (encoderx/export/).
 
     base.py             what a family's table is made of: Transform, Rule, Head, Family,
                         ConversionError

@@ -1,7 +1,7 @@
 """sentence-transformers' files beside a Hugging Face model directory: what turns the
 encoder's outputs into a sentence embedding (pooling, normalization, prompts), written by
 `encoderx.export --format=sentence-transformers` and read by `--init_from=hf:DIR`
-(encoderx/initialize.py) for encoderx.embed and encoderx.retrieval. A run's own is its
+(encoderx/sources.py) for encoderx.embed and encoderx.retrieval. A run's own is its
 method's head description (`of_run_head`), so that a run embeds as its export does.
 
     write(directory, SentenceEmbedding(pooling="mean", normalize=True), 384)

@@ -25,7 +25,7 @@ import functools
 import jax
 import numpy as np
 
-from encoderx import errors, initialize
+from encoderx import errors, sources
 from encoderx.data import beir
 from encoderx.embed import embedder
 from encoderx.evaluation import retrieval as retrieval_scores
@@ -41,7 +41,7 @@ class Reranker:
   """Scores (query, document) pairs with the one-logit head of `init_from`."""
 
   def __init__(self, init_from: str, max_length: int | None = None, batch_size: int = 64):
-    source = initialize.open_source(init_from)
+    source = sources.open_source(init_from)
     self.vocabulary, model_config, self.max_length = embedder.open_encoder(
         source, max_length or embedder.DEFAULT_MAX_LENGTH)
     self.batch_size = batch_size
