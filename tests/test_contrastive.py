@@ -269,8 +269,9 @@ def test_bad_matryoshka_dims_are_refused_before_compiling(tmp_path, dims, proble
   from encoderx import errors  # pylint: disable=g-import-not-at-top
   config = method_config(tmp_path)
   config.contrastive.matryoshka_dims = dims
-  with pytest.raises(errors.ConfigError, match=problem):
+  with pytest.raises(errors.ConfigError, match=problem) as error:
     run(config, tmp_path / "run")
+  assert "contrastive.matryoshka_dims" in str(error.value) and "\n" not in str(error.value)
   assert not (tmp_path / "run" / "checkpoints").exists()
 
 
@@ -284,8 +285,10 @@ def test_rows_without_a_positive_or_with_an_empty_negative_are_refused(tmp_path)
     body = [r + ("\tm" if column == "negative_2" else "") for r in rows[1:4]]
     path.write_text("\n".join([header, *body, broken]) + "\n", encoding="utf-8")
     config.finetune.train_file = str(path)  # negative_2 is found beside negative
-    with pytest.raises(labelled.LabelledDataError, match=f"line 5: column '{column}'"):
+    with pytest.raises(labelled.LabelledDataError,
+                       match=f"line 5: column '{column}'") as error:
       run(config, tmp_path / f"run_{column}")
+    assert "\n" not in str(error.value)
     assert not (tmp_path / f"run_{column}" / "checkpoints").exists()
 
 

@@ -589,17 +589,15 @@ def prepared_cross_encoder(classifier: torch.nn.Module):
   return PreparedCrossEncoder()
 
 
-class Rerank(Adapter):
+class Rerank(FineTuning):
   """The rerank method: the family's sequence classification class with one label and
   sentence-transformers' cross_encoder loss of rerank.loss (methods/rerank.py:
   REFERENCE_LOSSES) with the loss's activation, called on (query, document) pairs of the
-  batch (PreparedCrossEncoder)."""
+  batch (prepared_cross_encoder)."""
   description = ("the family's ForSequenceClassification with one label and "
                  "sentence-transformers' cross_encoder loss")
 
-  @classmethod
-  def refusal(cls, method):
-    return FineTuning.refusal(method)
+  HEADS = {"rerank": "sequence_classification"}  # FineTuning.refusal reads it
 
   def build(self, head):
     del head
