@@ -328,7 +328,7 @@ def test_jsonl_rows_with_numbered_negatives_and_last_token_pooling(tmp_path):
 
 
 # Each case's contrastive settings, and the sentence-transformers loss the adapter
-# (torch_adapters.Contrastive) trains BertModel + mean pooling with.
+# (sentence_adapters.Contrastive) trains BertModel + mean pooling with.
 STEP_PARITY_CASES = {
     "mnrl": ({}, "MultipleNegativesRankingLoss"),
     "symmetric": ({"symmetric": True}, "MultipleNegativesRankingLoss"),  # per_direction

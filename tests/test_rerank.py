@@ -169,7 +169,7 @@ def test_steps_match_sentence_transformers_cross_encoder_losses(tmp_path, austen
                                                                  loss):
   """20 steps (batch 8 of 16 tokens, dropout off) against BertForSequenceClassification
   with one label under sentence-transformers' cross_encoder loss (REFERENCE_LOSSES; the
-  pairs' features given to it, torch_adapters.Rerank) and torch's AdamW, from the same
+  pairs' features given to it, sentence_adapters.Rerank) and torch's AdamW, from the same
   weights on the same batches: the bounds of tests/test_training_parity.py (loss 1e-5
   and gradient norm 5e-4 relative, weights 1e-4 absolute; observed <= 9e-7, 2.4e-5 and
   1e-5), but for the classifier's bias under the ranking losses. Those depend on the
