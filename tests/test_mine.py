@@ -167,3 +167,17 @@ def test_the_command_writes_the_library_rows_and_keeps_existing_files(
   assert again.stderr.strip().splitlines()[-1] == (
       f"encoderx: error: --output: '{output}' exists; choose another output or overwrite "
       "it (--overwrite).")
+
+
+def test_the_command_refuses_a_margin_out_of_range_in_one_line_writing_nothing(tmp_path):
+  """Before a model is loaded (here: none where --init_from points) or a file made."""
+  source, output = tmp_path / "pairs.tsv", tmp_path / "mined.jsonl"
+  source.write_text("anchor\tpositive\nA cat.\tA kitten.\nA dog.\tA puppy.\n",
+                    encoding="utf-8")
+  completed = _run(f"--init_from=hf:{tmp_path / 'none'}", f"--input={source}",
+                   f"--output={output}", "--relative_margin=1.5")
+  assert completed.returncode == 2 and not output.exists()
+  last = completed.stderr.strip().splitlines()[-1]
+  assert last.startswith("encoderx: error: --relative_margin: relative_margin must be in "
+                         "[0, 1)") and last.endswith("got 1.5."), last
+  assert sorted(tmp_path.iterdir()) == [source]

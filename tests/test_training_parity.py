@@ -55,15 +55,6 @@ CASES = [("bert:tiny", "pretraining"),
          pytest.param("eurobert:tiny", "mlm", marks=pytest.mark.slow)]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-  """Tiny models: threads only contend on a shared machine."""
-  threads = torch.get_num_threads()
-  torch.set_num_threads(1)
-  yield
-  torch.set_num_threads(threads)
-
-
 def parity_config(tiny_config, name: str):
   config = tiny_config(name)
   config.model.hidden_dropout = 0.0
@@ -86,7 +77,24 @@ def parity_config(tiny_config, name: str):
   return config
 
 
-def check(result: step_parity.Parity, config, name: str, loss_drop: float = 0.05) -> None:
+def side_by_side(config, head: str | None = None):
+  """(step_parity's Parity, the adapter): STEPS of config's method (one device) and of
+  its PyTorch adapter (torch_adapters.adapter(method, head), initialized from torch seed
+  0, whose weights both start from) on the method's first STEPS training batches; torch
+  on one thread (tiny models: threads only contend on a shared machine)."""
+  trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
+  torch.manual_seed(0)
+  adapter = torch_adapters.adapter(trainer.method, head)
+  threads = torch.get_num_threads()
+  torch.set_num_threads(1)
+  try:
+    return step_parity.step_parity(trainer, adapter, train_batches(trainer, config)), adapter
+  finally:
+    torch.set_num_threads(threads)
+
+
+def check(result: step_parity.Parity, config, name: str, loss_drop: float = 0.05,
+          loss_rtol: float = LOSS_RTOL) -> None:
   loss_diff, norm_diff = result.relative(result.losses), result.relative(result.grad_norms)
   print(f"\n{name}, {STEPS} steps ({config.optimizer.name}): loss "
         f"{result.losses[0, 1]:.4f} -> {result.losses[-1, 1]:.4f}; max relative diff "
@@ -94,7 +102,7 @@ def check(result: step_parity.Parity, config, name: str, loss_drop: float = 0.05
         f"diff {result.param_diff:.1e}")
   print("  per step loss rel diff", np.array2string(loss_diff, precision=1))
   print("  per step grad norm rel diff", np.array2string(norm_diff, precision=1))
-  assert loss_diff.max() <= LOSS_RTOL, loss_diff
+  assert loss_diff.max() <= loss_rtol, loss_diff
   assert norm_diff.max() <= GRAD_NORM_RTOL, norm_diff
   worst = max(result.param_diffs, key=result.param_diffs.get)
   assert result.param_diff <= PARAM_ATOL, (worst, result.param_diff)
@@ -112,11 +120,8 @@ def train_batches(trainer, config):
 def test_loss_grad_norm_and_weights_match_hugging_face_step_for_step(tiny_config, name,
                                                                      head):
   config = parity_config(tiny_config, name)
-  trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
-  torch.manual_seed(0)
-  adapter = torch_adapters.adapter(trainer.method, head)
+  result, adapter = side_by_side(config, head)
   assert isinstance(adapter, torch_adapters.Pretraining)
-  result = step_parity.step_parity(trainer, adapter, train_batches(trainer, config))
   check(result, config, f"{name} vs HF {type(adapter.model).__name__}")
 
 
@@ -126,11 +131,8 @@ def test_electra_generator_and_discriminator_match_hugging_face_step_for_step(ti
   on MLM + 50 x RTD; the discriminator reads tokens sampled with encoderx's key from
   HF's generator logits (equal to encoderx's within ~1e-6, so the draws agree)."""
   config = parity_config(tiny_config, "electra:tiny")
-  trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
-  torch.manual_seed(0)
-  adapter = torch_adapters.adapter(trainer.method)
+  result, adapter = side_by_side(config)
   assert isinstance(adapter.model, torch_adapters.ElectraPair)
-  result = step_parity.step_parity(trainer, adapter, train_batches(trainer, config))
   check(result, config, "electra_tiny vs HF ElectraForMaskedLM + ElectraForPreTraining")
 
 
@@ -174,12 +176,9 @@ def test_xlnet_matches_hugging_face_step_for_step(tiny_config):
   under test: fed no mems, HF's loss moves only ~2e-6 (attention is near uniform at
   init), but its gradient norm by ~2e-4 and its weights by 4e-3 within 4 steps."""
   config = parity_config(tiny_config, "xlnet:tiny")
-  trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
-  assert trainer.method.mem_len and trainer.method.bi_data  # both under test
-  torch.manual_seed(0)
-  adapter = torch_adapters.adapter(trainer.method)
+  result, adapter = side_by_side(config)
+  assert adapter.method.mem_len and adapter.method.bi_data  # both under test
   assert type(adapter.model).__name__ == "XLNetLMHeadModel"
-  result = step_parity.step_parity(trainer, adapter, train_batches(trainer, config))
   check(result, config, "xlnet_tiny vs HF XLNetLMHeadModel")
 
 
@@ -257,11 +256,8 @@ def test_fine_tuning_matches_hugging_faces_task_classes_step_for_step(tmp_path, 
   BertForTokenClassification (the 9 CoNLL tags; -100 on all but each word's first
   piece); the same bounds as pretraining's."""
   config = finetune_parity_config(tmp_path, method)
-  trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
-  torch.manual_seed(0)
-  adapter = torch_adapters.adapter(trainer.method)
+  result, adapter = side_by_side(config)
   assert isinstance(adapter, torch_adapters.FineTuning)
-  result = step_parity.step_parity(trainer, adapter, train_batches(trainer, config))
   check(result, config, f"{method} vs HF {type(adapter.model).__name__} "
         f"({adapter.model.config.num_labels} outputs)", LOSS_DROP[method])
 

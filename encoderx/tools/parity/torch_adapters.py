@@ -8,8 +8,9 @@
     params = adapter.converted_params(trainer)          # the HF weights as encoderx parameters
     ours, theirs = adapter.state_dicts(trainer, params)  # both as the HF state dict, numpy
 
-An adapter is found by the method's name and, where a method spans families, its model's
-family (REGISTRY; "*": any family the Hugging Face conversion knows):
+An adapter (adapter_base.py's Adapter) is found by the method's name and, where a method
+spans families, its model's family (REGISTRY; "*": any family the Hugging Face conversion
+knows); the embedding methods' are in sentence_adapters.py:
 
   pretrain, any family: the family's HF class `head` (default its first, the pretraining
       class: BertForPreTraining, RobertaForMaskedLM, AlbertForPreTraining,
@@ -32,9 +33,16 @@ family (REGISTRY; "*": any family the Hugging Face conversion knows):
       classifier_dropout the method's; fed the labels (tags -100 where encoderx's are -1:
       pieces after a word's first, special tokens) and scored by the class's own loss.
   contrastive, any family: the family's base class (BertModel; its pooler left out of
-      the comparison), each view mean-pooled, and sentence-transformers'
-      MultipleNegativesRankingLoss (symmetric: its per-direction form) on the embeddings;
-      mean pooling only, no Matryoshka, learned scale or gradient caching.
+      the comparison), each view mean-pooled, and sentence-transformers' loss class of
+      the config called on the views' features: MultipleNegativesRankingLoss (symmetric:
+      its per-direction form), CachedMultipleNegativesRankingLoss (cache_chunk_size as
+      mini_batch_size), inside MatryoshkaLoss; a learned scale is a `logit_scale`
+      parameter (open_clip's), exp of it capped as encoderx caps it. Mean pooling only,
+      no learned scale with gradient caching.
+  rerank, any family: the family's sequence classification class with one label and
+      sentence-transformers' cross_encoder loss of rerank.loss (BinaryCrossEntropyLoss,
+      MultipleNegativesRankingLoss without in-batch negatives, MarginMSELoss,
+      ListNetLoss) on the batch's (query, document) pairs.
 
 `strict` (the default) is parity's: the inputs and loss are what encoderx's step computes
 or an error says why they cannot be (rows packing several documents, which HF's attention
@@ -47,25 +55,20 @@ by PyTorch (no key).
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import ClassVar
-
 import jax
 import numpy as np
 import torch
 
-from encoderx import errors
 from encoderx.hf import engine
+from encoderx.tools.parity import sentence_adapters
+from encoderx.tools.parity.adapter_base import (Adapter, NoAdapterError, TorchBatch,
+                                                 hf_inputs, task_class_refusal)
 
 # The HF pretraining class's argument for the sentence objective's labels.
 SENTENCE_LABELS = {"BertForPreTraining": "next_sentence_label",
                    "AlbertForPreTraining": "sentence_order_label"}
 IGNORED = -100  # Hugging Face's label for positions nothing is predicted at
 ANY_FAMILY = "*"
-
-
-class NoAdapterError(errors.UserError, ValueError):
-  """A method (or family, or objective) that has no PyTorch counterpart here."""
 
 
 # --- inputs ---------------------------------------------------------------------------
@@ -81,91 +84,7 @@ def mlm_labels(batch: dict) -> np.ndarray:
   return labels
 
 
-def hf_inputs(batch: dict, strict: bool = True, token_types: bool = True) -> dict:
-  """A prepared (masked) encoderx batch -> the PyTorch model's keyword arguments
-  (input_ids, attention_mask, and token_type_ids where the model has `token_types`:
-  ModernBERT's and EuroBERT's have none).
-
-  With `strict`, rows must hold one sequence each (segment_ids 0 or 1): Hugging Face's
-  attention mask cannot keep packed sequences apart; and HF derives positions itself
-  (from 0, or RoBERTa's from input_ids), which must be encoderx's `positions`. Without,
-  every real token is attended to (the same work)."""
-  segments = np.asarray(batch["segment_ids"])
-  if strict:
-    if segments.max() > 1:
-      raise ValueError("rows pack several sequences; Hugging Face cannot keep them apart.")
-    positions = np.asarray(batch["positions"])
-    if np.any((positions != np.arange(positions.shape[1])) & (segments > 0)):
-      raise ValueError("positions do not count from 0 in every row.")
-  as_long = lambda x: torch.from_numpy(np.asarray(x, np.int64))
-  inputs = {"input_ids": as_long(batch["input_ids"]),
-            "attention_mask": as_long(segments > 0)}
-  if token_types:
-    inputs["token_type_ids"] = as_long(batch["token_type_ids"])
-  return inputs
-
-
-@dataclasses.dataclass
-class TorchBatch:
-  """What an adapter's loss reads: the HF forward's keyword arguments (labels included)
-  and the prepared encoderx batch (numpy) they were made from."""
-  kwargs: dict[str, torch.Tensor]
-  prepared: dict
-
-  def to(self, device) -> "TorchBatch":
-    return TorchBatch({k: v.to(device) for k, v in self.kwargs.items()}, self.prepared)
-
-
 # --- the adapters ---------------------------------------------------------------------
-class Adapter:
-  """The PyTorch side of one method: `model` (a torch.nn.Module, freshly initialized at
-  the method's sizes from torch's current random state), `inputs`, `loss`, and the
-  weights both ways (`converted_params`, `state_dicts`)."""
-  description: ClassVar[str]
-
-  def __init__(self, method, head: str | None = None, strict: bool = True):
-    self.method, self.strict = method, strict
-    self.model = self.build(head)
-
-  @classmethod
-  def refusal(cls, method) -> str | None:
-    """Why this adapter cannot stand for `method`'s config (None: it can)."""
-    del method
-    return None
-
-  def build(self, head: str | None) -> torch.nn.Module:
-    raise NotImplementedError
-
-  @property
-  def num_params(self) -> int:
-    return sum(p.numel() for p in self.model.parameters())  # tied ones once
-
-  def inputs(self, prepared: dict) -> TorchBatch:
-    raise NotImplementedError
-
-  def model_inputs(self, prepared: dict) -> dict:
-    """hf_inputs of `prepared` for this method's model (token types where it has them)."""
-    return hf_inputs(prepared, self.strict, self.method.model_config.embeddings.type_vocab_size > 0)
-
-  def loss(self, batch: TorchBatch, key=None) -> torch.Tensor:
-    """The loss of `batch`; `key` is the train step's loss key (the key encoderx's loss
-    draws from), which only ELECTRA's strict loss reads."""
-    raise NotImplementedError
-
-  def converted_params(self, trainer) -> dict:
-    """The HF model's weights as the trainer's parameters (the conversion's rules)."""
-    config = self.method.model_config
-    params, _, _ = engine.import_state_dict(self.model.state_dict(), config, config.family,
-                                        self.head)
-    engine.check_tree(params, trainer.abstract_state.params)
-    return params
-
-  def state_dicts(self, trainer, params) -> tuple[dict, dict]:
-    """(encoderx's `params` as the HF class's state dict, the HF model's), numpy."""
-    del trainer
-    config = self.method.model_config
-    return (engine.to_hf(params, config, config.family, self.head),
-            {k: v.detach().numpy() for k, v in self.model.state_dict().items()})
 
 
 class Pretraining(Adapter):
@@ -379,14 +298,7 @@ class FineTuning(Adapter):
 
   @classmethod
   def refusal(cls, method):
-    from encoderx.hf import families  # pylint: disable=g-import-not-at-top
-    family, head = method.model_config.family, cls.HEADS[method.name]
-    if head not in families.family_named(family).heads:
-      return f"family {family!r} has no {head} class"
-    if head == "sequence_classification" and method.config.finetune.pooling != "pooler":
-      return ("Hugging Face's sequence classification classes pool the first token through "
-              "the pooler (finetune.pooling='pooler')")
-    return None
+    return task_class_refusal(method, cls.HEADS[method.name])
 
   def build(self, head):
     del head
@@ -418,76 +330,6 @@ class FineTuning(Adapter):
     return self.model(**batch.kwargs).loss
 
 
-class Contrastive(Adapter):
-  """The contrastive method: the family's base class without its pooler (BertModel),
-  each view mean-pooled over the attention mask (sentence-transformers' Pooling), and
-  sentence-transformers' MultipleNegativesRankingLoss on the embeddings (symmetric:
-  directions query_to_doc and doc_to_query, per_direction, as
-  MultipleNegativesSymmetricRankingLoss)."""
-  description = ("the family's base class, mean pooling and sentence-transformers' "
-                 "MultipleNegativesRankingLoss")
-
-  @classmethod
-  def refusal(cls, method):
-    settings = method.config.contrastive
-    if method.config.finetune.pooling != "mean":
-      return "only mean pooling (finetune.pooling='mean')"
-    if settings.matryoshka_dims or settings.learn_scale or settings.cache_chunk_size:
-      return ("no Matryoshka dimensions, learned scale or gradient caching (their "
-              "equality with this loss is tested on its own)")
-    return None
-
-  def build(self, head):
-    del head
-    self.head = "base"
-    return engine.hf_model(self.method.model_config, self.method.model_config.family,
-                           self.head)
-
-  # The base class's pooler, which encoderx's SentenceEncoder lacks and the loss never
-  # reads: left out of the conversion and of the weights compared.
-  def converted_params(self, trainer):
-    config = self.method.model_config
-    params, _, _ = engine.import_state_dict(self.model.state_dict(), config, config.family,
-                                            self.head)
-    self.pooler = params["encoder_model"].pop("pooler")
-    engine.check_tree(params, trainer.abstract_state.params)
-    return params
-
-  def state_dicts(self, trainer, params):
-    with_pooler = {**params, "encoder_model": {**params["encoder_model"],
-                                               "pooler": self.pooler}}
-    ours, theirs = super().state_dicts(trainer, with_pooler)
-    return tuple({k: v for k, v in d.items() if not k.startswith("pooler.")}
-                 for d in (ours, theirs))
-
-  def inputs(self, prepared):
-    views = {prefix: {name[len(prefix):]: value for name, value in prepared.items()
-                      if name.startswith(prefix)} for prefix in self.method.views.values()}
-    views[""] = {name: prepared[name] for name in ("input_ids", "segment_ids",
-                                                   "token_type_ids", "positions")}
-    return TorchBatch({f"{index}.{name}": value
-                       for index, prefix in enumerate(self.method.views.values())
-                       for name, value in self.model_inputs(views[prefix]).items()},
-                      prepared)
-
-  def loss(self, batch, key=None):
-    del key
-    from sentence_transformers.sentence_transformer import losses  # pylint: disable=g-import-not-at-top
-    settings, embeddings = self.method.config.contrastive, []
-    for index in range(len(self.method.views)):
-      kwargs = {name.partition(".")[2]: value for name, value in batch.kwargs.items()
-                if name.partition(".")[0] == str(index)}
-      hidden = self.model(**kwargs).last_hidden_state
-      mask = kwargs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-      embeddings.append((hidden * mask).sum(1) / torch.clamp(mask.sum(1), min=1e-9))
-    directions = (("query_to_doc", "doc_to_query") if settings.symmetric
-                  else ("query_to_doc",))
-    loss = losses.MultipleNegativesRankingLoss(
-        None, scale=settings.scale, directions=directions,
-        partition_mode="per_direction" if settings.symmetric else "joint")
-    return loss.compute_loss_from_embeddings(embeddings, None)
-
-
 # --- the registry ---------------------------------------------------------------------
 # (method name, model family or ANY_FAMILY) -> its adapter.
 REGISTRY: dict[tuple[str, str], type[Adapter]] = {
@@ -497,7 +339,8 @@ REGISTRY: dict[tuple[str, str], type[Adapter]] = {
     ("classify", ANY_FAMILY): FineTuning,
     ("similarity", ANY_FAMILY): FineTuning,
     ("tag", ANY_FAMILY): FineTuning,
-    ("contrastive", ANY_FAMILY): Contrastive,
+    ("contrastive", ANY_FAMILY): sentence_adapters.Contrastive,
+    ("rerank", ANY_FAMILY): sentence_adapters.Rerank,
 }
 
 

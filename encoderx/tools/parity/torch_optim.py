@@ -21,13 +21,16 @@ import torch
 def decay_groups(torch_model) -> tuple[list, list]:
   """(parameters weight decay applies to, the others): transformers' Trainer rule
   (Trainer.get_decay_parameter_names: not biases, not nn.LayerNorm modules' parameters,
-  not parameters named for a norm, e.g. EuroBERT's RMSNorm weights); encoderx names its
-  own (optim.decay_mask)."""
+  not parameters named for a norm, e.g. EuroBERT's RMSNorm weights), and not encoderx's
+  optim.NOT_DECAYED (a contrastive run's logit_scale, which open_clip leaves undecayed
+  too); encoderx names its own (optim.decay_mask)."""
   import transformers  # pylint: disable=g-import-not-at-top
+  from encoderx import optim  # pylint: disable=g-import-not-at-top
   decayed = set(transformers.Trainer.get_decay_parameter_names(None, torch_model))
   decay, other = [], []
   for name, parameter in torch_model.named_parameters():  # tied ones once
-    (decay if name in decayed else other).append(parameter)
+    kept = name in decayed and name.rpartition(".")[2] not in optim.NOT_DECAYED
+    (decay if kept else other).append(parameter)
   return decay, other
 
 
