@@ -133,6 +133,14 @@ class Adapter:
     del method
     return None
 
+  @classmethod
+  def scores_every_position(cls, method) -> bool:
+    """Whether the HF class's MLM head scores every position against the vocabulary
+    (Hugging Face's MLM heads), or only the masked ones (sparse prediction), as
+    encoderx's head: what the bench counts as PyTorch's FLOPs."""
+    del method
+    return True
+
   def build(self, head: str | None) -> torch.nn.Module:
     raise NotImplementedError
 
@@ -182,6 +190,11 @@ class Pretraining(Adapter):
   # The family's HF config fields its pretraining sets: ModernBERT's recipe decodes
   # only the masked positions (sparse_prediction; the same loss, a mean over them).
   TRAINING_FIELDS = {"modernbert": {"sparse_prediction": True}}
+
+  @classmethod
+  def scores_every_position(cls, method):
+    fields = cls.TRAINING_FIELDS.get(method.model_config.family, {})
+    return not fields.get("sparse_prediction", False)
 
   def build(self, head):
     family = self.method.model_config.family
