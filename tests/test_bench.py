@@ -18,7 +18,9 @@ from encoderx import config as config_lib
 from encoderx.train import trainer as trainer_lib
 from encoderx.data import pipeline
 from encoderx.data import tagging
-from encoderx.tools.speed import accelerator, bench, bench_models, finetune_steps, flops, timing
+from encoderx.methods import registry as method_registry
+from encoderx.tools.speed import (accelerator, bench, bench_models, finetune_steps, flops, timing,
+                                  train_steps)
 from encoderx.tools.quality import finetune_compare
 
 
@@ -32,12 +34,13 @@ def _compiled(config, batch_size=8):
 
 
 @pytest.mark.parametrize("model_name", ["bert_mini", "albert_tiny", "electra_tiny",
-                                        "spanbert_tiny"])
+                                        "spanbert_tiny", "eurobert_tiny"])
 def test_flop_formula_matches_xla_count(model_name):
   """The formula from the config (encoderx/tools/speed/flops.py) is within 10% of the FLOPs XLA
   counts in the compiled step, which also counts elementwise ops and the optimizer (a
   larger share the smaller the model): BERT's layers, ALBERT's shared layers and
-  factorized embeddings, ELECTRA's generator, SpanBERT's SBO head."""
+  factorized embeddings, ELECTRA's generator, SpanBERT's SBO head, EuroBERT's gated
+  feed-forward and grouped-query attention."""
   config = bench_models.build_config(model_name, 8)
   trainer, _, _, _, cost = _compiled(config)
   formula = bench_models.model_flops_per_token(config, trainer.method)
@@ -56,6 +59,21 @@ def test_head_on_every_position_costs_more():
   padded = dataclasses.replace(model, vocab_multiple=128)  # 8,000 -> 8,064 rows
   assert (flops.training_flops_per_token(padded, 128, 20) - gathered
           == pytest.approx(6 * 512 * 64 * 20 / 128))
+
+
+def test_pytorch_flops_count_the_head_where_hugging_face_runs_it():
+  """Hugging Face's BERT scores every position against the vocabulary; ModernBERT's
+  pretraining class, built with sparse prediction, only the masked ones: the bench
+  counts PyTorch's FLOPs as encoderx's there (equal work)."""
+  counted = {}
+  for name in ("bert_tiny", "modernbert_tiny"):
+    config = config_lib.validate(bench_models.build_config(name, 8))
+    method = method_registry.build(config)
+    every = train_steps.torch_scores_every_position(method)
+    counted[name] = (bench_models.model_flops_per_token(config, method, every),
+                     bench_models.model_flops_per_token(config, method))
+  assert counted["bert_tiny"][0] > counted["bert_tiny"][1]
+  assert counted["modernbert_tiny"][0] == counted["modernbert_tiny"][1]
 
 
 def test_compiled_step_computes_what_the_jitted_step_does(tiny_config):

@@ -144,8 +144,9 @@ def test_auto_picks_as_documented():
 
   long = attention_kernels.LONG_ROW
   assert [choose("cpu", heads(128)), choose("cpu", heads(128), 32),
-          choose("cpu", heads(long)), choose("cpu", heads(long), dropout=True)] == [
-              "xla", "blockwise", "blockwise", "xla"]
+          choose("cpu", heads(512), 32), choose("cpu", heads(long)),
+          choose("cpu", heads(long), dropout=True)] == [
+              "xla", "xla", "blockwise", "blockwise", "xla"]  # 128/32: the band skips no block
   assert [choose("tpu", heads(128)), choose("tpu", heads(8192), 128),
           choose("tpu", heads(128), dropout=True)] == ["splash", "splash", "xla"]
   assert [choose("gpu", bf16(512), dropout=True), choose("gpu", bf16(512), 32, True),
@@ -165,7 +166,9 @@ def test_auto_in_the_model_on_each_backend(monkeypatch):
   """The kernels the model's three layers (global, local, global) call under "auto",
   traced as on CPU, GPU and TPU; attention dropout in training takes 'xla' but on GPU
   (bfloat16 heads: 'pallas'), and 'xla' builds the only whole mask."""
-  assert _chosen(monkeypatch, "cpu", MODEL) == ["xla", "blockwise", "xla"]
+  # the local window of 32 meets every block of a 128-token row, and skips some at 512
+  assert _chosen(monkeypatch, "cpu", MODEL) == ["xla", "xla", "xla"]
+  assert _chosen(monkeypatch, "cpu", MODEL, length=512) == ["xla", "blockwise", "xla"]
   assert _chosen(monkeypatch, "cpu", MODEL, length=1024) == ["blockwise"] * 3
   assert _chosen(monkeypatch, "tpu", MODEL) == ["splash"] * 3
   assert _chosen(monkeypatch, "gpu", MODEL) == ["xla"] * 3

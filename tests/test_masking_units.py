@@ -4,7 +4,7 @@ for every unit in test_masking.py.)"""
 import jax
 import numpy as np
 
-from encoderx.objectives import mlm
+from encoderx.objectives import base, mlm
 
 SEEDS = 100
 
@@ -195,3 +195,23 @@ def test_never_more_than_max_predictions(austen_batch, vocabulary):
     counts = (masked["masked_weights"] > 0).sum(1)
     assert counts.max() <= 12 and counts.min() >= 1
     assert (_chosen(masked).sum(1) == counts).all()  # positions are distinct
+
+
+def test_classification_terms_score_as_softmax_cross_entropy_and_argmax():
+  """The loss is the softmax cross-entropy at the label and a prediction is correct where
+  the argmax is the label (the accuracy reads the logsumexp's maximum instead), summed
+  over the weighted examples only."""
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(4, 6, 50)).astype(np.float32)
+  labels = rng.integers(0, 50, (4, 6))
+  labels[0, :3] = logits[0, :3].argmax(-1)  # some right
+  weights = (rng.random((4, 6)) > 0.3).astype(np.float32)
+  weights[0, :2] = 1
+  terms = base.classification_terms(jax.numpy.asarray(logits), jax.numpy.asarray(labels),
+                                    jax.numpy.asarray(weights))
+  shifted = logits - logits.max(-1, keepdims=True)
+  log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+  loss = -np.take_along_axis(log_probs, labels[..., None], -1)[..., 0]
+  np.testing.assert_allclose(terms["loss_sum"], (loss * weights).sum(), rtol=1e-6)
+  assert terms["correct"] == ((logits.argmax(-1) == labels) * weights).sum() > 0
+  assert terms["count"] == weights.sum()

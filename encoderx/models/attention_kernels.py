@@ -37,7 +37,11 @@ model.attention.dropout > 0):
   GPU                     rows shorter than LONG_ROW: xla (cuDNN); longer: pallas where
                           it takes the heads (`pallas_refusal`), else blockwise.
   CPU                     blockwise for rows of LONG_ROW tokens or more and for local
-                          layers; xla for shorter rows of global layers.
+                          layers whose window skips key blocks (a 512-token row, a
+                          window of 128); xla for shorter rows of global layers and
+                          for local layers whose window meets every block of the row
+                          (ModernBERT-tiny's 128 tokens, a window of 64: the band
+                          saves nothing, and XLA's attention took 0.82x its time).
   any                     xla for a separate query stream (DeBERTa's enhanced mask
                           decoder), and for a row shorter than its layer's window.
 
@@ -70,7 +74,7 @@ from encoderx.models import splash_attention
 # "pallas" on GPU where measured the faster, else "xla"; without, "splash" on TPU (else
 # "blockwise"), on GPU "xla" (cuDNN) for rows under 1,024 tokens and "pallas" (else
 # "blockwise") for longer ones, on CPU "blockwise" for rows of 1,024 tokens or more and
-# for local layers, else "xla" (`choose`).
+# for local layers whose window skips key blocks, else "xla" (`choose`).
 ATTENTION_KERNELS = ("auto", "xla", "pallas", "blockwise", "splash")
 # Rows of at least this many tokens take a linear-memory kernel under "auto" (CPU, GPU).
 # On the development CPU (shared), the tiny ModernBERT's train step (batch 1) took 138 ms
@@ -203,7 +207,13 @@ def choose(config: model_config.ModelConfig, query: jax.Array, key: jax.Array,
     if length < LONG_ROW:
       return "xla"
     return "pallas" if pallas_refusal(query, key, value) is None else "blockwise"
-  return "blockwise" if length >= LONG_ROW or window else "xla"
+  # On a 2-core CPU, forward and backward of [32, 128] rows of 2 heads of 64 with a
+  # window of 64 took 0.82x blockwise's time with xla (medians of 30 and 60
+  # interleaved repeats, on a shared machine); a band that meets every block saves nothing.
+  if length >= LONG_ROW or (
+      window and not blockwise_attention.visits_every_block(length, window)):
+    return "blockwise"
+  return "xla"
 
 
 def compute(kernel: str, query: jax.Array, key: jax.Array, value: jax.Array,

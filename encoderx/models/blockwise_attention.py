@@ -71,6 +71,15 @@ def block_ranges(length: int, block: int, other_block: int, window: int
   return tuple(ranges)
 
 
+def visits_every_block(length: int, window: int) -> bool:
+  """Whether, at the default block, every query block of a row of `length` meets every
+  key block within `window` (always for window 0): the band then saves no work over the
+  whole row."""
+  block = default_block(window)
+  count = _cdiv(length, block)
+  return all(r == (0, count) for r in block_ranges(length, block, block, window))
+
+
 @dataclasses.dataclass(frozen=True)
 class _Plan:
   """The static shape of one call: blocks, their ranges, the softmax's scale."""

@@ -12,7 +12,6 @@ from typing import Protocol
 
 import jax
 import jax.numpy as jnp
-import optax
 
 
 class Objective(Protocol):
@@ -33,10 +32,16 @@ class Objective(Protocol):
 
 def classification_terms(logits: jax.Array, labels: jax.Array,
                          weights: jax.Array) -> dict[str, jax.Array]:
-  """Cross-entropy and accuracy sums, in float32 whatever the compute dtype."""
+  """Cross-entropy and accuracy sums, in float32 whatever the compute dtype.
+
+  A prediction counts as correct when the label's logit is the largest (a tie counts as
+  correct): a comparison with the maximum the logsumexp takes anyway, where an argmax
+  is a separate variadic reduction over the classes, which cost 6% of ModernBERT-tiny's
+  CPU train step (its MLM head scores 8,000 tokens)."""
   logits = logits.astype(jnp.float32)
   weights = weights.astype(jnp.float32)
-  loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-  correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+  label_logits = jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+  loss = jax.nn.logsumexp(logits, axis=-1) - label_logits
+  correct = (label_logits >= jnp.max(logits, axis=-1)).astype(jnp.float32)
   return {"loss_sum": jnp.sum(loss * weights), "correct": jnp.sum(correct * weights),
           "count": jnp.sum(weights)}

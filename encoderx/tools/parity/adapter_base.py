@@ -69,6 +69,14 @@ class Adapter:
     del method
     return None
 
+  @classmethod
+  def scores_every_position(cls, method) -> bool:
+    """Whether the HF class's MLM head scores every position against the vocabulary
+    (Hugging Face's MLM heads), or only the masked ones (sparse prediction), as
+    encoderx's head: what the bench counts as PyTorch's FLOPs."""
+    del method
+    return True
+
   def build(self, head: str | None) -> torch.nn.Module:
     raise NotImplementedError
 

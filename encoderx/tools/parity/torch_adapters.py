@@ -102,6 +102,11 @@ class Pretraining(Adapter):
   # only the masked positions (sparse_prediction; the same loss, a mean over them).
   TRAINING_FIELDS = {"modernbert": {"sparse_prediction": True}}
 
+  @classmethod
+  def scores_every_position(cls, method):
+    fields = cls.TRAINING_FIELDS.get(method.model_config.family, {})
+    return not fields.get("sparse_prediction", False)
+
   def build(self, head):
     family = self.method.model_config.family
     model = engine.hf_model(self.method.model_config, family, head,

@@ -83,7 +83,9 @@ def build_config(model_name: str, batch_size: int, seq_length: int | None = None
 def model_flops_per_token(config, method, scores_every_position: bool = False) -> float:
   """The step's model FLOPs per token (encoderx/tools/speed/flops.py) for the method's sizes:
   the MLM head on the config's predictions per row, or on every position (Hugging Face's
-  MLM heads); XLNet's on its predictions either way (its target mapping)."""
+  MLM heads but for ModernBERT's sparse prediction, which scores the masked positions:
+  counted, as encoderx's, at the config's predictions, at most what it scores); XLNet's
+  on its predictions either way (its target mapping)."""
   seq_length = config.data.seq_length
   if config.method == "xlnet":
     predictions = config.objective.plm.num_predict

@@ -4,7 +4,12 @@ Per token of a [batch, L] row, a training step (forward + backward, the backward
 twice the forward) of a transformer encoder does, for each of its `layers` layers
 (counted per layer *applied*: ALBERT's shared layers cost as much as separate ones):
 
-    6 * (4 * H^2 + 2 * H * F)      the q, k, v, output and feed-forward matmuls
+    6 * (2 * H^2 + 2 * H * K + M * H * F)
+                                   the q, k, v, output and feed-forward matmuls: K the
+                                   keys' and values' width (H, or fewer heads' under
+                                   grouped-query attention: EuroBERT), M 2 for a plain
+                                   feed-forward and 3 for a gated one (GeGLU, SwiGLU:
+                                   ModernBERT, EuroBERT)
   + 12 * L * H                     attention scores q.k and their use on the values
                                    (2 * L * H each, forward; x 3 with the backward)
 
@@ -40,7 +45,11 @@ from encoderx.models import heads
 def encoder_flops_per_token(model: model_config.ModelConfig, seq_length: int) -> float:
   """Forward + backward FLOPs per token of the embeddings' projection and the layers."""
   hidden, intermediate = model.hidden_size, model.intermediate_size
-  per_layer = 6 * (4 * hidden**2 + 2 * hidden * intermediate) + 12 * seq_length * hidden
+  kv_width = model.kv_heads * model.head_dim
+  ffn_matrices = 3 if model.feed_forward.kind == "gated" else 2
+  per_layer = (6 * (2 * hidden**2 + 2 * hidden * kv_width
+                    + ffn_matrices * hidden * intermediate)
+               + 12 * seq_length * hidden)
   projection = 6 * model.embeddings.size * hidden if model.embeddings.size != hidden else 0
   return model.num_layers * per_layer + projection
 

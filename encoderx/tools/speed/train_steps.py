@@ -89,6 +89,14 @@ def torch_refusal(method) -> str | None:
   return None
 
 
+def torch_scores_every_position(method) -> bool:
+  """Whether `method`'s PyTorch counterpart scores every position against the vocabulary
+  (Hugging Face's MLM heads) or, as encoderx's head, the masked ones only (ModernBERT's
+  sparse prediction): the work its MFU counts."""
+  from encoderx.tools.parity import torch_adapters  # pylint: disable=g-import-not-at-top
+  return torch_adapters.adapter_class(method).scores_every_position(method)
+
+
 @dataclasses.dataclass
 class ModelFigures:
   """One model's measurements: encoderx's step (and its compiled cost), PyTorch's, and
@@ -141,7 +149,7 @@ def measure_model(name: str, config, batches: list[dict], steps: int,
       torch_times = time_steps(torch_step.run_step, warmup, steps)
     figures.torch_timing = StepTiming(torch_times, num_params=torch_step.num_params)
     figures.torch_flops_per_token = bench_models.model_flops_per_token(
-        config, method, scores_every_position=True)
+        config, method, scores_every_position=torch_scores_every_position(method))
     print(describe_timing("pytorch", figures.torch_timing, figures.tokens_per_step),
           flush=True)
     if interleave:
