@@ -24,8 +24,7 @@ def tiny_base(family: str, directory) -> str:
   import tiny_hf  # pylint: disable=g-import-not-at-top
   if family == "bert":
     return tiny_hf.save_tiny_bert(directory, transformers.BertModel)
-  import test_export  # pylint: disable=g-import-not-at-top
-  test_export._save_pretrained(family, str(directory))  # pylint: disable=protected-access
+  tiny_hf.save_tiny_family(family, str(directory))
   return f"hf:{directory}"
 
 
