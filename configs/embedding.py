@@ -17,12 +17,39 @@ mnrl    from a released encoder (e.g. --init_from=hf:all-MiniLM-L6-v2), mean poo
         step, 127 in-batch negatives each plus the hard negatives), best dev Spearman kept.
 cached  mnrl at a global batch of 4,096 rows with gradient caching in chunks of 64
         (contrastive.cache_chunk_size): the activations of 64 rows at a time.
+
+A recipe for each family, from that family's released encoder (--init_from=hf:DIR; the
+run takes its sizes and tokenizer), with what the family's published embedding models use:
+
+bert        sentence-transformers' own BERT-family models (all-MiniLM-L6-v2,
+            all-mpnet-base-v2: their model cards and 1_Pooling/config.json): mean pooling,
+            normalized, no prompts, length 128, AdamW at 2e-5 with warmup, the mnrl recipe.
+modernbert  nomic-ai/modernbert-embed-base (its model card and sentence-transformers files):
+            mean pooling, normalized, the prompts "search_query: " before queries and
+            "search_document: " before documents; length 512; AdamW at 8e-5, the rate
+            ModernBERT's own sentence-transformers example (examples/train_st.py of
+            AnswerDotAI/ModernBERT, as we recall it: not re-checked here) trains with, over a
+            batch of 512 rows by gradient caching in chunks of 32 (CachedMNRL's mini-batch).
+            Alibaba-NLP/gte-modernbert-base pools the first token ([CLS]) instead and uses
+            no prompts: --config.finetune.pooling=first_token and empty prompts give it.
+eurobert    no embedding model of EuroBERT's authors is published; transformers' EuroBERT
+            classifier pools 'bos', 'mean' or 'late' (per-token logits averaged, default),
+            and only 'bos' and 'mean' give one sentence vector. Mean is chosen: EuroBERT
+            is pretrained by MLM alone, so its first token (<|begin_of_text|>) was never
+            trained to summarize the text, and mean is sentence-transformers' default. Length 512, AdamW at 2e-5, no prompts, a
+            batch of 512 rows by gradient caching in chunks of 32.
+
+Sources: model cards and sentence-transformers files of the models named, read through a
+search of stored pages (Alibaba-NLP/gte-modernbert-base's card: last_hidden_state[:, 0];
+keras-hub's ModernBertTextEmbedder page: modernbert-embed-base mean + normalized with
+search_query/search_document prompts, gte-modernbert-base [CLS]); transformers'
+models/eurobert/configuration_eurobert.py (classifier_pooling).
 """
 import os
 
 from encoderx.configs import common
 
-VARIANTS = ("tiny", "mnrl", "cached")
+VARIANTS = ("tiny", "mnrl", "cached", "bert", "modernbert", "eurobert")
 
 
 def get_config(arg: str = "mnrl"):
@@ -85,4 +112,30 @@ def tiny(config):
   return config
 
 
-RECIPES = {"tiny": tiny, "mnrl": mnrl, "cached": cached}
+def bert(config):
+  return mnrl(config)  # sentence-transformers' recipe is BERT's: mean pooling, no prompts
+
+
+def _long_cached(config, learning_rate):
+  """Length 512, a batch of 512 rows in gradient-cached chunks of 32."""
+  config = mnrl(config)
+  config.data.seq_length = 512
+  config.optimizer.learning_rate = learning_rate
+  config.train.batch_size = 512
+  config.contrastive.cache_chunk_size = 32
+  return config
+
+
+def modernbert(config):
+  config = _long_cached(config, 8e-5)
+  config.contrastive.prompts.query = "search_query: "
+  config.contrastive.prompts.document = "search_document: "
+  return config
+
+
+def eurobert(config):
+  return _long_cached(config, 2e-5)
+
+
+RECIPES = {"tiny": tiny, "mnrl": mnrl, "cached": cached, "bert": bert,
+           "modernbert": modernbert, "eurobert": eurobert}

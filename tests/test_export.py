@@ -27,6 +27,7 @@ from export_checks import (  # pylint: disable=g-bad-import-order
     CASES, check_export_parity, check_hf_round_trip, check_special_token_ids,
     check_tokenizer, make_run, perturbed)
 from reference_models import small_model  # pylint: disable=g-bad-import-order
+import tiny_hf  # pylint: disable=g-bad-import-order
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -91,53 +92,6 @@ def test_exported_run_loads_in_transformers_with_the_same_outputs_and_ids(
     np.testing.assert_array_equal(value, ours[key], err_msg="/".join(key))
 
 
-# Tiny models of the families that ship tokenizer.json, as transformers initializes them:
-# ModernBERT's second layer local (a window of 16), EuroBERT's two heads sharing one
-# key-value head; the thetas of the tiny configs, which a rotary run keeps (a context
-# extension sets its own). The token ids are the bundled vocabulary's.
-def _modernbert_config(vocabulary, **changes):
-  return transformers.ModernBertConfig(**{**dict(
-      vocab_size=vocabulary.vocab_size, hidden_size=32, intermediate_size=64,
-      num_hidden_layers=3, num_attention_heads=2, local_attention=16,
-      global_attn_every_n_layers=2, max_position_embeddings=128, initializer_range=0.2,
-      global_rope_theta=10_000.0, local_rope_theta=10_000.0,  # modernbert:tiny's (phase 1)
-      pad_token_id=vocabulary.pad_id, bos_token_id=vocabulary.cls_id,
-      eos_token_id=vocabulary.sep_id, cls_token_id=vocabulary.cls_id,
-      sep_token_id=vocabulary.sep_id), **changes})
-
-
-def _eurobert_config(vocabulary, **changes):
-  return transformers.EuroBertConfig(**{**dict(
-      vocab_size=vocabulary.vocab_size, hidden_size=32, intermediate_size=64,
-      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-      max_position_embeddings=128, initializer_range=0.2, rope_theta=250_000.0,
-      pad_token_id=vocabulary.pad_id, bos_token_id=vocabulary.cls_id,
-      eos_token_id=vocabulary.sep_id, mask_token_id=vocabulary.mask_id), **changes})
-
-
-SAVED = {"modernbert": ("ModernBertForMaskedLM", _modernbert_config),
-         "eurobert": ("EuroBertForMaskedLM", _eurobert_config)}
-
-
-def _save_pretrained(family: str, directory: str, **changes):
-  """Writes a tiny model of the family (perturbed) and a fast tokenizer of its bundled
-  vocabulary into `directory` with transformers' save_pretrained; returns the vocabulary."""
-  from encoderx import configs  # pylint: disable=g-import-not-at-top
-  from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
-  from encoderx.hf import tokenizer_files  # pylint: disable=g-import-not-at-top
-  hf_class, hf_config = SAVED[family]
-  vocabulary = tasks.VOCABULARIES["byte_bpe"](configs.get(f"{family}:tiny").data.vocab)
-  torch.manual_seed(0)
-  perturbed(getattr(transformers, hf_class)(hf_config(vocabulary, **changes))
-            ).save_pretrained(directory)
-  names = tokenizer_files.TOKENIZER_JSON_LAYOUTS[vocabulary.layout]
-  transformers.PreTrainedTokenizerFast(
-      tokenizer_object=tokenizer_files.fast_tokenizer(vocabulary),
-      **{names[role]: token for role, token in vocabulary.ROLES.items()}
-  ).save_pretrained(directory)
-  return vocabulary
-
-
 def _init_from(directory: str, family: str, workdir: str):
   """A tiny run of the family's config from --init_from=hf:DIRECTORY: (method, params),
   written to `workdir` as a run."""
@@ -151,7 +105,7 @@ def _init_from(directory: str, family: str, workdir: str):
   return make_run(config, workdir, params=params)
 
 
-@pytest.mark.parametrize("family", SAVED)
+@pytest.mark.parametrize("family", tiny_hf.SAVED)
 def test_init_from_a_directory_transformers_saved_and_export_round_trip(
     family, tmp_path, austen_lines, caplog):
   """A model transformers initialized and saved (save_pretrained, with a fast tokenizer
@@ -159,9 +113,9 @@ def test_init_from_a_directory_transformers_saved_and_export_round_trip(
   and hidden states, AutoTokenizer gives the run's ids; the run exports the same weights
   (every tensor in bytes), and export -> --init_from=hf: -> export is byte-identical,
   every file."""
-  hf_class = SAVED[family][0]
+  hf_class = tiny_hf.SAVED[family][0]
   saved = str(tmp_path / "saved")
-  vocabulary = _save_pretrained(family, saved)
+  vocabulary = tiny_hf.save_tiny_family(family, saved)
   with caplog.at_level("INFO", logger="encoderx"):
     method, params = _init_from(saved, family, str(tmp_path / "run"))
   assert "initialized fresh: -; unused from the source: -" in caplog.text
@@ -190,8 +144,8 @@ def test_a_fine_tuning_config_takes_a_rotary_sources_thetas_a_rotary_run_its_own
   config; a ModernBERT config keeps its own (a context extension sets them)."""
   from encoderx import configs, initialize  # pylint: disable=g-import-not-at-top
   saved = str(tmp_path / "saved")
-  _save_pretrained("modernbert", saved, global_rope_theta=160_000.0,
-                   local_rope_theta=10_000.0)
+  tiny_hf.save_tiny_family("modernbert", saved, global_rope_theta=160_000.0,
+                           local_rope_theta=10_000.0)
   for name, thetas in (("finetune:classify", (160_000.0, 10_000.0)),
                        ("modernbert:tiny", (10_000.0, 0.0))):
     config = configs.get(name)
@@ -206,7 +160,7 @@ def test_a_directory_of_another_family_is_refused_in_one_line(tmp_path):
   from encoderx import initialize, sources  # pylint: disable=g-import-not-at-top
   from encoderx.data import resources  # pylint: disable=g-import-not-at-top
   modernbert = str(tmp_path / "modernbert")
-  _save_pretrained("modernbert", modernbert)
+  tiny_hf.save_tiny_family("modernbert", modernbert)
   config = _tiny_config("eurobert:tiny")
   config.init_from = f"hf:{modernbert}"
   with pytest.raises(sources.InitError, match=r"\(modernbert\) is a modernbert model \(a "
