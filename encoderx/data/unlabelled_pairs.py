@@ -80,6 +80,25 @@ def ict_pairs(passages: Sequence[Sequence[str]], seed: int,
   return {"text": queries, "text_pair": positives}
 
 
+def passages(documents: Sequence[Sequence[str]], pairs_from: str,
+             sentence_per_line: bool = False) -> list[str]:
+  """Documents (lists of text blocks) -> the texts pairs are made from: each document's
+  text (crops), or each passage's sentences, one a line (ict: a paragraph, or a whole
+  document of one sentence a line; passages of one sentence dropped)."""
+  if pairs_from == "crops":
+    return [" ".join(blocks) for blocks in documents]
+  found = ([list(blocks)] if sentence_per_line else
+           [sentences(block) for block in blocks] for blocks in documents)
+  return ["\n".join(passage) for parts in found for passage in parts if len(passage) > 1]
+
+
+def make_pairs(pairs_from: str, texts: Sequence[str], seed: int) -> dict[str, list[str]]:
+  """An epoch's pairs of `texts` (as `passages` gives them) from its seed."""
+  if pairs_from == "crops":
+    return crop_pairs(texts, seed)
+  return ict_pairs([text.split("\n") for text in texts], seed)
+
+
 def source_batch_order(orders: Sequence[Sequence[int]], batch_size: int, seed: int,
                        sampling: str = "proportional") -> list[int]:
   """orders[s]: source s's rows in their epoch order (its no-duplicates order) ->

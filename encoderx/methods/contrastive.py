@@ -21,6 +21,14 @@ CachedMultipleNegativesRankingLoss): the batch embedded in chunks of that many r
 then each chunk re-run with its slice of the embeddings' gradient (the same dropout
 keys in both passes), which equals the uncached step.
 
+Unlabelled text (data/unlabelled_pairs.py): contrastive.pairs_from "crops" (Contriever's
+two random spans of a document) or "ict" (the inverse cloze task's sentence and the rest
+of its passage) makes the rows anew each epoch from the train split of the corpus
+pretraining reads (data.files, data.document_marker ...), instead of finetune.train_file.
+finetune.train_file may name several files, comma-separated as data.files: each batch
+is then of one file's rows (contrastive.source_sampling: "proportional" to their sizes
+or "round_robin", sentence-transformers' ProportionalBatchSampler, RoundRobinBatchSampler).
+
 contrastive.no_duplicates (default on) orders each epoch's rows so that no batch holds
 a text twice (a false negative), as sentence-transformers' NoDuplicatesBatchSampler
 (data/no_duplicates.py): the order is the one batched, so the Task does not shuffle.
@@ -52,7 +60,7 @@ import numpy as np
 
 from encoderx import errors
 from encoderx import files as files_lib
-from encoderx.data import beir, labelled, no_duplicates
+from encoderx.data import beir, labelled, no_duplicates, unlabelled_pairs
 from encoderx.evaluation import retrieval as retrieval_scores
 from encoderx.methods import base as method_lib
 from encoderx.methods import finetune, similarity, simcse
@@ -88,6 +96,12 @@ def config_section() -> ml_collections.ConfigDict:
       # No text twice in a batch: each epoch's rows ordered as sentence-transformers'
       # NoDuplicatesBatchSampler draws batches (data/no_duplicates.py).
       no_duplicates=True,
+      # "crops" | "ict": rows made each epoch from data.files' documents; "": the
+      # labelled finetune.train_file.
+      pairs_from="",
+      # Several train files (comma-separated): each batch is of one file, the files
+      # drawn "proportional" to their sizes or in turn ("round_robin").
+      source_sampling="proportional",
       # A retrieval set in BEIR's layout scored at each evaluation (nDCG@10, Recall@100,
       # MRR@10), beside finetune.dev_file's STS pairs or instead of them; the split of
       # its qrels/SPLIT.tsv.
@@ -115,13 +129,36 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
   @classmethod
   def required_files(cls, config) -> tuple[str, ...]:
     """The dev file of STS pairs is optional beside a retrieval set."""
-    if config.contrastive.dev_retrieval and not config.finetune.dev_file:
-      return ("train_file",)
-    return super().required_files(config)
+    del cls  # the train files are checked by validate_train_files
+    return () if config.contrastive.dev_retrieval and not config.finetune.dev_file else (
+        "dev_file",)
+
+  @classmethod
+  def validate_train_files(cls, config) -> None:
+    """Each of finetune.train_file's comma-separated files, or pairs_from alone."""
+    settings, fail, files = config.contrastive, errors.fail, train_files(config)
+    errors.check_choice("contrastive.pairs_from", settings.pairs_from,
+                        unlabelled_pairs.PAIRS_FROM)
+    errors.check_choice("contrastive.source_sampling", settings.source_sampling,
+                        unlabelled_pairs.SOURCE_SAMPLINGS)
+    if settings.pairs_from and files:
+      fail("contrastive.pairs_from", f"is {settings.pairs_from!r}, which makes the rows "
+           "from data.files, but finetune.train_file is also given; empty one of them.")
+    if settings.pairs_from:
+      from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
+      tasks.corpus_files(config.data)  # a ConfigError naming data.files
+    elif not files:
+      fail("finetune.train_file", "is empty; name a file of rows (several, "
+           "comma-separated) or set contrastive.pairs_from to make them from data.files.")
+    for path in files:
+      if not files_lib.path(path).is_file():
+        fail("finetune.train_file", f"'{path}' is not a file.")
+      cls.check_file(config, "finetune.train_file", path)
 
   @classmethod
   def validate(cls, config) -> None:
     super().validate(config)
+    cls.validate_train_files(config)
     cls.validate_dev(config)
     settings, fail = config.contrastive, errors.fail
     errors.check_choice("finetune.pooling", config.finetune.pooling,
@@ -173,17 +210,33 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
   # --- data ------------------------------------------------------------------------------
   def negative_columns(self) -> list[str]:
     """contrastive.negative_columns, or the training file's own (NEGATIVE_COLUMN)."""
+    if self.config.contrastive.pairs_from:
+      return []
     if self.config.contrastive.negative_columns:
       return list(self.config.contrastive.negative_columns)
     found = [(int(m.group(2) or 0), name) for name in labelled.column_names(
-        self.config.finetune.train_file, self.config.finetune.format)
+        train_files(self.config)[0], self.config.finetune.format)
              if (m := NEGATIVE_COLUMN.fullmatch(name))]
     return [name for _, name in sorted(found)]
 
   def training_columns(self) -> dict:
+    """The train files' rows, one file after another (source_sizes: how many each), or,
+    with pairs_from, {'document': the texts pairs are made from} (epoch_pairs)."""
+    pairs_from = self.config.contrastive.pairs_from
+    if pairs_from:
+      from encoderx.data import tasks  # pylint: disable=g-import-not-at-top
+      texts = unlabelled_pairs.passages(tasks.train_documents(self.config.data), pairs_from,
+                                        self.config.data.sentence_per_line)
+      self.source_sizes = [len(texts)]
+      return {"document": texts}
+    read = [self.file_columns(path) for path in train_files(self.config)]
+    self.source_sizes = [len(columns["text"]) for columns in read]
+    return {name: [text for columns in read for text in columns[name]] for name in read[0]}
+
+  def file_columns(self, path: str) -> dict:
     """{'text': anchors, 'text_pair': positives, 'negative_1' ...: negatives}, prompted;
     a row with an empty anchor, positive or negative is a LabelledDataError."""
-    settings, path = self.config.contrastive, self.config.finetune.train_file
+    settings = self.config.contrastive
     names = {"text": settings.anchor_column, "text_pair": settings.positive_column}
     names.update({f"negative_{i}": column
                   for i, column in enumerate(self.negative_columns(), start=1)})
@@ -199,7 +252,33 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
     return {field: [(prompts.query if field == "text" else prompts.document) + row[column]
                     for _, row in rows] for field, column in names.items()}
 
+  def epoch_pairs(self, columns: dict, seed: int) -> dict:
+    """An epoch's (anchor, positive) rows made from columns['document'], prompted."""
+    made = unlabelled_pairs.make_pairs(self.config.contrastive.pairs_from,
+                                       columns["document"], seed)
+    prompts = self.config.contrastive.prompts
+    return {"text": [prompts.query + text for text in made["text"]],
+            "text_pair": [prompts.document + text for text in made["text_pair"]]}
+
   def train_order(self, columns: dict, seed: int) -> list[int]:
+    """An epoch's rows: each source's in its order (no_duplicates_order, or shuffled),
+    in batches of one source each when there are several (source_batch_order)."""
+    sizes, batch_size = self.source_sizes, self.config.train.batch_size
+    starts = np.cumsum([0] + list(sizes[:-1]))
+    orders = []
+    for source, (start, size) in enumerate(zip(starts, sizes)):
+      rows = {name: column[start:start + size] for name, column in columns.items()}
+      source_seed = seed_of_source(seed, source)
+      order = (self.no_duplicates_order(rows, source_seed)
+               if self.config.contrastive.no_duplicates
+               else np.random.default_rng(source_seed).permutation(size).tolist())
+      orders.append([start + row for row in order])
+    if len(orders) == 1:
+      return orders[0]
+    return unlabelled_pairs.source_batch_order(orders, batch_size, seed,
+                                               self.config.contrastive.source_sampling)
+
+  def no_duplicates_order(self, columns: dict, seed: int) -> list[int]:
     """An epoch's row order without a text twice in a batch (data/no_duplicates.py),
     from the rows' texts without their prompts."""
     prompts = self.config.contrastive.prompts
@@ -259,11 +338,19 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
     return example_tasks.register(
         "contrastive", [self.config.finetune.to_dict(), self.config.contrastive.to_dict(),
                         self.config.data.vocab.to_dict(),
-                        self.config.train.batch_size],  # the order's batches
+                        self.config.train.batch_size]  # the order's batches
+        + ([self.config.data.to_dict()] if self.config.contrastive.pairs_from else []),
         columns, self.vocabulary,
         [functools.partial(simcse.encode_split, train_prefixes=self.views)],
         self.config.data.shuffle_buffer,
-        self.train_order if self.config.contrastive.no_duplicates else None)
+        self.train_order if self.orders_rows else None,
+        self.epoch_pairs if self.config.contrastive.pairs_from else None)
+
+  @property
+  def orders_rows(self) -> bool:
+    """Whether train_order orders the epochs (else the Task shuffles the rows)."""
+    return bool(self.config.contrastive.no_duplicates
+                or len(train_files(self.config)) > 1)
 
   def check_data(self) -> None:
     settings = self.config.contrastive
@@ -273,12 +360,25 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
     except objective.ContrastiveError as error:
       errors.fail("contrastive.matryoshka_dims", str(error))
     train, dev = self.training_columns(), self.dev_columns()
+    self.check_pairs_from(len(next(iter(train.values()))))
+    if self.config.contrastive.pairs_from:
+      train = self.epoch_pairs(train, 0)
     collection = self.dev_collection
     logger.info("train: %d rows of an anchor, a positive and %d hard negatives; dev: %d "
                 "scored pairs, %d retrieval queries over %d documents", len(train["text"]),
                 len(train) - 2, int(np.sum(dev["dev_text"] < 0)),
                 len(collection.queries) if collection else 0,
                 len(collection.corpus) if collection else 0)
+
+  def check_pairs_from(self, count: int) -> None:
+    """At least 2 documents (crops) or passages of 2 sentences or more (ict)."""
+    pairs_from = self.config.contrastive.pairs_from
+    if pairs_from and count < 2:
+      errors.fail("contrastive.pairs_from", f"{pairs_from!r} found {count} "
+                  + ("documents" if pairs_from == "crops" else
+                     "passages of two sentences or more") + " in the train split of "
+                  "data.files; it needs at least 2 (check data.document_marker, "
+                  "data.document_per_line, data.sentence_per_line).")
 
   # --- parameters ------------------------------------------------------------------------
   def init(self, key):
@@ -381,3 +481,15 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
             "prompts": {"query": settings.prompts.query,
                         "document": settings.prompts.document},
             "matryoshka_dims": [int(d) for d in settings.matryoshka_dims]}
+
+
+def train_files(config) -> list[str]:
+  """finetune.train_file's comma-separated files (as data.files lists its globs)."""
+  return [path.strip() for path in config.finetune.train_file.split(",") if path.strip()]
+
+
+def seed_of_source(seed: int, source: int) -> int:
+  """Source `source`'s seed of an epoch's seed; source 0's is the epoch's (one file
+  orders as before)."""
+  return seed if source == 0 else int(
+      np.random.SeedSequence([seed, source]).generate_state(1)[0])
