@@ -17,12 +17,16 @@ mnrl    from a released encoder (e.g. --init_from=hf:all-MiniLM-L6-v2), mean poo
         step, 127 in-batch negatives each plus the hard negatives), best dev Spearman kept.
 cached  mnrl at a global batch of 4,096 rows with gradient caching in chunks of 64
         (contrastive.cache_chunk_size): the activations of 64 rows at a time.
+crops   mnrl on pairs made from unlabelled text instead of train.tsv: two random crops
+        of each document (Contriever; contrastive.pairs_from="crops"), new each epoch,
+        of the bundled Austen chapters (set data.files, data.document_marker for yours).
 """
 import os
 
 from encoderx.configs import common
+from encoderx.data import resources
 
-VARIANTS = ("tiny", "mnrl", "cached")
+VARIANTS = ("tiny", "mnrl", "cached", "crops")
 
 
 def get_config(arg: str = "mnrl"):
@@ -70,6 +74,15 @@ def cached(config):
   return config
 
 
+def crops(config):
+  config = mnrl(config)
+  config.finetune.train_file = ""  # the rows are made from data.files
+  config.contrastive.pairs_from = "crops"
+  config.data.files = resources.BUNDLED_CORPUS
+  config.data.document_marker = common.AUSTEN_CHAPTERS
+  return config
+
+
 def tiny(config):
   common.tiny_sizes(config)
   config.data.seq_length = 32
@@ -85,4 +98,4 @@ def tiny(config):
   return config
 
 
-RECIPES = {"tiny": tiny, "mnrl": mnrl, "cached": cached}
+RECIPES = {"tiny": tiny, "mnrl": mnrl, "cached": cached, "crops": crops}
