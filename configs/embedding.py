@@ -17,6 +17,9 @@ mnrl    from a released encoder (e.g. --init_from=hf:all-MiniLM-L6-v2), mean poo
         step, 127 in-batch negatives each plus the hard negatives), best dev Spearman kept.
 cached  mnrl at a global batch of 4,096 rows with gradient caching in chunks of 64
         (contrastive.cache_chunk_size): the activations of 64 rows at a time.
+crops   mnrl on pairs made from unlabelled text instead of train.tsv: two random crops
+        of each document (Contriever; contrastive.pairs_from="crops"), new each epoch,
+        of the bundled Austen chapters (set data.files, data.document_marker for yours).
 
 A recipe for each family, from that family's released encoder (--init_from=hf:DIR; the
 run takes its sizes and tokenizer), with what the family's published embedding models use:
@@ -36,8 +39,9 @@ eurobert    no embedding model of EuroBERT's authors is published; transformers'
             classifier pools 'bos', 'mean' or 'late' (per-token logits averaged, default),
             and only 'bos' and 'mean' give one sentence vector. Mean is chosen: EuroBERT
             is pretrained by MLM alone, so its first token (<|begin_of_text|>) was never
-            trained to summarize the text, and mean is sentence-transformers' default. Length 512, AdamW at 2e-5, no prompts, a
-            batch of 512 rows by gradient caching in chunks of 32.
+            trained to summarize the text, and mean is sentence-transformers' default.
+            Length 512, AdamW at 2e-5, no prompts, a batch of 512 rows by gradient caching
+            in chunks of 32.
 
 Sources: model cards and sentence-transformers files of the models named, read through a
 search of stored pages (Alibaba-NLP/gte-modernbert-base's card: last_hidden_state[:, 0];
@@ -48,8 +52,9 @@ models/eurobert/configuration_eurobert.py (classifier_pooling).
 import os
 
 from encoderx.configs import common
+from encoderx.data import resources
 
-VARIANTS = ("tiny", "mnrl", "cached", "bert", "modernbert", "eurobert")
+VARIANTS = ("tiny", "mnrl", "cached", "crops", "bert", "modernbert", "eurobert")
 
 
 def get_config(arg: str = "mnrl"):
@@ -97,6 +102,15 @@ def cached(config):
   return config
 
 
+def crops(config):
+  config = mnrl(config)
+  config.finetune.train_file = ""  # the rows are made from data.files
+  config.contrastive.pairs_from = "crops"
+  config.data.files = resources.BUNDLED_CORPUS
+  config.data.document_marker = common.AUSTEN_CHAPTERS
+  return config
+
+
 def tiny(config):
   common.tiny_sizes(config)
   config.data.seq_length = 32
@@ -137,5 +151,5 @@ def eurobert(config):
   return _long_cached(config, 2e-5)
 
 
-RECIPES = {"tiny": tiny, "mnrl": mnrl, "cached": cached, "bert": bert,
+RECIPES = {"tiny": tiny, "mnrl": mnrl, "cached": cached, "crops": crops, "bert": bert,
            "modernbert": modernbert, "eurobert": eurobert}

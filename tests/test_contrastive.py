@@ -368,7 +368,8 @@ def test_steps_match_sentence_transformers_loss_on_hugging_face_bert(tmp_path, c
     assert result.param_diffs["logit_scale"] <= parity.PARAM_ATOL
 
 
-@pytest.mark.parametrize("variant", ["tiny", "mnrl", "cached"])
+@pytest.mark.parametrize("variant", ["tiny", "mnrl", "cached", "crops", "bert", "modernbert",
+                                     "eurobert"])
 def test_the_embedding_configs_are_valid(tmp_path, variant):
   from encoderx import config as config_lib, configs  # pylint: disable=g-import-not-at-top
   (tmp_path / "train.tsv").write_text("anchor\tpositive\na\tb\n", encoding="utf-8")

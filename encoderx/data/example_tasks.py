@@ -22,12 +22,15 @@ MODEL_FEATURES = ("input_ids", "token_type_ids", "segment_ids", "positions")
 def register(prefix: str, description, columns: Mapping[str, Callable[[], dict]],
              vocabulary: seqio.Vocabulary, preprocessors: Sequence = (),
              shuffle_buffer: int = 10_000,
-             train_order: Callable[[dict, int], Sequence[int]] | None = None) -> seqio.Task:
+             train_order: Callable[[dict, int], Sequence[int]] | None = None,
+             train_rows: Callable[[dict, int], dict] | None = None) -> seqio.Task:
   """Registers (once) and returns the Task `encoderx_<prefix>_<hash of description>`
   whose split `s` slices `columns[s]()` (read when a dataset is built). With
   `train_order`, an epoch of the train split is its rows in the order
   `train_order(columns, the epoch's seed)` gives, unshuffled: the order batched (the
-  description must then hold what the order depends on, e.g. the batch size)."""
+  description must then hold what the order depends on, e.g. the batch size). With
+  `train_rows`, an epoch's rows are first `train_rows(columns, the epoch's seed)` (rows
+  made anew each epoch, e.g. pairs cropped from documents)."""
   blob = json.dumps(description, sort_keys=True, default=str)
   name = f"encoderx_{prefix}_{hashlib.sha1(blob.encode()).hexdigest()[:12]}"
   if name in seqio.TaskRegistry.names():
@@ -36,6 +39,8 @@ def register(prefix: str, description, columns: Mapping[str, Callable[[], dict]]
   def dataset_fn(split, shuffle_files, seed=None):
     del shuffle_files  # the Task's shuffle buffer holds a whole fine-tuning file
     read = dict(columns[split]())
+    if train_rows is not None and split == "train":
+      read = train_rows(read, 0 if seed is None else seed)
     if train_order is not None and split == "train":
       order = train_order(read, 0 if seed is None else seed)
       read = {name: [column[i] for i in order] for name, column in read.items()}

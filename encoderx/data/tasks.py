@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from typing import Iterator
 
 import ml_collections
 import numpy as np
@@ -145,6 +146,14 @@ def check_text_corpus(config, examples: str = "") -> dict[str, int]:
           "held out). Add documents, or check how they are separated "
           "(data.document_marker, data.document_per_line).")
   return counts
+
+
+def train_documents(data_config) -> Iterator[list[str]]:
+  """The corpus's documents of the train split (every n-th is held out), as text blocks."""
+  documents = corpus.read_documents(corpus_files(data_config), _corpus_format(data_config))
+  for index, blocks in enumerate(documents):
+    if not corpus.is_held_out(index, data_config.eval_every_nth_document):
+      yield blocks
 
 
 _DOCUMENT_SIGNATURE = {"text": tf.TensorSpec([], tf.string),

@@ -21,6 +21,14 @@ CachedMultipleNegativesRankingLoss): the batch embedded in chunks of that many r
 then each chunk re-run with its slice of the embeddings' gradient (the same dropout
 keys in both passes), which equals the uncached step.
 
+Unlabelled text (data/unlabelled_pairs.py): contrastive.pairs_from "crops" (Contriever's
+two random spans of a document) or "ict" (the inverse cloze task's sentence and the rest
+of its passage) makes the rows anew each epoch from the train split of the corpus
+pretraining reads (data.files, data.document_marker ...), instead of finetune.train_file.
+finetune.train_file may name several files, comma-separated as data.files: each batch
+is then of one file's rows (contrastive.source_sampling: "proportional" to their sizes
+or "round_robin", sentence-transformers' ProportionalBatchSampler, RoundRobinBatchSampler).
+
 contrastive.no_duplicates (default on) orders each epoch's rows so that no batch holds
 a text twice (a false negative), as sentence-transformers' NoDuplicatesBatchSampler
 (data/no_duplicates.py): the order is the one batched, so the Task does not shuffle.
@@ -43,7 +51,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 
 import jax
 import jax.numpy as jnp
@@ -52,18 +59,15 @@ import numpy as np
 
 from encoderx import errors
 from encoderx import files as files_lib
-from encoderx.data import beir, labelled, no_duplicates
+from encoderx.data import beir
 from encoderx.evaluation import retrieval as retrieval_scores
 from encoderx.methods import base as method_lib
+from encoderx.methods import contrastive_rows
 from encoderx.methods import finetune, similarity, simcse
 from encoderx.models import finetuning
 from encoderx.objectives import contrastive as objective
 
 logger = logging.getLogger("encoderx")
-
-# A file's negative columns when contrastive.negative_columns is (): 'negative', or
-# 'negative_1', 'negative_2' ... in their order.
-NEGATIVE_COLUMN = re.compile(r"negative(_(\d+))?")
 
 
 def config_section() -> ml_collections.ConfigDict:
@@ -88,6 +92,12 @@ def config_section() -> ml_collections.ConfigDict:
       # No text twice in a batch: each epoch's rows ordered as sentence-transformers'
       # NoDuplicatesBatchSampler draws batches (data/no_duplicates.py).
       no_duplicates=True,
+      # "crops" | "ict": rows made each epoch from data.files' documents; "": the
+      # labelled finetune.train_file.
+      pairs_from="",
+      # Several train files (comma-separated): each batch is of one file, the files
+      # drawn "proportional" to their sizes or in turn ("round_robin").
+      source_sampling="proportional",
       # A retrieval set in BEIR's layout scored at each evaluation (nDCG@10, Recall@100,
       # MRR@10), beside finetune.dev_file's STS pairs or instead of them; the split of
       # its qrels/SPLIT.tsv.
@@ -96,7 +106,8 @@ def config_section() -> ml_collections.ConfigDict:
   ))
 
 
-class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.FineTuning):
+class Contrastive(contrastive_rows.TrainingRows, simcse.ScoresStsPairs,
+                  finetune.ReadsLabelledFiles, finetune.FineTuning):
   """An embedding model trained by in-batch and hard negatives (the module docstring)."""
   name = "contrastive"
   config_sections = ("data", "finetune", "contrastive")
@@ -115,13 +126,14 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
   @classmethod
   def required_files(cls, config) -> tuple[str, ...]:
     """The dev file of STS pairs is optional beside a retrieval set."""
-    if config.contrastive.dev_retrieval and not config.finetune.dev_file:
-      return ("train_file",)
-    return super().required_files(config)
+    del cls  # the train files are checked by validate_train_files
+    return () if config.contrastive.dev_retrieval and not config.finetune.dev_file else (
+        "dev_file",)
 
   @classmethod
   def validate(cls, config) -> None:
     super().validate(config)
+    cls.validate_train_files(config)
     cls.validate_dev(config)
     settings, fail = config.contrastive, errors.fail
     errors.check_choice("finetune.pooling", config.finetune.pooling,
@@ -166,55 +178,14 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
       fail("eval.best_metric", f"{config.eval.best_metric!r} is not evaluated: "
            f"{', '.join(evaluated)} are (retrieval metrics need contrastive.dev_retrieval, "
            "STS ones finetune.dev_file).")
+    if config.finetune.group_by_length and len(contrastive_rows.train_files(config)) > 1:
+      fail("finetune.group_by_length", "would mix the rows of finetune.train_file's "
+           "files, whose batches are each of one file; turn it off.")
     if config.contrastive.no_duplicates and config.finetune.group_by_length:
       fail("contrastive.no_duplicates", "orders the batches itself; "
            "finetune.group_by_length would regroup them. Turn one off.")
 
-  # --- data ------------------------------------------------------------------------------
-  def negative_columns(self) -> list[str]:
-    """contrastive.negative_columns, or the training file's own (NEGATIVE_COLUMN)."""
-    if self.config.contrastive.negative_columns:
-      return list(self.config.contrastive.negative_columns)
-    found = [(int(m.group(2) or 0), name) for name in labelled.column_names(
-        self.config.finetune.train_file, self.config.finetune.format)
-             if (m := NEGATIVE_COLUMN.fullmatch(name))]
-    return [name for _, name in sorted(found)]
-
-  def training_columns(self) -> dict:
-    """{'text': anchors, 'text_pair': positives, 'negative_1' ...: negatives}, prompted;
-    a row with an empty anchor, positive or negative is a LabelledDataError."""
-    settings, path = self.config.contrastive, self.config.finetune.train_file
-    names = {"text": settings.anchor_column, "text_pair": settings.positive_column}
-    names.update({f"negative_{i}": column
-                  for i, column in enumerate(self.negative_columns(), start=1)})
-    rows = labelled.read_rows(path, list(names.values()), self.config.finetune.format)
-    for column in names.values():
-      empty = [number for number, row in rows if not row[column].strip()]
-      if empty:
-        raise labelled.LabelledDataError(
-            f"'{path}' line {empty[0]}: column '{column}' is empty (in {len(empty)} of "
-            f"{len(rows)} rows); every row needs its anchor, positive and each negative "
-            "(drop the rows or the column).")
-    prompts = settings.prompts
-    return {field: [(prompts.query if field == "text" else prompts.document) + row[column]
-                    for _, row in rows] for field, column in names.items()}
-
-  def train_order(self, columns: dict, seed: int) -> list[int]:
-    """An epoch's row order without a text twice in a batch (data/no_duplicates.py),
-    from the rows' texts without their prompts."""
-    prompts = self.config.contrastive.prompts
-    cut = {field: len(prompts.query if field == "text" else prompts.document)
-           for field in columns}
-    texts = [tuple(column[row][cut[field]:] for field, column in columns.items())
-             for row in range(len(columns["text"]))]
-    order = no_duplicates.batch_order(texts, self.config.train.batch_size, seed)
-    duplicated = no_duplicates.duplicated_batches(texts, order, self.config.train.batch_size)
-    if duplicated:
-      logger.warning("%d batches of an epoch hold a text twice: too few distinct texts "
-                     "are left at its end for a batch of %d", duplicated,
-                     self.config.train.batch_size)
-    return order
-
+  # --- data (the training rows: contrastive_rows.TrainingRows) ----------------------------
   @functools.cached_property
   def dev_collection(self) -> beir.Collection | None:
     """The retrieval set of contrastive.dev_retrieval, or None."""
@@ -259,11 +230,13 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
     return example_tasks.register(
         "contrastive", [self.config.finetune.to_dict(), self.config.contrastive.to_dict(),
                         self.config.data.vocab.to_dict(),
-                        self.config.train.batch_size],  # the order's batches
+                        self.config.train.batch_size]  # the order's batches
+        + ([self.config.data.to_dict()] if self.config.contrastive.pairs_from else []),
         columns, self.vocabulary,
         [functools.partial(simcse.encode_split, train_prefixes=self.views)],
         self.config.data.shuffle_buffer,
-        self.train_order if self.config.contrastive.no_duplicates else None)
+        self.train_order if self.orders_rows else None,
+        self.epoch_pairs if self.config.contrastive.pairs_from else None)
 
   def check_data(self) -> None:
     settings = self.config.contrastive
@@ -273,6 +246,9 @@ class Contrastive(simcse.ScoresStsPairs, finetune.ReadsLabelledFiles, finetune.F
     except objective.ContrastiveError as error:
       errors.fail("contrastive.matryoshka_dims", str(error))
     train, dev = self.training_columns(), self.dev_columns()
+    self.check_pairs_from(len(next(iter(train.values()))))
+    if self.config.contrastive.pairs_from:
+      train = self.epoch_pairs(train, 0)
     collection = self.dev_collection
     logger.info("train: %d rows of an anchor, a positive and %d hard negatives; dev: %d "
                 "scored pairs, %d retrieval queries over %d documents", len(train["text"]),
