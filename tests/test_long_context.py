@@ -325,10 +325,12 @@ def test_a_long_run_evaluates_no_more_tokens_than_a_training_micro_batch(monkeyp
 
 
 def test_the_measuring_tool(monkeypatch, tmp_path, capsys):
-  """python -m encoderx.tools.speed.long_context: a row measured (here in this process, at 128
-  tokens: a global layer on 'xla', the local one blockwise), and the run's table, memory
-  line against the bound and JSON record (its rows standing in for fresh processes)."""
-  row = long_context.measure_one(128, "auto", 1)
+  """python -m encoderx.tools.speed.long_context: a row measured (here in this process, at 256
+  tokens: a global layer on 'xla', the local one blockwise, its 64-token window skipping
+  key blocks; at 128 the window meets every block and takes 'xla' too), and the run's
+  table, memory line against the bound and JSON record (its rows standing in for fresh
+  processes)."""
+  row = long_context.measure_one(256, "auto", 1)
   assert row["kernels_run"] == "blockwise,xla" and row["peak_mb"] > 0
   assert np.isfinite(row["loss"]) and row["step_ms"] > 0 and row["square_array"]
   peaks = {1024: 1000.0, 8192: 1000.0 + 1.6 * 1024}

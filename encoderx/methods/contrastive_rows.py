@@ -15,6 +15,7 @@ import numpy as np
 from encoderx import errors
 from encoderx import files as files_lib
 from encoderx.data import labelled, no_duplicates, unlabelled_pairs
+from encoderx.methods import base as method_lib
 
 logger = logging.getLogger("encoderx")
 
@@ -23,8 +24,9 @@ logger = logging.getLogger("encoderx")
 NEGATIVE_COLUMN = re.compile(r"negative(_(\d+))?")
 
 
-class TrainingRows:
-  """Mixed into Contrastive: its training rows, read or made, and their epoch order."""
+class TrainingRows(method_lib.Method):  # pylint: disable=abstract-method
+  """Mixed into Contrastive: its training rows, read or made, and their epoch order
+  (reading the method's config, and its files through finetune.ReadsLabelledFiles)."""
 
   @classmethod
   def validate_train_files(cls, config) -> None:
