@@ -50,7 +50,6 @@ class TrainingRows(method_lib.Method):  # pylint: disable=abstract-method
         fail("finetune.train_file", f"'{path}' is not a file.")
       cls.check_file(config, "finetune.train_file", path)
 
-
   def negative_columns(self) -> list[str]:
     """contrastive.negative_columns, or the training file's own (NEGATIVE_COLUMN)."""
     if self.config.contrastive.pairs_from:
@@ -137,13 +136,11 @@ class TrainingRows(method_lib.Method):  # pylint: disable=abstract-method
                      self.config.train.batch_size)
     return order
 
-
   @property
   def orders_rows(self) -> bool:
     """Whether train_order orders the epochs (else the Task shuffles the rows)."""
     return bool(self.config.contrastive.no_duplicates
                 or len(train_files(self.config)) > 1)
-
 
   def check_pairs_from(self, count: int) -> None:
     """At least 2 documents (crops) or passages of 2 sentences or more (ict)."""
@@ -154,7 +151,6 @@ class TrainingRows(method_lib.Method):  # pylint: disable=abstract-method
                      "passages of two sentences or more") + " in the train split of "
                   "data.files; it needs at least 2 (check data.document_marker, "
                   "data.document_per_line, data.sentence_per_line).")
-
 
 
 def train_files(config) -> list[str]:
