@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pathlib
 import statistics
 import tempfile
 import time
@@ -62,8 +63,8 @@ SEQ_LENGTH = 64
 BATCH_SIZE = 32
 LENGTH_BUCKETS = (16, 32, 48)
 EVAL_BATCH_SIZE = 64
-DEFAULT_CORPORA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.dirname(os.path.abspath(__file__))))), "shared", "corpora")
+# ../shared/corpora beside the repository (this file is encoderx/tools/speed/ in it).
+DEFAULT_CORPORA = str(pathlib.Path(__file__).resolve().parents[4] / "shared" / "corpora")
 
 
 class FinetuneBenchError(ValueError):
@@ -189,17 +190,17 @@ def classified_features(tokenizer, path: str, max_length: int = SEQ_LENGTH) -> l
           for i, (_, row) in enumerate(rows)]
 
 
-def torch_end_to_end(case: str, config, steps: int) -> float:
-  """Seconds of a plain PyTorch loop of `steps` steps of the case (see the module doc)."""
+def torch_end_to_end(config, steps: int) -> float:
+  """Seconds of a plain PyTorch loop of `steps` steps of the case's config (see the
+  module doc)."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   from encoderx.tools.parity import torch_optim  # pylint: disable=g-import-not-at-top
-  variant = CASES[case][0].split(":")[1]
   directory = config.init_from.removeprefix("hf:")
   start = time.perf_counter()
   torch.manual_seed(config.train.seed)
   tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-  if variant == "tag":
+  if config.method == "tag":
     labels = sorted({tag for sentence in tagging.read_conll(config.finetune.train_file)
                      for tag in sentence.tags})
     train_set, dev_set = (tagged_features(tokenizer, tagging.read_conll(path), labels)
@@ -241,7 +242,7 @@ def torch_end_to_end(case: str, config, steps: int) -> float:
 def end_to_end_row(case: str, config, steps: int) -> dict:
   """The case's whole runs of `steps` steps, one after the other (see the module doc)."""
   jax_seconds = encoderx_end_to_end(config, steps)
-  torch_seconds = torch_end_to_end(case, config, steps)
+  torch_seconds = torch_end_to_end(config, steps)
   print(f"  end to end, {steps} steps: encoderx {jax_seconds:.0f} s, pytorch "
         f"{torch_seconds:.0f} s ({torch_seconds / jax_seconds:.2f}x)", flush=True)
   return {"case": case, "steps": steps, "batch_size": config.train.batch_size,
