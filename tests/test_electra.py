@@ -208,10 +208,12 @@ def test_samples_follow_the_generator_softmax_and_replaced_means_different():
 
 def _method_and_batch(config):
   method = electra.ReplacedTokenDetection(config_lib.validate(config))
-  params = flax.linen.unbox(method.init(jax.random.key(0))["params"])
+  # Jitted, as the gradients below: eagerly, JAX compiles each operation of the model on
+  # its own, which took a minute for the disentangled encoder.
+  params = flax.linen.unbox(jax.jit(method.init)(jax.random.key(0))["params"])
   (batch,) = pipeline.take_batches(method.task(), "train", config.data.seq_length,
                                    config.train.batch_size, 1, seed=3)
-  prepared = method.prepare({k: jnp.asarray(v) for k, v in batch.items()}, jax.random.key(1))
+  prepared = jax.jit(method.prepare)(dict(batch), jax.random.key(1))
   return method, params, batch, prepared
 
 
@@ -258,8 +260,8 @@ def test_the_discriminator_loss_reaches_the_generator_only_through_shared_embedd
     _, corrupted = method.generate(both, prepared, jax.random.key(2), jax.random.key(3))
     return method.discriminate(both, prepared, corrupted, jax.random.key(4))["loss_sum"]
 
-  generator_grads, discriminator_grads = (_flat(g) for g in jax.grad(
-      discriminator_loss, argnums=(0, 1))(params["generator"], params["discriminator"]))
+  generator_grads, discriminator_grads = (_flat(g) for g in jax.jit(jax.grad(
+      discriminator_loss, argnums=(0, 1)))(params["generator"], params["discriminator"]))
   reached = {name for name, grad in generator_grads.items() if np.abs(grad).max() > 0}
   if sharing == "shared":
     assert reached == {f"encoder_model/embeddings/{name}" for name in (
@@ -331,7 +333,7 @@ def test_decoupled_steps_the_generator_by_mlm_then_the_discriminator_on_its_samp
   # its step) corrupt the batch; the discriminator's step (its own optimizer, 3x the
   # learning rate) from rtd_lambda x BCE, reading the updated generator's embeddings.
   prepare_key, loss_key = trainer_lib.step_keys(trainer_lib.run_rng(config.train.seed), 0)
-  prepared = method.prepare({k: jnp.asarray(v) for k, v in batch.items()}, prepare_key)
+  prepared = jax.jit(method.prepare)(dict(batch), prepare_key)
   denominators = method.denominators(prepared)
   generator_key, sample_key, _ = jax.random.split(loss_key, 3)
 
@@ -340,7 +342,8 @@ def test_decoupled_steps_the_generator_by_mlm_then_the_discriminator_on_its_samp
                                        generator_key, sample_key)
     return terms["loss_sum"] / denominators["mlm"], corrupted
 
-  (_, corrupted), grads = jax.value_and_grad(mlm_loss, has_aux=True)(before["generator"])
+  (_, corrupted), grads = jax.jit(jax.value_and_grad(mlm_loss, has_aux=True))(
+      before["generator"])
   generator = _adam_step(trainer.optimizers["generator"], before["generator"], grads)
   assert _max_difference(generator, after["generator"]) < 1e-6
   _, _, discriminator_key = jax.random.split(jax.random.fold_in(loss_key, 1), 3)
@@ -351,7 +354,7 @@ def test_decoupled_steps_the_generator_by_mlm_then_the_discriminator_on_its_samp
     return 50.0 * terms["loss_sum"] / denominators["rtd"]
 
   discriminator = _adam_step(trainer.optimizers["discriminator"], before["discriminator"],
-                             jax.grad(bce)(before["discriminator"]))
+                             jax.jit(jax.grad(bce))(before["discriminator"]))
   assert _max_difference(discriminator, after["discriminator"]) < 1e-6
   assert _max_difference(after["discriminator"], before["discriminator"]) > 1e-4
   assert metrics["learning_rate_discriminator"] == pytest.approx(
@@ -519,8 +522,8 @@ def test_deberta_v3_is_gdes_replaced_token_detection_on_disentangled_attention(t
     _, corrupted = method.generate(both, prepared, jax.random.key(2), jax.random.key(3))
     return method.discriminate(both, prepared, corrupted, jax.random.key(4))["loss_sum"]
 
-  generator_grads, discriminator_grads = (_flat(g) for g in jax.grad(
-      discriminator_loss, argnums=(0, 1))(params["generator"], params["discriminator"]))
+  generator_grads, discriminator_grads = (_flat(g) for g in jax.jit(jax.grad(
+      discriminator_loss, argnums=(0, 1)))(params["generator"], params["discriminator"]))
   assert all(np.abs(g).max() == 0 for g in generator_grads.values())
   assert np.abs(discriminator_grads["embedding_deltas/word_embeddings"]).max() > 0
   exported = _flat(method.transferable_params(jax.device_get(params)))

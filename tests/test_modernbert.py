@@ -223,8 +223,8 @@ def test_initialization_statistics_equal_hugging_faces():
     torch.manual_seed(0)
     theirs = {k: v.numpy() for k, v in getattr(transformers, hf_class)(hf_cfg)
               .state_dict().items()}
-    params = flax.linen.unbox(model.init(jax.random.key(0), pretraining.init_batch(1, 8))[
-        "params"])
+    params = flax.linen.unbox(jax.jit(model.init)(  # jitted: eagerly, op by op, is slow
+        jax.random.key(0), pretraining.init_batch(1, 8))["params"])
     ratios = check_init_statistics(engine.to_hf(params, config, FAMILY, head), theirs)
     print(f"{hf_class} init std ratios to Hugging Face's: "
           f"{min(ratios.values()):.3f}..{max(ratios.values()):.3f} over {len(ratios)} weights")

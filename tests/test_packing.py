@@ -95,9 +95,11 @@ def test_packed_rows_compute_what_their_documents_compute_alone(family):
       batch["segment_ids"][row, offset:offset + length] = index + 1 if batch is packed else 1
       batch["positions"][row, offset:offset + length] = np.arange(length)
     start += length
-  params = model.init(jax.random.key(0), pretraining.init_batch(1, 8))["params"]
-  packed_out = model.apply({"params": params}, packed)
-  alone_out = model.apply({"params": params}, alone)
+  # Jitted: eagerly, JAX compiles each of the model's operations on its own (slow).
+  params = jax.jit(model.init)(jax.random.key(0), pretraining.init_batch(1, 8))["params"]
+  apply = jax.jit(model.apply)
+  packed_out = apply({"params": params}, packed)
+  alone_out = apply({"params": params}, alone)
   start = 0
   for index, length in enumerate(lengths):
     np.testing.assert_allclose(
@@ -106,7 +108,7 @@ def test_packed_rows_compute_what_their_documents_compute_alone(family):
     start += length
   # Without isolation the same row computes something else: the test can fail.
   mixed = {**packed, "segment_ids": (packed["segment_ids"] > 0).astype(np.int32)}
-  mixed_out = model.apply({"params": params}, mixed)
+  mixed_out = apply({"params": params}, mixed)
   assert np.abs(np.asarray(mixed_out["mlm_logits"])[0, :7]
                 - np.asarray(alone_out["mlm_logits"])[0, :7]).max() > 1e-2
 
