@@ -199,7 +199,8 @@ def test_updates_run_in_order_each_on_its_groups_with_its_optimizer(tiny_config)
   # parameters, then the heads' (10x the learning rate) from the loss at the result.
   method = trainer.method
   prepare_key, loss_key = trainer_lib.step_keys(trainer_lib.run_rng(config.train.seed), 0)
-  prepared = method.prepare({k: jnp.asarray(v) for k, v in batch.items()}, prepare_key)
+  # Jitted: eagerly, JAX compiles each of the model's operations on its own (slow).
+  prepared = jax.jit(method.prepare)(dict(batch), prepare_key)
   denominators = method.denominators(prepared)
   params, carry, losses = dict(before), None, {}
   for update in method.updates:
@@ -209,7 +210,8 @@ def test_updates_run_in_order_each_on_its_groups_with_its_optimizer(tiny_config)
       return method.loss({**params, **trained}, {}, prepared, loss_key, denominators,
                          update, carry)
 
-    (losses[update.name], output), grads = jax.value_and_grad(loss_fn, has_aux=True)(trained)
+    (losses[update.name], output), grads = jax.jit(
+        jax.value_and_grad(loss_fn, has_aux=True))(trained)
     optimizer = trainer.optimizers[update.name]
     changes, _ = optimizer.update(grads, optimizer.init(trained), trained)
     params = {**params, **optax.apply_updates(trained, changes)}

@@ -102,7 +102,10 @@ def test_model_sbo_logits_ignore_the_encoder_inside_a_span(tiny_config, austen_b
   inside = np.arange(left + 1, right)
 
   def outputs(positions=None):
-    apply = lambda: trainer.method.model.apply({"params": params}, batch)  # noqa: E731
+    # A new jitted function each time, traced inside the perturbation (eagerly, JAX
+    # compiles each of the model's operations on its own: slow).
+    apply = lambda: jax.jit(  # noqa: E731
+        lambda p, b: trainer.method.model.apply({"params": p}, b))(params, batch)
     if positions is None:
       return apply()
     with _perturb_encoder_output(0, positions, 3.0):
