@@ -147,10 +147,12 @@ def check_round_trip(state_dict, torch_model, config: model_config.ModelConfig, 
 def mlm_and_hidden_states(config: model_config.ModelConfig, params, batch):
   """encoderx's MLM logits [batch, length, vocab] and hidden states: what entered each
   layer, then the encoder's output (Hugging Face's hidden_states)."""
-  logits = pretraining.PretrainingModel(config, heads=("mlm",)).apply(
+  # Jitted, as every model call of the tests: eagerly, JAX compiles each of the model's
+  # operations on its own, which made these tests minutes long.
+  logits = jax.jit(pretraining.PretrainingModel(config, heads=("mlm",)).apply)(
       {"params": params}, batch)["mlm_logits"]
   encoder = pretraining.EncoderModel(config, with_pooler=False, with_layer_inputs=True)
-  outputs = encoder.apply({"params": params["encoder_model"]}, batch)
+  outputs = jax.jit(encoder.apply)({"params": params["encoder_model"]}, batch)
   return np.asarray(logits), list(np.asarray(outputs["layer_inputs"])) + [
       np.asarray(outputs["hidden"])]
 
@@ -199,8 +201,8 @@ def check_init_statistics(ours: dict, theirs: dict) -> dict[str, float]:
 def mlm_train_step_gradients(config, batch, seed=0):
   """The gradients of an MLM loss at a few positions, with dropout, from a fresh init."""
   model = pretraining.PretrainingModel(config, heads=("mlm",))
-  params = flax.linen.unbox(model.init(jax.random.key(seed), pretraining.init_batch(1, 8))[
-      "params"])
+  params = flax.linen.unbox(jax.jit(model.init)(
+      jax.random.key(seed), pretraining.init_batch(1, 8))["params"])
   positions = jnp.asarray([[1, 5, 9], [0, 2, 7]], jnp.int32)
   labels = jnp.take_along_axis(jnp.asarray(batch["input_ids"]), positions, axis=1)
 

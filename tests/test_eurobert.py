@@ -235,8 +235,8 @@ def test_the_new_fields_compose_on_a_post_norm_bert():
       attention=dict(num_kv_heads=2, window=8, global_every=2, dropout=0.0))
   model_config.validate(config)
   model = pretraining.PretrainingModel(config, heads=("mlm", "sentence"))
-  params = flax.linen.unbox(model.init(jax.random.key(0), pretraining.init_batch(1, 8))[
-      "params"])
+  params = flax.linen.unbox(jax.jit(model.init)(  # jitted: eagerly, op by op, is slow
+      jax.random.key(0), pretraining.init_batch(1, 8))["params"])
   assert "position_embeddings" not in params["encoder_model"]["embeddings"]
   assert params["encoder_model"]["encoder"]["layer_0"]["attention"]["self_attention"][
       "key"]["kernel"].shape == (48, 2, 12)
