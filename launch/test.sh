@@ -7,4 +7,5 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" hf,test
 # --reruns with a pattern that matches no error: a failed test is never rerun, but a test
 # whose worker process crashed natively (XLA, LLVM) is run once more on a fresh worker
 # (see docs/getting-started.md, "Running the tests").
-exec python -m pytest tests -q -n 2 --reruns 1 --only-rerun '^(?!)' "$@"
+# --durations=30: the record of a run (CI's included) says where its time went.
+exec python -m pytest tests -q -n 2 --reruns 1 --only-rerun '^(?!)' --durations=30 "$@"
