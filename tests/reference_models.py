@@ -198,11 +198,17 @@ def check_init_statistics(ours: dict, theirs: dict) -> dict[str, float]:
   return ratios
 
 
+def fresh_params(model, seed: int = 0) -> dict:
+  """`model`'s freshly initialized (unboxed) params. Jitted, as every model call of the
+  tests: eagerly, JAX compiles each of the model's operations on its own (slow)."""
+  return flax.linen.unbox(jax.jit(model.init)(jax.random.key(seed),
+                                              pretraining.init_batch(1, 8))["params"])
+
+
 def mlm_train_step_gradients(config, batch, seed=0):
   """The gradients of an MLM loss at a few positions, with dropout, from a fresh init."""
   model = pretraining.PretrainingModel(config, heads=("mlm",))
-  params = flax.linen.unbox(jax.jit(model.init)(
-      jax.random.key(seed), pretraining.init_batch(1, 8))["params"])
+  params = fresh_params(model, seed)
   positions = jnp.asarray([[1, 5, 9], [0, 2, 7]], jnp.int32)
   labels = jnp.take_along_axis(jnp.asarray(batch["input_ids"]), positions, axis=1)
 

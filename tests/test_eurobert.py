@@ -8,7 +8,6 @@ The models are Hugging Face's own tiny configs (EuroBertConfig), read into encod
 fields as --init_from reads a config.json (engine.model_fields)."""
 import dataclasses
 
-import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,7 +23,7 @@ from encoderx.models import attention, finetuning, masks, model_config, pretrain
 
 import export_checks  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
 from reference_models import (  # pylint: disable=g-bad-import-order
-    check_init_statistics, hf_forward, max_diffs, mlm_and_hidden_states,
+    check_init_statistics, fresh_params, hf_forward, max_diffs, mlm_and_hidden_states,
     mlm_train_step_gradients, model_config_from_hf, packed_batch, packed_diffs,
     padded_batch, perturb, small_model)
 
@@ -186,8 +185,7 @@ def test_initialization_statistics_equal_hugging_faces():
     torch.manual_seed(0)
     theirs = {k: v.numpy() for k, v in getattr(transformers, hf_class)(hf_cfg)
               .state_dict().items()}
-    params = flax.linen.unbox(jax.jit(model.init)(  # jitted: eagerly, op by op, is slow
-        jax.random.key(0), pretraining.init_batch(1, 8))["params"])
+    params = fresh_params(model)
     ratios = check_init_statistics(engine.to_hf(params, config, FAMILY, head), theirs)
     print(f"{hf_class} init std ratios to Hugging Face's: "
           f"{min(ratios.values()):.3f}..{max(ratios.values()):.3f} over {len(ratios)} weights")
@@ -235,8 +233,7 @@ def test_the_new_fields_compose_on_a_post_norm_bert():
       attention=dict(num_kv_heads=2, window=8, global_every=2, dropout=0.0))
   model_config.validate(config)
   model = pretraining.PretrainingModel(config, heads=("mlm", "sentence"))
-  params = flax.linen.unbox(jax.jit(model.init)(  # jitted: eagerly, op by op, is slow
-      jax.random.key(0), pretraining.init_batch(1, 8))["params"])
+  params = fresh_params(model)
   assert "position_embeddings" not in params["encoder_model"]["embeddings"]
   assert params["encoder_model"]["encoder"]["layer_0"]["attention"]["self_attention"][
       "key"]["kernel"].shape == (48, 2, 12)

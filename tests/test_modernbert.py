@@ -7,7 +7,6 @@ The models are Hugging Face's own tiny configs (ModernBertConfig), read into enc
 fields as --init_from reads a config.json (engine.model_fields)."""
 import dataclasses
 
-import flax
 import jax
 import numpy as np
 import pytest
@@ -22,9 +21,9 @@ from encoderx.models import finetuning, pretraining
 
 import export_checks  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
 from reference_models import (  # pylint: disable=g-bad-import-order
-    check_init_statistics, hf_forward, max_diffs, mlm_and_hidden_states as mlm_outputs,
-    mlm_train_step_gradients, model_config_from_hf, packed_batch, packed_diffs,
-    padded_batch, perturb, small_model)
+    check_init_statistics, fresh_params, hf_forward, max_diffs,
+    mlm_and_hidden_states as mlm_outputs, mlm_train_step_gradients, model_config_from_hf,
+    packed_batch, packed_diffs, padded_batch, perturb, small_model)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -223,8 +222,7 @@ def test_initialization_statistics_equal_hugging_faces():
     torch.manual_seed(0)
     theirs = {k: v.numpy() for k, v in getattr(transformers, hf_class)(hf_cfg)
               .state_dict().items()}
-    params = flax.linen.unbox(jax.jit(model.init)(  # jitted: eagerly, op by op, is slow
-        jax.random.key(0), pretraining.init_batch(1, 8))["params"])
+    params = fresh_params(model)
     ratios = check_init_statistics(engine.to_hf(params, config, FAMILY, head), theirs)
     print(f"{hf_class} init std ratios to Hugging Face's: "
           f"{min(ratios.values()):.3f}..{max(ratios.values()):.3f} over {len(ratios)} weights")
