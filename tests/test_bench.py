@@ -19,6 +19,7 @@ from encoderx.train import trainer as trainer_lib
 from encoderx.data import pipeline
 from encoderx.data import tagging
 from encoderx.methods import registry as method_registry
+from encoderx.models import model_config
 from encoderx.tools.speed import (accelerator, bench, bench_models, finetune_steps, flops, timing,
                                   train_steps)
 from encoderx.tools.quality import finetune_compare
@@ -59,6 +60,22 @@ def test_head_on_every_position_costs_more():
   padded = dataclasses.replace(model, vocab_multiple=128)  # 8,000 -> 8,064 rows
   assert (flops.training_flops_per_token(padded, 128, 20) - gathered
           == pytest.approx(6 * 512 * 64 * 20 / 128))
+
+
+def test_local_layers_count_the_attention_of_their_band():
+  """A local layer's queries see window + 1 keys (|i - j| <= window / 2), not the whole
+  row: ModernBERT-base's sizes at 1,024 tokens, local in two layers of three."""
+  config = bench_models.build_config("modernbert_base_1024", 1)
+  model = model_config.ModelConfig.from_config(config.model, vocab_size=50368)
+  every_layer_global = model.replace(attention=dict(window=0))
+  local_layers = sum(not model.is_global_layer(i) for i in range(model.num_layers))
+  assert local_layers == 14
+  assert (flops.encoder_flops_per_token(every_layer_global, 1024)
+          - flops.encoder_flops_per_token(model, 1024)
+          == 12 * (1024 - 129) * 768 * local_layers)
+  # At a row no longer than the band, a local layer sees the whole row as a global one.
+  assert (flops.encoder_flops_per_token(model, 128)
+          == flops.encoder_flops_per_token(every_layer_global, 128))
 
 
 def test_pytorch_flops_count_the_head_where_hugging_face_runs_it():

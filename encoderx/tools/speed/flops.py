@@ -10,8 +10,11 @@ twice the forward) of a transformer encoder does, for each of its `layers` layer
                                    grouped-query attention: EuroBERT), M 2 for a plain
                                    feed-forward and 3 for a gated one (GeGLU, SwiGLU:
                                    ModernBERT, EuroBERT)
-  + 12 * L * H                     attention scores q.k and their use on the values
-                                   (2 * L * H each, forward; x 3 with the backward)
+  + 12 * L' * H                    attention scores q.k and their use on the values
+                                   (2 * L' * H each, forward; x 3 with the backward),
+                                   L' the keys a query sees: L in a global layer,
+                                   min(L, W + 1) in a local one of window W (ModernBERT's
+                                   |i - j| <= W / 2), the work its band needs
 
 plus, once per token, `6 * E * H` where the embeddings (E wide) are projected to H
 (ALBERT, ELECTRA's small models), and the pretraining head:
@@ -47,11 +50,12 @@ def encoder_flops_per_token(model: model_config.ModelConfig, seq_length: int) ->
   hidden, intermediate = model.hidden_size, model.intermediate_size
   kv_width = model.kv_heads * model.head_dim
   ffn_matrices = 3 if model.feed_forward.kind == "gated" else 2
-  per_layer = (6 * (2 * hidden**2 + 2 * hidden * kv_width
-                    + ffn_matrices * hidden * intermediate)
-               + 12 * seq_length * hidden)
+  matmuls = 6 * (2 * hidden**2 + 2 * hidden * kv_width + ffn_matrices * hidden * intermediate)
+  local_keys = min(seq_length, model.attention.window + 1)
+  keys = sum(seq_length if model.is_global_layer(index) else local_keys
+             for index in range(model.num_layers))
   projection = 6 * model.embeddings.size * hidden if model.embeddings.size != hidden else 0
-  return model.num_layers * per_layer + projection
+  return model.num_layers * matmuls + 12 * keys * hidden + projection
 
 
 def mlm_head_flops_per_token(model: model_config.ModelConfig, predictions_per_row: int,
