@@ -1,6 +1,8 @@
 """encoderx/models/contraction.py: the same values and gradients as jax's tensordot, the
 kernel gradient's operands in the order that transposes the smaller one, nn.Dense's
 adapter, and jax_order() for the bench's comparison."""
+import functools
+
 import flax.linen as nn
 import jax
 import jax.extend
@@ -35,10 +37,11 @@ def test_values_and_gradients_are_tensordots(x_shape, kernel_shape, n):
     np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-5)
 
 
-def _kernel_gradient_operands(x_shape, kernel_shape, n):
+def _kernel_gradient_operands(x_shape, kernel_shape, n, transpose_input=False):
   """The shapes of the operands of the dot_general that makes the kernel's gradient."""
   x, kernel = jnp.zeros(x_shape), jnp.zeros(kernel_shape)
-  jaxpr = jax.make_jaxpr(jax.grad(_loss(contraction.contract, n), 1))(x, kernel)
+  contract = functools.partial(contraction.contract, transpose_input=transpose_input)
+  jaxpr = jax.make_jaxpr(jax.grad(_loss(contract, n), 1))(x, kernel)
   batch = len(x_shape) - n
   found = []
 
@@ -60,6 +63,21 @@ def test_the_kernel_gradient_puts_the_smaller_operand_first():
   layer's first kernel), the output's gradient when that is (its second)."""
   assert _kernel_gradient_operands((2, 3, 8), (8, 32), 1) == ((2, 3, 8), (2, 3, 32))
   assert _kernel_gradient_operands((2, 3, 32), (32, 8), 1) == ((2, 3, 8), (2, 3, 32))
+
+
+@pytest.mark.parametrize("x_shape,kernel_shape,n", CASES)
+def test_transpose_input_puts_x_first_with_the_same_gradients(x_shape, kernel_shape, n):
+  """A pre-norm feed-forward's output kernel (x the larger: its second case) transposes
+  x, not the residual stream's gradient; the values and gradients stay tensordot's."""
+  assert _kernel_gradient_operands(x_shape, kernel_shape, n, transpose_input=True)[0] == (
+      x_shape)
+  keys = jax.random.split(jax.random.key(3))
+  x, kernel = jax.random.normal(keys[0], x_shape), jax.random.normal(keys[1], kernel_shape)
+  contract = functools.partial(contraction.contract, transpose_input=True)
+  ours = jax.grad(_loss(contract, n), (0, 1))(x, kernel)
+  theirs = jax.grad(_loss(jnp.tensordot, n), (0, 1))(x, kernel)
+  for mine, reference in zip(ours, theirs):
+    np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-5)
 
 
 def test_dense_adapter_takes_denses_case_and_leaves_others_to_lax():

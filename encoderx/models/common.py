@@ -144,14 +144,16 @@ def zeros(axes):
 
 
 def dense(config, features: int, axes: tuple[str, str], name: str,
-          use_bias: bool = True, role: str = "in") -> nn.Dense:
+          use_bias: bool = True, role: str = "in", transpose_input: bool = False) -> nn.Dense:
   """A Dense layer whose kernel [in, out] and bias [out] carry logical axes (its kernel
-  gradient through `contraction.contract`); the kernel drawn as `initializer(role)`."""
+  gradient through `contraction.contract`, with its `transpose_input`); the kernel drawn
+  as `initializer(role)`."""
+  dot_general = (functools.partial(contraction.dot_general, transpose_input=True)
+                 if transpose_input else contraction.dot_general)
   return nn.Dense(features, use_bias=use_bias, dtype=config.compute_dtype,
                   param_dtype=config.weights_dtype,
                   kernel_init=initializer(config, axes, role=role),
-                  bias_init=zeros((axes[1],)), dot_general=contraction.dot_general,
-                  name=name)
+                  bias_init=zeros((axes[1],)), dot_general=dot_general, name=name)
 
 
 def layer_norm(config, name: str, axis: str = "embed",

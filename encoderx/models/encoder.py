@@ -142,11 +142,12 @@ class FeedForwardBlock(nn.Module):
                                 "intermediate", bias)
     linear = (common.dense(config, config.intermediate_size, ("embed", "mlp"), "linear",
                            bias) if config.feed_forward.kind == "gated" else None)
+    pre = config.norm.position == "pre"
+    # Pre-norm: the output's gradient is the residual stream's (contraction's module doc).
     output = common.dense(config, config.hidden_size, ("mlp", "embed"), "output", bias,
-                          role="out")
+                          role="out", transpose_input=pre)
     dropout = dropout_lib.Dropout(config.hidden_dropout)
     norm = common.norm(config, "layer_norm")
-    pre = config.norm.position == "pre"
 
     def feed_forward(x):
       normed = norm(x) if pre else x
