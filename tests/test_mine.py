@@ -1,8 +1,10 @@
 """Hard-negative mining (encoderx.mine): the same negatives, in the same order, as
 sentence-transformers' mine_hard_negatives on all-MiniLM-L6-v2 and STS-B pairs; random
 draws from the same candidates; bad options, columns and outputs stop before any model
-is loaded; the command writes the library's rows and never replaces a file unasked."""
+is loaded; the model's prompts are chosen as sentence-transformers chooses them, by name
+or as text; the command writes the library's rows and never replaces a file unasked."""
 import json
+import os
 import random
 import subprocess
 import sys
@@ -36,10 +38,10 @@ def models(minilm_directory, tmp_path_factory):
   reference = sentence_transformers.SentenceTransformer(str(minilm_directory), device="cpu")
   embedder, seen = embed.Embedder(f"hf:{minilm_directory}", normalize=True), {}
 
-  def embed_texts(texts, show_progress=False, description=""):
-    key = tuple(texts)
+  def embed_texts(texts, show_progress=False, description="", prompt=None):
+    key = (prompt, tuple(texts))
     if key not in seen:
-      seen[key] = embedder(texts, show_progress, description)
+      seen[key] = embedder(texts, show_progress, description, prompt=prompt)
     return seen[key]
   return reference, embed_texts, str(tmp_path_factory.mktemp("st_cache"))
 
@@ -107,11 +109,71 @@ def test_random_draws_are_sentence_transformers_draws(models, pairs, monkeypatch
     (dict(range_max=4, num_negatives=5), "num_negatives", "only 4 candidates"),
     (dict(sampling_strategy="hardest"), "sampling_strategy", "not one of"),
     (dict(include_positives=True), "include_positives", "n-tuple"),
+    (dict(query_prompt="query: ", query_prompt_name="query"), "query_prompt_name",
+     "both set the prompt before each anchor"),
+    (dict(corpus_prompt="", corpus_prompt_name="document"), "corpus_prompt_name",
+     "both set the prompt before each candidate"),
 ])
 def test_bad_options_are_refused_when_made(options, argument, words):
   with pytest.raises(mine.MiningError) as caught:
     mine.MiningOptions(**options)
   assert caught.value.argument == argument and words in str(caught.value)
+
+
+PROMPTS = {"query": "query: ", "document": "passage: ", "title": "title: "}
+
+
+@pytest.fixture(scope="module")
+def prompted_minilm(minilm_directory, tmp_path_factory):
+  """all-MiniLM-L6-v2 keeping PROMPTS, "title" its default prompt."""
+  directory = tmp_path_factory.mktemp("prompted")
+  for name in os.listdir(minilm_directory):
+    if name != "config_sentence_transformers.json":
+      os.symlink(os.path.join(minilm_directory, name), directory / name)
+  (directory / "config_sentence_transformers.json").write_text(
+      json.dumps({"prompts": PROMPTS, "default_prompt_name": "title"}), encoding="utf-8")
+  return directory
+
+
+def test_prompts_are_chosen_as_sentence_transformers_chooses_them(
+    models, prompted_minilm, pairs, monkeypatch):
+  """No prompt option: the model's query and document prompts, not its default one;
+  a name: the model's prompt of that name, the same rows as that prompt given as text."""
+  sentence_transformers = pytest.importorskip("sentence_transformers")
+  reference_model = sentence_transformers.SentenceTransformer(str(prompted_minilm),
+                                                              device="cpu")
+  embedder = embed.Embedder(f"hf:{prompted_minilm}", normalize=True)
+  options = dict(range_max=12, num_negatives=2)
+  named = dict(query_prompt_name="title", corpus_prompt_name="query")
+
+  def ours(**prompts):
+    return _columns(mine.mine(pairs, embedder, mine.MiningOptions(**options, **prompts)))
+  def reference(**prompts):
+    return mining_reference.mine_hard_negatives(monkeypatch, pairs, reference_model,
+                                                use_faiss=True, **options, **prompts)
+  by_default, by_name = ours(), ours(**named)
+  assert by_default == reference() and by_name == reference(**named)
+  assert by_name == ours(query_prompt="title: ", corpus_prompt="query: ")
+  # Each choice changes the negatives: none of them is a prompt left out.
+  _, plain, _ = models
+  without = _columns(mine.mine(pairs, plain, mine.MiningOptions(**options)))
+  assert len({json.dumps(rows) for rows in (without, by_default, by_name)}) == 3
+
+
+def test_the_command_refuses_a_prompt_name_the_model_lacks_in_one_line_writing_nothing(
+    prompted_minilm, tmp_path):
+  """Once the model is loaded: before anything is embedded or written."""
+  source, output = tmp_path / "pairs.tsv", tmp_path / "mined.jsonl"
+  source.write_text("anchor\tpositive\nA cat.\tA kitten.\nA dog.\tA puppy.\n",
+                    encoding="utf-8")
+  completed = _run(f"--init_from=hf:{prompted_minilm}", f"--input={source}",
+                   f"--output={output}", "--query_prompt_name=title",
+                   "--corpus_prompt_name=passage", "--num_negatives=1")
+  assert completed.returncode == 2, completed.stderr[-2000:]
+  assert completed.stderr.strip().splitlines()[-1] == (
+      "encoderx: error: --corpus_prompt_name: prompt 'passage' is not one of the model's: "
+      "query, document, title.")
+  assert sorted(tmp_path.iterdir()) == [source]
 
 
 def test_bad_files_are_refused_naming_them(tmp_path):

@@ -5,6 +5,7 @@
 
 The command line is `python -m encoderx.embed` (embed/__main__.py).
 """
-from encoderx.embed.embedder import BUCKETS, POOLINGS, Embedder, embed, read_lines
+from encoderx.embed.embedder import (BUCKETS, POOLINGS, Embedder, embed, named_prompt,
+                                     read_lines)
 
-__all__ = ["BUCKETS", "POOLINGS", "Embedder", "embed", "read_lines"]
+__all__ = ["BUCKETS", "POOLINGS", "Embedder", "embed", "named_prompt", "read_lines"]

@@ -93,6 +93,15 @@ def in_length_order(rows: list[list[int]], batch_size: int, apply, shape: tuple[
   return output
 
 
+def named_prompt(prompts: dict, name: str, argument: str = "prompt_name") -> str:
+  """The prefix of prompt `name` of a model's `prompts`; a name it lacks stops (a
+  UserError about `argument`, listing the names it has)."""
+  if name not in prompts:
+    raise errors.UserError(f"prompt {name!r} is not one of the model's: "
+                           f"{', '.join(prompts) or 'it has none'}.", argument=argument)
+  return prompts[name]
+
+
 class Embedder:
   """Embeds texts with the encoder of `init_from` (see the module docstring)."""
 
@@ -137,16 +146,16 @@ class Embedder:
     return self.embedding.prompts
 
   def __call__(self, texts: list[str], show_progress: bool = False,
-               description: str = "embed", prompt_name: str | None = None) -> np.ndarray:
+               description: str = "embed", prompt_name: str | None = None,
+               prompt: str | None = None) -> np.ndarray:
     """float32 [len(texts), hidden]; `description` names the progress bar. Each text
-    starts with the prompt `prompt_name` (default: the model's default prompt, if any),
-    as sentence-transformers' encode(prompt_name=...) prefixes it."""
-    if prompt_name and prompt_name not in self.prompts:
-      raise errors.UserError(f"prompt {prompt_name!r} is not one of the model's: "
-                             f"{', '.join(self.prompts) or 'it has none'}.",
-                             argument="prompt_name")
-    prefix = self.embedding.prompt(prompt_name)
-    rows = self.token_ids([prefix + text for text in texts])
+    starts with `prompt` where given ("" for none), else with the model's prompt
+    `prompt_name` (default: its default prompt, if any), as sentence-transformers'
+    encode(prompt=..., prompt_name=...) prefixes it."""
+    if prompt is None:
+      prompt = (named_prompt(self.prompts, prompt_name) if prompt_name
+                else self.embedding.prompt())
+    rows = self.token_ids([prompt + text for text in texts])
     def apply(chosen):
       return self._embed_batch(self.params, padded_batch(
           [rows[i] for i in chosen], self.batch_size, self.vocabulary.pad_id))

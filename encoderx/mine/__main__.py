@@ -5,9 +5,14 @@ mine_hard_negatives mines them (mine/miner.py).
         --output=triplets.jsonl [--corpus=corpus.jsonl] [--num_negatives=3] \
         [--range_min=0] [--range_max=N] [--absolute_margin=M | --relative_margin=R] \
         [--max_score=S] [--min_score=S] [--sampling_strategy=top|random] [--seed=0] \
-        [--output_format=triplet|n-tuple|labeled-pair|labeled-list] [--overwrite]
+        [--output_format=triplet|n-tuple|labeled-pair|labeled-list] [--overwrite] \
+        [--query_prompt_name=NAME | --query_prompt=TEXT] \
+        [--corpus_prompt_name=NAME | --corpus_prompt=TEXT]
 
-Bad options, columns or outputs stop in one line before the model is loaded.
+Bad options, columns or outputs stop in one line before the model is loaded; a prompt
+name the model lacks, once it is loaded, before anything is embedded or written. Without
+prompt flags, anchors get the model's `query` prompt and candidates its `document` prompt
+where it has them (never its default prompt), as sentence-transformers' mining does.
 """
 from __future__ import annotations
 
@@ -25,7 +30,9 @@ def main(argv) -> None:
       min_score=FLAGS.min_score, absolute_margin=FLAGS.absolute_margin,
       relative_margin=FLAGS.relative_margin, num_negatives=FLAGS.num_negatives,
       sampling_strategy=FLAGS.sampling_strategy, include_positives=FLAGS.include_positives,
-      output_format=FLAGS.output_format, seed=FLAGS.seed)
+      output_format=FLAGS.output_format, seed=FLAGS.seed,
+      query_prompt=FLAGS.query_prompt, query_prompt_name=FLAGS.query_prompt_name,
+      corpus_prompt=FLAGS.corpus_prompt, corpus_prompt_name=FLAGS.corpus_prompt_name)
   mine.check_output(FLAGS.output, FLAGS.overwrite, options)
   pairs = mine.read_pairs(FLAGS.input, FLAGS.anchor_column, FLAGS.positive_column)
   corpus = mine.read_corpus(FLAGS.corpus, FLAGS.corpus_column) if FLAGS.corpus else None
@@ -33,8 +40,7 @@ def main(argv) -> None:
   embedder = embed.Embedder(FLAGS.init_from, pooling=FLAGS.pooling, normalize=True,
                             max_length=FLAGS.max_length, batch_size=FLAGS.batch_size)
   mined = mine.mine(pairs, embedder, options, corpus, FLAGS.anchor_column,
-                    FLAGS.positive_column, FLAGS.query_prompt, FLAGS.corpus_prompt,
-                    show_progress=True)
+                    FLAGS.positive_column, show_progress=True)
   mine.write_rows(FLAGS.output, mined)
   print(mine.summary(mined, options))
   print(f"wrote {len(mined.rows)} rows to {FLAGS.output}")
@@ -70,8 +76,14 @@ def define_flags() -> None:
   flags.DEFINE_enum("output_format", "triplet", list(mine.OUTPUT_FORMATS),
                     "triplet: a row a negative; n-tuple: negative_1..k in one row; "
                     "labeled-pair / labeled-list: texts with 1/0 labels")
-  flags.DEFINE_string("query_prompt", "", "put before each anchor as it is embedded")
-  flags.DEFINE_string("corpus_prompt", "", "put before each candidate as it is embedded")
+  flags.DEFINE_string("query_prompt", None, "put before each anchor as it is embedded, "
+                      "instead of a prompt of the model's ('' for none)")
+  flags.DEFINE_string("query_prompt_name", None, "the model's prompt to put before each "
+                      "anchor (default: its 'query' prompt, if any)")
+  flags.DEFINE_string("corpus_prompt", None, "put before each candidate as it is embedded, "
+                      "instead of a prompt of the model's ('' for none)")
+  flags.DEFINE_string("corpus_prompt_name", None, "the model's prompt to put before each "
+                      "candidate (default: its 'document' prompt, if any)")
   flags.DEFINE_enum("pooling", None, list(embed.POOLINGS), "how a text's token outputs "
                     "become one vector (default: the model's, else mean)")
   flags.DEFINE_integer("batch_size", 64, "texts per batch")

@@ -6,9 +6,17 @@ Mirrors `sentence_transformers/util/hard_negatives.py: mine_hard_negatives` with
 
 - the anchors are deduplicated (a repeated anchor is one query with several positives);
   the corpus is the separate corpus, or the positives, with every positive added, deduplicated;
-- anchors and corpus are embedded and normalized, and each anchor's `range_max +
-  max_positives` nearest corpus texts found exactly by faiss (`retrieval.search`,
-  IndexFlatIP: the cosine);
+- anchors and corpus are embedded and normalized, each text after its prompt, and each
+  anchor's `range_max + max_positives` nearest corpus texts found exactly by faiss
+  (`retrieval.search`, IndexFlatIP: the cosine). An anchor's prompt is chosen as
+  `SentenceTransformer.encode_query` chooses it (sentence_transformers/
+  sentence_transformer/model.py; `_resolve_prompt` in base/model.py): `query_prompt`,
+  else the model's prompt named `query_prompt_name`, else its `query` prompt, else none
+  (never its default prompt); a corpus text's as `encode_document` does, with
+  `corpus_prompt`, `corpus_prompt_name` and the model's `document` prompt. Unlike there,
+  a prompt given both by name and as text stops rather than the name being ignored, and
+  a name the model lacks stops even where sentence-transformers' implicit empty
+  `query` / `document` prompts would answer it;
 - candidates are skipped: the anchor's own positives (unless `include_positives`), those
   scored above the anchor's lowest positive score minus `absolute_margin`, or minus
   `relative_margin` times its magnitude, those above `max_score` or below `min_score`;
@@ -33,6 +41,7 @@ from typing import Callable
 
 import numpy as np
 
+from encoderx import embed
 from encoderx import errors
 from encoderx import retrieval
 
@@ -62,6 +71,10 @@ class MiningOptions:
   include_positives: bool = False
   output_format: str = "triplet"
   seed: int = 0  # of the "random" draws
+  query_prompt: str | None = None  # before each anchor; None: as query_prompt_name says
+  query_prompt_name: str | None = None  # None: the model's "query" prompt, if any
+  corpus_prompt: str | None = None
+  corpus_prompt_name: str | None = None  # None: the model's "document" prompt, if any
 
   def __post_init__(self):
     if self.num_negatives < 1:
@@ -85,6 +98,23 @@ class MiningOptions:
             "rows; set output_format to n-tuple.", remedy="output_format")
     if self.range_max is not None:
       self.checked_range_max(1)
+    for side, texts in (("query", "anchor"), ("corpus", "candidate")):
+      prompt, name = getattr(self, f"{side}_prompt"), getattr(self, f"{side}_prompt_name")
+      if prompt is not None and name is not None:
+        _fail(f"{side}_prompt_name", f"{side}_prompt_name={name!r} and {side}_prompt="
+              f"{prompt!r} both set the prompt before each {texts}: give one.")
+
+  def prompts(self, model_prompts: dict) -> tuple[str, str]:
+    """(before each anchor, before each corpus text): the prompt given, else the model's
+    prompt of the name given, else its "query" / "document" prompt, else none."""
+    def prompt(side: str, fallback: str) -> str:
+      text, name = getattr(self, f"{side}_prompt"), getattr(self, f"{side}_prompt_name")
+      if text is not None:
+        return text
+      if name is not None:
+        return embed.named_prompt(model_prompts, name, argument=f"{side}_prompt_name")
+      return model_prompts.get(fallback, "")
+    return prompt("query", "query"), prompt("corpus", "document")
 
   @property
   def filters_by_score(self) -> bool:
@@ -187,12 +217,13 @@ def _unit(vectors: np.ndarray) -> np.ndarray:
 def mine(pairs: list[tuple[str, str]], embed_texts: Callable[..., np.ndarray],
          options: MiningOptions, corpus: list[str] | None = None,
          anchor_column: str = "anchor", positive_column: str = "positive",
-         query_prompt: str = "", corpus_prompt: str = "",
          show_progress: bool = False) -> Mined:
   """Negatives for `pairs` [(anchor, positive)] from `corpus` (default: the positives).
 
-  `embed_texts(texts, show_progress, description)` -> [texts, dim] (an embed.Embedder);
-  the prompts are put before the anchors and the corpus texts as they are embedded."""
+  `embed_texts(texts, show_progress, description, prompt=...)` -> [texts, dim]: an
+  embed.Embedder, whose `prompts` are the model's (a callable without them has none);
+  options.prompts() says what is put before the anchors and the corpus texts."""
+  query_prompt, corpus_prompt = options.prompts(getattr(embed_texts, "prompts", {}))
   anchors_all = [anchor for anchor, _ in pairs]
   positives = [positive for _, positive in pairs]
   range_max = options.checked_range_max(max_positives(anchors_all))
@@ -206,10 +237,8 @@ def mine(pairs: list[tuple[str, str]], embed_texts: Callable[..., np.ndarray],
     if corpus_row[positive] not in own:
       own.append(corpus_row[positive])
 
-  corpus_vectors = _unit(embed_texts([corpus_prompt + t for t in corpus], show_progress,
-                                     "corpus"))
-  anchor_vectors = _unit(embed_texts([query_prompt + t for t in anchors], show_progress,
-                                     "anchors"))
+  corpus_vectors = _unit(embed_texts(corpus, show_progress, "corpus", prompt=corpus_prompt))
+  anchor_vectors = _unit(embed_texts(anchors, show_progress, "anchors", prompt=query_prompt))
   width = range_max + max_positives(anchors_all)
   scores, indices = retrieval.search(anchor_vectors, corpus_vectors, width)
   short = width - scores.shape[1]  # padded as faiss pads a search past the corpus
