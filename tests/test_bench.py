@@ -162,11 +162,14 @@ def test_bench_prints_mfu_and_the_training_loop(capsys):
 
 
 def test_the_modern_rows_build_and_run_a_step_beside_pytorch(capsys):
-  """modernbert_tiny and eurobert_tiny (in the default set) and ModernBERT-base's sizes
-  at 1,024 tokens (opt-in) build their configs and run one timed step of each framework;
-  the base rows at 128 and 1,024 only when --models names them."""
-  assert {"modernbert_tiny", "eurobert_tiny"} <= set(bench.parse_args([]).models)
-  assert not set(bench_models.OPT_IN) & set(bench.parse_args([]).models)
+  """modernbert_tiny, eurobert_tiny and ModernBERT-base's sizes at 128 and 1,024 tokens
+  (all in the default set, the base rows at the batch the host holds) build their configs
+  and run one timed step of each framework."""
+  assert {"modernbert_tiny", "eurobert_tiny", "modernbert_base", "modernbert_base_1024"} <= (
+      set(bench.parse_args([]).models))
+  assert [bench_models.batch_size(m, 32) for m in ("bert_tiny", "modernbert_base",
+                                                   "modernbert_base_1024")] == [32, 16, 2]
+  assert bench_models.batch_size("modernbert_base_1024", 1) == 1
   assert bench.parse_args(["--models=modernbert_base_1024"]).models == [
       "modernbert_base_1024"]
   base = bench_models.build_config("modernbert_base_1024", 2)

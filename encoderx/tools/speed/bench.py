@@ -4,7 +4,7 @@
         [--models=bert_tiny,bert_small,roberta_tiny,albert_tiny,spanbert_tiny,deberta_tiny,
                   electra_tiny,electra_small,bert_electra_small,xlnet_tiny,modernbert_tiny,
                   eurobert_tiny] [--skip_torch]
-    python -m encoderx.tools.speed.bench --models=modernbert_base,modernbert_base_1024
+    python -m encoderx.tools.speed.bench --models=modernbert_base,modernbert_base_1024 --steps=5
     python -m encoderx.tools.speed.bench --attention_cost [--models=bert_small] [--batch_size=8]
     python -m encoderx.tools.speed.bench --kernel_gradient_cost [--models=bert_small]
     python -m encoderx.tools.speed.bench --models=bert_mini --train_loop_steps=60
@@ -19,7 +19,8 @@ train_steps.py (encoderx's step and PyTorch's, a model's row), accelerator.py
 tables' columns, the JSON record), torch_adapters.py (PyTorch's side of each method).
 
 For each model, at sequence length 128 (its tiny config's data settings; 1,024 for
-modernbert_base_1024, which, with modernbert_base, runs only when --models names it):
+modernbert_base_1024) and --batch_size (at most 16 for modernbert_base and 2 for
+modernbert_base_1024: bench_models.BATCH_SIZES):
 
 - encoderx: the jitted train step (`Trainer.train_step`: masking, forward, loss,
   backward, the config's optimizer with clipping: AdamW, LAMB for ALBERT) on real
@@ -145,7 +146,11 @@ def header(args) -> str:
              " and ".join(str(length) for length in sorted(
                  {bench_models.LENGTHS.get(m, bench_models.SEQ_LENGTH) for m in args.models})))
   warmup = accelerator.ACCELERATOR_WARMUP_STEPS if args.device != "cpu" else WARMUP_STEPS
-  return (f"encoderx bench: batch {args.batch_size} x length {lengths}, "
+  capped = [f"{m} {bench_models.batch_size(m, args.batch_size)}" for m in args.models
+            if bench_models.batch_size(m, args.batch_size) != args.batch_size
+            and args.device == "cpu" and not (args.finetune or args.attention_cost)]
+  batch = f"{args.batch_size}" + (f" ({', '.join(capped)})" if capped else "")
+  return (f"encoderx bench: batch {batch} x length {lengths}, "
           f"{warmup} warm-up + {args.steps} timed steps\n"
           f"  jax {jax.__version__}: platform {jax.default_backend()}, "
           f"{jax.device_count()} device(s) (the step runs on 1)\n"
@@ -163,8 +168,7 @@ def parse_args(argv=None):
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--steps", type=int, default=10, help="timed steps per model")
   parser.add_argument("--models", default=None,
-                      help=f"comma-separated, among {', '.join(models)} (default: all but "
-                      f"{', '.join(bench_models.OPT_IN)}; "
+                      help=f"comma-separated, among {', '.join(models)} (default: all; "
                       "with --attention_cost or --kernel_gradient_cost, bert_small)")
   parser.add_argument("--skip_torch", action="store_true",
                       help="time encoderx and the pipeline only")
@@ -240,8 +244,9 @@ def train_step_tables(args) -> tuple[list[dict], dict[str, list[dict]], float]:
   num_batches = max(bench_models.PIPELINE_MIN_BATCHES, 1 + WARMUP_STEPS + args.steps)
   data, pipelines = {}, []
   for model_name in args.models:
-    config = bench_models.build_config(model_name, args.batch_size)
-    task = bench_models.pretraining_task(config).name
+    batch_size = bench_models.batch_size(model_name, args.batch_size)
+    config = bench_models.build_config(model_name, batch_size)
+    task = (bench_models.pretraining_task(config).name, batch_size)
     if task not in data:
       data[task] = bench_models.measure_pipeline(config, num_batches)
       first_seconds, pipeline_rate, _ = data[task]
@@ -250,7 +255,7 @@ def train_step_tables(args) -> tuple[list[dict], dict[str, list[dict]], float]:
             f"after {first_seconds:.1f} s (shuffle buffer), then {pipeline_rate:,.0f} "
             f"examples/s over {num_batches} batches", flush=True)
       pipelines.append({"vocabulary": config.data.vocab.kind, "examples": examples,
-                        "batch_size": args.batch_size, "batches": num_batches,
+                        "batch_size": batch_size, "batches": num_batches,
                         "first_batch_seconds": first_seconds,
                         "examples_per_second": pipeline_rate})
 
@@ -259,8 +264,9 @@ def train_step_tables(args) -> tuple[list[dict], dict[str, list[dict]], float]:
         "float32 matmul)", flush=True)
   rows, loop_rows = [], []
   for model_name in args.models:
-    config = bench_models.build_config(model_name, args.batch_size)
-    _, pipeline_rate, batches = data[bench_models.pretraining_task(config).name]
+    batch_size = bench_models.batch_size(model_name, args.batch_size)
+    config = bench_models.build_config(model_name, batch_size)
+    _, pipeline_rate, batches = data[(bench_models.pretraining_task(config).name, batch_size)]
     print(f"\n{model_name}:", flush=True)
     figures = train_steps.measure_model(model_name, config, batches, args.steps,
                                         None if args.skip_torch else "cpu")
