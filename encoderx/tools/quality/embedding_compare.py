@@ -137,10 +137,11 @@ def model_scores(init_from: str, collection: beir.Collection, sts_file: str,
 
 
 def compare(init_from: str, data: str, seeds: list[int], steps: int, batch_size: int,
-            max_length: int, learning_rate: float, keep: str = "") -> dict:
+            max_length: int, learning_rate: float, keep: str = "", devices=None) -> dict:
   """{"start": the untrained model's scores, "steps": the steps trained, "seeds": {seed:
   {side: its scores and "seconds"}}}; each side's trained model is kept under `keep`
-  (encoderx-SEED: a run's directory, sentence_transformers-SEED: a model's) if given."""
+  (encoderx-SEED: a run's directory, sentence_transformers-SEED: a model's) if given;
+  encoderx trains on `devices` (default: all)."""
   pairs = training_pairs(os.path.join(data, "train.tsv"))
   steps = steps or len(pairs) // batch_size
   work = tempfile.mkdtemp()
@@ -159,7 +160,7 @@ def compare(init_from: str, data: str, seeds: list[int], steps: int, batch_size:
       start = time.perf_counter()
       train.run(encoderx_config(init_from, train_file, os.path.join(data, "dev.tsv"), seed,
                                 steps, batch_size, max_length, learning_rate),
-                encoderx_run, show_progress=False)
+                encoderx_run, show_progress=False, devices=devices)
       middle = time.perf_counter()
       train_sentence_transformers(init_from, pairs, seed, steps, batch_size, max_length,
                                   learning_rate, st_model)
