@@ -154,6 +154,8 @@ def compare(init_from: str, data: str, seeds: list[int], steps: int, batch_size:
                                        max_length)
     result = {"start": score(init_from), "steps": steps, "pairs": len(pairs),
               "seeds": {}}
+    print("untrained start: " + ", ".join(f"{k} {v:.4f}" for k, v in result["start"].items()),
+          flush=True)
     for seed in seeds:
       encoderx_run = os.path.join(models, f"encoderx-{seed}")
       st_model = os.path.join(models, f"sentence_transformers-{seed}")
@@ -184,7 +186,6 @@ def main(argv) -> None:
   seeds = over_seeds.parse(FLAGS.seeds)
   result = compare(FLAGS.init_from, FLAGS.data, seeds, FLAGS.steps, FLAGS.batch_size,
                    FLAGS.max_length, learning_rate, FLAGS.keep)
-  print("untrained start: " + ", ".join(f"{k} {v:.4f}" for k, v in result["start"].items()))
   figures = collections.defaultdict(list)  # {side_figure: a value per seed}
   for per_side in result["seeds"].values():
     for side, values in per_side.items():
