@@ -16,9 +16,8 @@ encoderx: configs/embedding.py:mnrl (sentence-transformers' MultipleNegativesRan
 over the batch: cosine at scale 20, mean pooling; every other positive of the batch a
 negative) through `train.run`, --init_from the model, train.seed = seed, at the budget
 (steps, batch size, length, peak learning rate), its warmup kept at 10% of the steps
-(the recipe's 100 of 1,000), evaluated once at the end on one batch of dev.tsv (the
-method requires a dev file; the comparison does not read it): the final model is the
-one compared. Its sampler keeps a text from
+(the recipe's 100 of 1,000), scored once at the end (dev.tsv's Spearman: the method
+requires a dev file; the final model is the one compared). Its sampler keeps a text from
 appearing twice in a batch (contrastive.no_duplicates, on by default).
 
 sentence-transformers 6.2.0: `SentenceTransformer(MODEL_DIR)` trained by
@@ -97,9 +96,6 @@ def encoderx_config(init_from: str, train_file: str, dev_file: str, seed: int, s
   config.optimizer.learning_rate = learning_rate
   config.optimizer.warmup_steps = steps // 10
   config.eval.every_steps, config.eval.best_metric = 0, ""
-  # The method requires a dev file, which the comparison does not read: one batch of it
-  # (the whole of STS-B's dev file costs at length 128 about what the training does).
-  config.eval.batches = 1
   config.checkpoint.every_steps = steps
   return config
 
