@@ -8,26 +8,12 @@ import collections
 import sys
 import types
 
+from encoderx.tools.quality import st_trainer
 
-class Dataset:
-  """A table of equal-length columns, as much of datasets.Dataset as mining uses."""
 
-  def __init__(self, columns: dict[str, list]):
-    self.columns = dict(columns)
-
-  @classmethod
-  def from_dict(cls, columns: dict[str, list]) -> "Dataset":
-    return cls(columns)
-
-  @property
-  def column_names(self) -> list[str]:
-    return list(self.columns)
-
-  def __len__(self) -> int:
-    return len(next(iter(self.columns.values())))
-
-  def __getitem__(self, column: str) -> list:
-    return self.columns[column]
+class Dataset(st_trainer.Dataset):
+  """A table of equal-length columns (the stand-in sentence-transformers' trainer runs
+  on), with the grouping mining reads."""
 
   def to_pandas(self):
     return _Frame(self)
@@ -51,7 +37,7 @@ def mine_hard_negatives(monkeypatch, pairs, model, **options):
   """sentence_transformers.util.mine_hard_negatives on (anchor, positive) `pairs`, with
   this module standing in for `datasets`; the result's columns as a dict of lists."""
   from sentence_transformers.util import hard_negatives  # pylint: disable=g-import-not-at-top
-  module = types.ModuleType("datasets")
+  module = st_trainer.standin_module()
   module.Dataset = Dataset
   monkeypatch.setitem(sys.modules, "datasets", module)
   monkeypatch.setattr(hard_negatives, "is_datasets_available", lambda: True)

@@ -23,22 +23,33 @@ from encoderx.evaluation import scores
 FLAGS = flags.FLAGS
 
 
+def read_pairs(path: str) -> tuple[list[str], list[str], np.ndarray]:
+  """(first texts, second texts, gold scores [pairs]) of an STS TSV."""
+  rows = [row for _, row in labelled.read_rows(path, ["score", "text_a", "text_b"])]
+  return ([r["text_a"] for r in rows], [r["text_b"] for r in rows],
+          np.array([float(r["score"]) for r in rows]))
+
+
+def correlations(embedder: embed.Embedder, path: str) -> dict[str, float]:
+  """Pearson and Spearman of the cosines of the STS file's pairs with their scores
+  (the embedder normalizes)."""
+  first, second, gold = read_pairs(path)
+  return scores.correlations(np.sum(embedder(first) * embedder(second), axis=-1), gold)
+
+
 def main(argv) -> None:
   del argv
-  rows = [row for _, row in labelled.read_rows(FLAGS.data, ["score", "text_a", "text_b"])]
-  first, second = [r["text_a"] for r in rows], [r["text_b"] for r in rows]
-  gold = np.array([float(r["score"]) for r in rows])
+  first, second, gold = read_pairs(FLAGS.data)
   embedder = embed.Embedder(FLAGS.init_from, pooling=FLAGS.pooling, normalize=True,
                             max_length=FLAGS.max_length)
-  cosines = np.sum(embedder(first) * embedder(second), axis=-1)
-  ours = scores.correlations(cosines, gold)
+  ours = correlations(embedder, FLAGS.data)
   from sentence_transformers import SentenceTransformer  # pylint: disable=g-import-not-at-top
   from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator  # pylint: disable=g-import-not-at-top
   model = SentenceTransformer(FLAGS.init_from.removeprefix("hf:"), device="cpu")
   model.max_seq_length = FLAGS.max_length
   theirs = EmbeddingSimilarityEvaluator(first, second, (gold / 5.0).tolist(),
                                         name="sts")(model)
-  print(f"{len(rows)} pairs of {FLAGS.data}")
+  print(f"{len(gold)} pairs of {FLAGS.data}")
   print(f"encoderx embed + scipy: Pearson {ours['pearson']:.4f}, Spearman "
         f"{ours['spearman']:.4f}")
   print(f"sentence-transformers EmbeddingSimilarityEvaluator: Pearson "

@@ -35,8 +35,6 @@ into windows).
 from __future__ import annotations
 
 import collections
-import json
-import statistics
 import sys
 import tempfile
 import time
@@ -48,6 +46,7 @@ from encoderx import configs, initialize, train
 from encoderx.data import tagging, tasks
 from encoderx.evaluation import scores
 from encoderx.evaluation import tags as tags_lib
+from encoderx.tools.quality import over_seeds
 from encoderx.tools.speed import finetune_steps
 
 FLAGS = flags.FLAGS
@@ -193,14 +192,9 @@ def hugging_face_tag_scores(init_from: str, data: str, seed: int, steps: int,
   return tag_scores(dev_sentences, predicted)
 
 
-def describe(values: list[float]) -> dict:
-  return {"values": values, "median": statistics.median(values),
-          "min": min(values), "max": max(values)}
-
-
 def main(argv) -> None:
   del argv
-  method, seeds = FLAGS.method, [int(s) for s in FLAGS.seeds.split(",")]
+  method, seeds = FLAGS.method, over_seeds.parse(FLAGS.seeds)
   recipe = configs.get(f"finetune:{method}")
   steps = FLAGS.steps or recipe.train.steps
   learning_rate = FLAGS.learning_rate or recipe.optimizer.learning_rate
@@ -223,16 +217,10 @@ def main(argv) -> None:
     print(f"seed {seed}: " + ", ".join(f"{k} {v:.4f}" for k, v in figures.items())
           + f" (encoderx {middle - start:.0f} s, Hugging Face Trainer "
           f"{time.perf_counter() - middle:.0f} s)", flush=True)
-  summary = {"method": method, "steps": steps, "batch_size": batch_size,
-             "max_length": max_length, "learning_rate": learning_rate, "seeds": seeds,
-             "length_buckets": buckets,
-             **{name: describe(values) for name, values in results.items()}}
-  for name, values in results.items():
-    print(f"{name}: median {summary[name]['median']:.4f} "
-          f"({summary[name]['min']:.4f} .. {summary[name]['max']:.4f})")
-  if FLAGS.output:
-    with open(FLAGS.output, "w", encoding="utf-8") as f:
-      json.dump(summary, f, indent=2)
+  over_seeds.report(results, {
+      "method": method, "steps": steps, "batch_size": batch_size, "max_length": max_length,
+      "learning_rate": learning_rate, "seeds": seeds, "length_buckets": buckets},
+      FLAGS.output)
 
 
 if __name__ == "__main__":
