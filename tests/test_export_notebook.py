@@ -8,11 +8,11 @@ import re
 import nbclient
 import nbformat
 
-from test_notebook import (  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
-    CELL_TIMEOUT_S, cell_text, kernel_manager, tagged_cell)
+import test_notebook  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
+from test_notebook import CELL_TIMEOUT_S, cell_text, kernel_manager, tagged_cell
 
 NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "export.ipynb"
-STEPS = 4
+STEPS = test_notebook.STEPS  # the quickstart's: the same compiled programs
 
 
 def test_export_notebook_runs(tmp_path):

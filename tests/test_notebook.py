@@ -2,9 +2,12 @@
 
 The notebook runs in an ipykernel of this very interpreter (a kernel spec written to a
 temporary directory, so no installed `python3` spec can point elsewhere), with
-QUICKSTART_STEPS=10 and TMPDIR inside pytest's tmp_path: the work directory the notebook
+QUICKSTART_STEPS=4 and TMPDIR inside pytest's tmp_path: the work directory the notebook
 creates with tempfile.mkdtemp() is removed with it and nothing is written to the repository.
-Takes a couple of minutes on two CPU cores (mostly compilation).
+Takes a couple of minutes on two CPU cores (mostly compilation). 4 steps, as
+tests/test_export_notebook.py trains the same bert:tiny config: the same training and
+evaluation programs, which the second of the two loads from the persistent compilation
+cache (the learning-rate schedule, and so each program, depends on the step count).
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from jupyter_client.manager import AsyncKernelManager
 
 NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
 KERNEL_NAME = "encoderx-notebook-test"
-STEPS = 10
+STEPS = 4  # tests/test_export_notebook.py's (see above)
 CELL_TIMEOUT_S = 600
 
 # Appended to the in-memory copy of the notebook: where the kernel's Python lives.
