@@ -30,19 +30,21 @@ def read_pairs(path: str) -> tuple[list[str], list[str], np.ndarray]:
           np.array([float(r["score"]) for r in rows]))
 
 
-def correlations(embedder: embed.Embedder, path: str) -> dict[str, float]:
-  """Pearson and Spearman of the cosines of the STS file's pairs with their scores
+def correlations(embedder: embed.Embedder, pairs: tuple[list[str], list[str], np.ndarray]
+                 ) -> dict[str, float]:
+  """Pearson and Spearman of the cosines of STS `pairs` (read_pairs) with their scores
   (the embedder normalizes)."""
-  first, second, gold = read_pairs(path)
+  first, second, gold = pairs
   return scores.correlations(np.sum(embedder(first) * embedder(second), axis=-1), gold)
 
 
 def main(argv) -> None:
   del argv
-  first, second, gold = read_pairs(FLAGS.data)
+  pairs = read_pairs(FLAGS.data)
+  first, second, gold = pairs
   embedder = embed.Embedder(FLAGS.init_from, pooling=FLAGS.pooling, normalize=True,
                             max_length=FLAGS.max_length)
-  ours = correlations(embedder, FLAGS.data)
+  ours = correlations(embedder, pairs)
   from sentence_transformers import SentenceTransformer  # pylint: disable=g-import-not-at-top
   from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator  # pylint: disable=g-import-not-at-top
   model = SentenceTransformer(FLAGS.init_from.removeprefix("hf:"), device="cpu")

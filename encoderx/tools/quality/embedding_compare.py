@@ -56,10 +56,11 @@ import shutil
 import tempfile
 import time
 
+import numpy as np
 from absl import app, flags
 
 from encoderx import configs, embed, retrieval, train
-from encoderx.data import beir, labelled
+from encoderx.data import beir
 from encoderx.tools.parity import retrieval_compare, sts_compare
 from encoderx.tools.quality import over_seeds, st_trainer
 
@@ -72,8 +73,8 @@ SIDES = ("encoderx", "sentence_transformers")
 def training_pairs(path: str, threshold: float = retrieval_compare.RELEVANT
                    ) -> list[tuple[str, str]]:
   """(text_a, text_b) of the STS TSV's pairs scored `threshold` or more."""
-  rows = labelled.read_rows(path, ["score", "text_a", "text_b"])
-  return [(r["text_a"], r["text_b"]) for _, r in rows if float(r["score"]) >= threshold]
+  first, second, gold = sts_compare.read_pairs(path)
+  return [(a, b) for a, b, score in zip(first, second, gold) if score >= threshold]
 
 
 def write_pairs(pairs: list[tuple[str, str]], directory: str) -> str:
@@ -126,14 +127,16 @@ def train_sentence_transformers(init_from: str, pairs: list[tuple[str, str]], se
   shutil.copy(os.path.join(directory, "vocab.txt"), output)
 
 
-def model_scores(init_from: str, collection: beir.Collection, sts_file: str,
+def model_scores(init_from: str, collection: beir.Collection,
+                 sts_pairs: tuple[list[str], list[str], np.ndarray],
                  max_length: int) -> dict[str, float]:
-  """Retrieval nDCG@10, MRR@10, Recall@100 on `collection` and the STS file's Spearman of
-  the model `init_from` (a run's directory or hf:DIR), embedded alike."""
+  """Retrieval nDCG@10, MRR@10, Recall@100 on `collection` and the Spearman of STS pairs
+  (sts_compare.read_pairs) of the model `init_from` (a run's directory or hf:DIR),
+  embedded alike."""
   embedder = embed.Embedder(init_from, pooling="mean", normalize=True, max_length=max_length)
   found = retrieval.evaluate(embedder, collection)
   return {**{name: found[name] for name in RETRIEVAL_METRICS},
-          "spearman": sts_compare.correlations(embedder, sts_file)["spearman"]}
+          "spearman": sts_compare.correlations(embedder, sts_pairs)["spearman"]}
 
 
 def compare(init_from: str, data: str, seeds: list[int], steps: int, batch_size: int,
@@ -150,8 +153,8 @@ def compare(init_from: str, data: str, seeds: list[int], steps: int, batch_size:
     train_file = write_pairs(pairs, work)
     collection = retrieval_compare.write_stsb_set(os.path.join(data, "test.tsv"),
                                                   os.path.join(work, "retrieval"))
-    score = lambda model: model_scores(model, collection, os.path.join(data, "test.tsv"),
-                                       max_length)
+    sts_pairs = sts_compare.read_pairs(os.path.join(data, "test.tsv"))
+    score = lambda model: model_scores(model, collection, sts_pairs, max_length)
     result = {"start": score(init_from), "steps": steps, "pairs": len(pairs),
               "seeds": {}}
     print("untrained start: " + ", ".join(f"{k} {v:.4f}" for k, v in result["start"].items()),

@@ -43,13 +43,17 @@ class _Unused:  # the types the trainer only tests instances against
   pass
 
 
+# The names sentence-transformers imports from `datasets` besides Dataset.
+_UNUSED_NAMES = ("DatasetDict", "IterableDataset", "IterableDatasetDict", "Sequence", "Value")
+
+
 def standin_module() -> types.ModuleType:
   """A module `datasets` holding the stand-in Dataset (and the other names that
   sentence-transformers imports from it, as types nothing is an instance of)."""
   module = types.ModuleType("datasets")
   module.__spec__ = importlib.machinery.ModuleSpec("datasets", None)
   module.Dataset = Dataset
-  for name in ("DatasetDict", "IterableDataset", "IterableDatasetDict", "Sequence", "Value"):
+  for name in _UNUSED_NAMES:
     setattr(module, name, type(name, (_Unused,), {}))
   return module
 
@@ -61,8 +65,7 @@ def trainer_class():
   module = sys.modules.setdefault("datasets", standin_module())
   from sentence_transformers import SentenceTransformerTrainer  # pylint: disable=g-import-not-at-top
   from sentence_transformers.base import trainer as base_trainer  # pylint: disable=g-import-not-at-top
-  for name in ("Dataset", "DatasetDict", "IterableDataset", "IterableDatasetDict",
-               "Sequence", "Value"):
+  for name in ("Dataset",) + _UNUSED_NAMES:
     setattr(base_trainer, name, getattr(module, name))
   base_trainer.is_training_available = lambda: True
 
