@@ -146,9 +146,10 @@ def header(args) -> str:
              " and ".join(str(length) for length in sorted(
                  {bench_models.LENGTHS.get(m, bench_models.SEQ_LENGTH) for m in args.models})))
   warmup = accelerator.ACCELERATOR_WARMUP_STEPS if args.device != "cpu" else WARMUP_STEPS
-  capped = [f"{m} {bench_models.batch_size(m, args.batch_size)}" for m in args.models
-            if bench_models.batch_size(m, args.batch_size) != args.batch_size
-            and args.device == "cpu" and not (args.finetune or args.attention_cost)]
+  pretraining_rows = args.device == "cpu" and not (args.finetune or args.attention_cost)
+  batches = {m: bench_models.batch_size(m, args.batch_size) for m in args.models}
+  capped = [f"{m} {b}" for m, b in batches.items()
+            if pretraining_rows and b != args.batch_size]
   batch = f"{args.batch_size}" + (f" ({', '.join(capped)})" if capped else "")
   return (f"encoderx bench: batch {batch} x length {lengths}, "
           f"{warmup} warm-up + {args.steps} timed steps\n"
