@@ -318,3 +318,18 @@ def test_the_finetune_rows_name_a_missing_corpus():
     finetune_steps.case_config("embed_stsb", "hf:unused", "/nowhere")
   with pytest.raises(SystemExit):
     bench.parse_args(["--finetune", "--models=bert_tiny"])  # not a fine-tuning case
+
+
+def test_an_embedding_rows_views_are_each_padded_to_their_own_longest():
+  """sentence-transformers pads each column of texts to its own longest: the PyTorch
+  side of the embed_stsb row is fed each view (prefix) cut to its own longest text."""
+  def view(length):
+    real = np.arange(64) < np.asarray([[length], [3]])
+    return {"input_ids": np.where(real, 7, 0), "token_type_ids": np.zeros([2, 64], int),
+            "segment_ids": real.astype(int), "positions": np.where(real, np.arange(64), 0)}
+  batch = {**view(10), **{"pair_" + name: value for name, value in view(25).items()}}
+  cut = finetune_steps.padded_to_the_longest(batch, ("", "pair_"))
+  assert {name: value.shape[1] for name, value in cut.items()} == {
+      **{name: 10 for name in view(1)}, **{"pair_" + name: 25 for name in view(1)}}
+  plain = finetune_steps.padded_to_the_longest(batch)  # one longest for the whole batch
+  assert {value.shape[1] for value in plain.values()} == {25}

@@ -228,17 +228,20 @@ def test_contrastive_trains_and_its_loss_decreases(tmp_path):
 def test_eight_devices_and_gradient_caching_equal_one_device(tmp_path):
   """The similarity matrix over the global batch: 8 devices (each holding one row) give
   the 1-device step, and gradient caching in chunks of 2 rows gives the uncached one
-  (Matryoshka, symmetric and a learned scale on)."""
+  (Matryoshka, symmetric and a learned scale on); texts packed into rows (the default,
+  contrastive.pack_texts) give the step of texts each in a padded row of its own."""
   results = {}
-  for name, devices, chunk in [("one", ONE_DEVICE, 0), ("eight", jax.devices(), 0),
-                               ("cached", ONE_DEVICE, 2)]:
+  for name, devices, chunk, pack in [("one", ONE_DEVICE, 0, True),
+                                     ("eight", jax.devices(), 0, True),
+                                     ("cached", ONE_DEVICE, 2, True),
+                                     ("padded", ONE_DEVICE, 0, False)]:
     config = method_config(tmp_path)
     config.contrastive.symmetric, config.contrastive.learn_scale = True, True
     config.contrastive.matryoshka_dims, config.contrastive.matryoshka_weights = (32, 8), (1, .5)
-    config.contrastive.cache_chunk_size = chunk
+    config.contrastive.cache_chunk_size, config.contrastive.pack_texts = chunk, pack
     results[name] = run(config, tmp_path / name, devices)
   assert "logit_scale" in results["one"]["params"]
-  for name in ("eight", "cached"):
+  for name in ("eight", "cached", "padded"):
     for got, want in zip(results[name]["history"], results["one"]["history"]):
       assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
       assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=1e-4)

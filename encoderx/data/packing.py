@@ -86,25 +86,31 @@ def sequence_length(sequence: list[Sentence]) -> int:
   return 2 + sum(len(ids) for ids, _ in sequence)
 
 
-def best_fit_rows(sequences: list[list[Sentence]],
-                  seq_length: int) -> list[list[list[Sentence]]]:
-  """Rows of `sequences` (each at most `seq_length` tokens) by best-fit decreasing: the
+def best_fit(lengths: list[int], capacity: int) -> list[list[int]]:
+  """Rows of items of `lengths` (each at most `capacity`) by best-fit decreasing: the
   longest first (ties in their order), each into the row with the least free space that
-  holds it, or a new row. [rows][sequences in the row][sentences]."""
-  lengths = [sequence_length(s) for s in sequences]
-  rows: list[list[list[Sentence]]] = []
-  free: list[tuple[int, int]] = []  # (free tokens, row index), sorted
-  for index in sorted(range(len(sequences)), key=lambda i: -lengths[i]):  # stable
+  holds it, or a new row. [rows][indices of the row's items, in placing order]."""
+  rows: list[list[int]] = []
+  free: list[tuple[int, int]] = []  # (free space, row index), sorted
+  for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):  # stable
     at = bisect.bisect_left(free, (lengths[index], -1))
     if at == len(free):
       rows.append([])
-      row, left = len(rows) - 1, seq_length
+      row, left = len(rows) - 1, capacity
     else:
       left, row = free.pop(at)
-    rows[row].append(sequences[index])
+    rows[row].append(index)
     if left - lengths[index] > 0:
       bisect.insort(free, (left - lengths[index], row))
   return rows
+
+
+def best_fit_rows(sequences: list[list[Sentence]],
+                  seq_length: int) -> list[list[list[Sentence]]]:
+  """Rows of `sequences` (each at most `seq_length` tokens) by `best_fit`:
+  [rows][sequences in the row][sentences]."""
+  rows = best_fit([sequence_length(s) for s in sequences], seq_length)
+  return [[sequences[index] for index in row] for row in rows]
 
 
 class SentencePacker:

@@ -46,6 +46,7 @@ import jax
 import ml_collections
 
 from encoderx import errors
+from encoderx.data import buckets
 from encoderx.models import model_config as model_config_lib
 
 def model_config(config: ml_collections.ConfigDict, vocabulary) -> model_config_lib.ModelConfig:
@@ -176,6 +177,18 @@ class Method(abc.ABC):
     return transferable
 
   # --- the train step --------------------------------------------------------------------
+  def host_batch(self, batch: dict, seq_length: int, rows_multiple: int = 1) -> dict:
+    """A training batch as the train step takes it, made on the host from the pipeline's
+    (numpy): cut to finetune.length_buckets (encoderx/data/buckets.py). `rows_multiple`:
+    the data-parallel devices, which a batch's rows must fill evenly."""
+    del rows_multiple  # cutting keeps the rows
+    return buckets.cut(batch, self.config.finetune.length_buckets, seq_length)
+
+  def host_batch_fields(self) -> tuple[str, ...]:
+    """The config fields set that make `host_batch` reshape a process's own batch: with
+    several processes each would reshape its rows its own way, so a run refuses them."""
+    return ("finetune.length_buckets",) if self.config.finetune.length_buckets else ()
+
   def prepare(self, batch: dict, key: jax.Array, step: jax.Array | None = None) -> dict:
     """The whole global batch as the model needs it (masking, corruption), pure JAX.
     `step` is the train step (a traced int32: what changes over a run, such as the

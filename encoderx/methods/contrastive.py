@@ -29,6 +29,12 @@ finetune.train_file may name several files, comma-separated as data.files: each 
 is then of one file's rows (contrastive.source_sampling: "proportional" to their sizes
 or "round_robin", sentence-transformers' ProportionalBatchSampler, RoundRobinBatchSampler).
 
+contrastive.pack_texts (default on) packs a training batch's texts into rows on the host
+(data/packed_texts.py: best fit, each text its own segment, so attention stays inside
+it), and pools each text of the packed rows: the same embeddings and step as texts
+padded each to its own row (tested), with the padding of short sentences not computed
+(host_batch). With gradient caching each chunk's texts are packed apart.
+
 contrastive.no_duplicates (default on) orders each epoch's rows so that no batch holds
 a text twice (a false negative), as sentence-transformers' NoDuplicatesBatchSampler
 (data/no_duplicates.py): the order is the one batched, so the Task does not shuffle.
@@ -59,7 +65,7 @@ import numpy as np
 
 from encoderx import errors
 from encoderx import files as files_lib
-from encoderx.data import beir
+from encoderx.data import beir, packed_texts
 from encoderx.evaluation import retrieval as retrieval_scores
 from encoderx.methods import base as method_lib
 from encoderx.methods import contrastive_rows
@@ -86,6 +92,10 @@ def config_section() -> ml_collections.ConfigDict:
       # 0: the whole batch's activations at once; n: gradient caching in chunks of n rows
       # (a divisor of train.batch_size).
       cache_chunk_size=0,
+      # The texts of a training batch (of each chunk) packed into rows by best fit, each
+      # attending to itself only (encoderx/data/packed_texts.py): the same embeddings,
+      # fewer padded tokens computed. With several processes the texts stay padded.
+      pack_texts=True,
       # Prefixes: `query` before anchors (and both dev texts), `document` before positives
       # and negatives.
       prompts=ml_collections.ConfigDict(dict(query="", document="")),
@@ -276,6 +286,42 @@ class Contrastive(contrastive_rows.TrainingRows, simcse.ScoresStsPairs,
       return jnp.asarray(self.config.contrastive.scale, jnp.float32)
     return jnp.minimum(jnp.exp(params["logit_scale"]), objective.MAX_LEARNED_SCALE)
 
+  def host_batch(self, batch: dict, seq_length: int, rows_multiple: int = 1) -> dict:
+    """With contrastive.pack_texts, the batch's texts packed into rows, per chunk
+    (packed_texts.pack; laid out so that objective.split_chunks gives each chunk its
+    rows and maps); else (and with several processes, whose rows would each pack their
+    own way: the same step on padded texts) the finetune's length buckets."""
+    if not self.config.contrastive.pack_texts or jax.process_count() > 1:
+      return super().host_batch(batch, seq_length, rows_multiple)
+    from encoderx.data import example_tasks  # pylint: disable=g-import-not-at-top
+    count = self.chunk_count(len(batch["input_ids"]))
+
+    def by_chunk(rows):  # [rows, views, ...] -> [chunks, rows / chunks * views, ...]
+      split = np.swapaxes(rows.reshape(-1, count, *rows.shape[1:]), 0, 1)
+      return split.reshape(count, -1, *rows.shape[2:])
+
+    texts = {name: by_chunk(np.stack([batch[prefix + name] for prefix in self.views.values()],
+                                     1)) for name in example_tasks.MODEL_FEATURES}
+    packed = packed_texts.pack(texts, rows_multiple)
+    # [chunks, n, ...] -> [n * chunks, ...], chunk c at c, c + chunks, ... (split_chunks)
+    return {name: np.swapaxes(value, 0, 1).reshape(-1, *value.shape[2:])
+            for name, value in packed.items()}
+
+  def chunk_count(self, rows: int) -> int:
+    """How many chunks gradient caching embeds a batch of `rows` rows in (1: uncached)."""
+    chunk = self.config.contrastive.cache_chunk_size
+    return rows // chunk if chunk else 1
+
+  def denominators(self, batch):
+    rows = (len(batch["text_start"]) // len(self.views) if "text_start" in batch
+            else len(batch["input_ids"]))
+    return {"examples": jnp.asarray(rows, jnp.float32)}
+
+  def embed_packed(self, params, packed: dict, key: jax.Array) -> jax.Array:
+    """Packed rows and maps (packed_texts) -> [rows, views, hidden]."""
+    return self.apply(params, packed, key).reshape(-1, len(self.views),
+                                                     self.model_config.hidden_size)
+
   def embed_rows(self, params, rows: dict, key: jax.Array) -> jax.Array:
     """rows {feature: [rows, views, length]} -> [rows, views, hidden] (views: anchor,
     positive, negatives), in one pass of the encoder."""
@@ -299,15 +345,19 @@ class Contrastive(contrastive_rows.TrainingRows, simcse.ScoresStsPairs,
     # One micro-batch (validate: grad_accum_steps 1), so the mean is over the batch.
     del denominators, update, carry
     from encoderx.data import example_tasks  # pylint: disable=g-import-not-at-top
-    rows = {name: jnp.stack([batch[prefix + name] for prefix in self.views.values()], 1)
-            for name in example_tasks.MODEL_FEATURES}
-    chunk = self.config.contrastive.cache_chunk_size
-    if chunk:
-      chunks = objective.split_chunks(rows, rows["input_ids"].shape[0] // chunk)
-      loss, sums = objective.cached_loss(self.embed_rows, params, chunks,
+    if "token_text" in batch:  # packed on the host (host_batch)
+      embed, rows = self.embed_packed, batch
+      count = self.chunk_count(len(batch["text_start"]) // len(self.views))
+    else:
+      embed = self.embed_rows
+      rows = {name: jnp.stack([batch[prefix + name] for prefix in self.views.values()], 1)
+              for name in example_tasks.MODEL_FEATURES}
+      count = self.chunk_count(rows["input_ids"].shape[0])
+    if self.config.contrastive.cache_chunk_size:
+      loss, sums = objective.cached_loss(embed, params, objective.split_chunks(rows, count),
                                          self.loss_of_embeddings, key)
     else:
-      loss, sums = self.loss_of_embeddings(params, self.embed_rows(params, rows, key))
+      loss, sums = self.loss_of_embeddings(params, embed(params, rows, key))
     return loss, method_lib.LossOutput(sums, state)
 
   def summarize(self, sums):

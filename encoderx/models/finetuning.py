@@ -98,7 +98,9 @@ class SpanExtractor(nn.Module):
 
 
 class SentenceEncoder(nn.Module):
-  """Encoder -> pooled tokens (see `pool`): [batch, hidden]."""
+  """Encoder -> pooled tokens (see `pool`): [batch, hidden]; of packed rows (a batch with
+  `token_text`, `text_start`, `text_end`: encoderx/data/packed_texts.py), each text's
+  (heads.pool_packed): [texts, hidden]."""
   config: model_config.ModelConfig
   pooling: str = "mean"
 
@@ -107,4 +109,7 @@ class SentenceEncoder(nn.Module):
 
   def __call__(self, batch: dict, deterministic: bool = True) -> jax.Array:
     hidden = self.encoder_model(batch, deterministic)["hidden"]
+    if "token_text" in batch:
+      return heads.pool_packed(hidden, batch["token_text"], batch["text_start"],
+                               batch["text_end"], self.pooling)
     return pool(hidden, batch["segment_ids"], self.pooling)

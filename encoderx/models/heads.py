@@ -87,6 +87,25 @@ def pool(hidden: jax.Array, segment_ids: jax.Array, pooling: str) -> jax.Array:
   return (hidden * real).sum(axis=1) / jnp.maximum(real.sum(axis=1), 1e-9)
 
 
+def pool_packed(hidden: jax.Array, token_text: jax.Array, text_start: jax.Array,
+                text_end: jax.Array, pooling: str) -> jax.Array:
+  """`pool` of each text of packed rows (encoderx/data/packed_texts.py): hidden [rows,
+  length, hidden], token_text [rows, length] (the text of each token; texts for
+  padding), text_start and text_end [texts] (each text's first and last token in the
+  rows' flattened tokens) -> [texts, hidden]."""
+  flat = hidden.reshape(-1, hidden.shape[-1])
+  if pooling == "first_token":
+    return flat[text_start]
+  if pooling == "last_token":
+    return flat[text_end]
+  texts = text_start.shape[0]
+  owner = token_text.reshape(-1)
+  sums = jax.ops.segment_sum(flat, owner, num_segments=texts + 1)[:texts]
+  counts = jax.ops.segment_sum(jnp.ones_like(owner, hidden.dtype), owner,
+                               num_segments=texts + 1)[:texts]
+  return sums / jnp.maximum(counts, 1e-9)[:, None]
+
+
 def _transform(config: model_config.ModelConfig, x: jax.Array, features: int, dense_name: str,
                norm_name: str, role: str = "in") -> jax.Array:
   """Dense (its bias as model.heads.classifier_bias) + activation + norm (created in the

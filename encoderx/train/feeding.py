@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import seqio
 
-from encoderx import errors
+from encoderx import errors, sharding
 from encoderx.train import trainer as trainer_lib
 
 
@@ -39,3 +39,11 @@ def device_batch(trainer: trainer_lib.Trainer, batch: dict[str, np.ndarray],
     rows = trainer.process_rows(len(next(iter(batch.values()))))
     batch = {name: value[rows] for name, value in batch.items()}
   return trainer.device_batch(batch)
+
+
+def host_batch(trainer: trainer_lib.Trainer, batch: dict[str, np.ndarray], seq_length: int,
+               phase_index: int = 0) -> dict[str, np.ndarray]:
+  """The pipeline's batch as the phase's method trains on it (Method.host_batch: length
+  buckets, packed texts), its rows a multiple of the data-parallel devices."""
+  return trainer.methods[phase_index].host_batch(
+      batch, seq_length, sharding.data_parallel_size(trainer.mesh))

@@ -166,10 +166,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
       init = initialize.resolve(config)  # what the run takes from config.init_from
       config = init.config
       trainer = trainer_lib.Trainer(config, devices=devices)
-      if config.finetune.length_buckets and jax.process_count() > 1:
-        # Each process would cut its own rows to its own length.
-        errors.fail("finetune.length_buckets", "cuts the batches of one process only; this run "
-                    f"has {jax.process_count()}.", "Set it to ().")
+      for field in trainer.method.host_batch_fields():
+        if jax.process_count() > 1:  # each process would reshape its own rows its own way
+          errors.fail(field, "reshapes the batches of one process only; this run has "
+                      f"{jax.process_count()}.", "Turn it off (() or False).")
       checkpoint_dir = os.path.join(str(files_lib.path(workdir)), "checkpoints")
       if (resume and not allow_fresh_start
           and not checkpoint_lib.has_checkpoints(checkpoint_dir)):
@@ -281,9 +281,9 @@ def _run_in(trainer: trainer_lib.Trainer, init: initialize.InitSource, task: seq
           train_steps = {}  # by the batch's shapes: one, or one per length bucket
           meter = progress.Meter(phase.batch_size * phase.seq_length)
           while step < phase.end and not stop.stopping:
-            batch = feeding.device_batch(trainer, buckets.cut(
-                _joined([next(feed) for _ in range(phase.batch_size // unit)]),
-                config.finetune.length_buckets, phase.seq_length))
+            batch = feeding.device_batch(trainer, feeding.host_batch(
+                trainer, _joined([next(feed) for _ in range(phase.batch_size // unit)]),
+                phase.seq_length, phase.index))
             shapes = buckets.shapes(batch)
             if shapes not in train_steps:  # compiled ahead of time, its cost logged
               train_steps[shapes], cost = trainer.compile_train_step(state, batch,

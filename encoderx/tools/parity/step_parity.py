@@ -27,7 +27,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from encoderx.train import trainer as trainer_lib
+from encoderx.train import feeding, trainer as trainer_lib
 from encoderx.tools.parity import torch_optim
 
 # The methods whose head has a dropout of its own (finetune.classifier_dropout).
@@ -84,7 +84,8 @@ def step_parity(trainer, adapter, batches: list[dict]) -> Parity:
     hf_loss, hf_norm = torch_optim.torch_step(
         torch_model, optimizer, schedule, config.optimizer.clip_norm,
         lambda: adapter.loss(adapter.inputs(prepared), loss_key))  # pylint: disable=cell-var-from-loop
-    state, metrics = step_fn(state, trainer.device_batch(batch))
+    state, metrics = step_fn(state, trainer.device_batch(feeding.host_batch(
+        trainer, batch, config.data.seq_length)))  # as the loop feeds it
     metrics = jax.device_get(metrics)
     losses.append((float(metrics["loss"]), hf_loss))
     norms.append((float(metrics["grad_norm"]), hf_norm))

@@ -305,9 +305,9 @@ def main(argv=None) -> None:
         with_torch=not args.skip_torch, attention_kernels=args.attention_kernels, peak=peak)
     print("\n" + report.table(kind, rows))
   elif args.finetune:
-    print("\nfine-tuning train steps, encoderx (length buckets; every row at "
-          f"{finetune_steps.SEQ_LENGTH}) against PyTorch (each batch padded to its longest):",
-          flush=True)
+    print("\nfine-tuning train steps, encoderx (as trained: length buckets, or an embedding "
+          f"model's texts packed; every row at {finetune_steps.SEQ_LENGTH}) against PyTorch "
+          "(each batch padded to its longest):", flush=True)
     kind = "finetune"
     rows, tables = finetune_steps.finetune_tables(
         args.models, args.steps, args.finetune_init, args.finetune_data,

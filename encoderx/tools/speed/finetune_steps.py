@@ -17,13 +17,16 @@ BertModel, mean pooling, MultipleNegativesRankingLoss); it has no end-to-end run
 
 - Steps: the first WARMUP_STEPS + --steps training batches of the case's pipeline (the
   method's own, shuffled as training draws them), each timed three ways, interleaved
-  step by step: encoderx's train step on the batch cut to LENGTH_BUCKETS
-  (finetune.length_buckets: the shortest of 16, 32, 48 that holds its longest text, 64 when
-  none does; one compiled step each, all compiled before timing); encoderx's step on the
-  batch as it was before length buckets (every row at 64); and PyTorch's, the method's
+  step by step: encoderx's train step on the batch as its run trains on it
+  (Method.host_batch): cut to LENGTH_BUCKETS (finetune.length_buckets: the shortest of
+  16, 32, 48 that holds its longest text, 64 when none does), or for the embedding model
+  its texts packed into rows of 64 (contrastive.pack_texts, encoderx/data/packed_texts.py);
+  one compiled step per shape, all compiled before timing; encoderx's step on the batch
+  as the pipeline made it (every row at 64, no packing); and PyTorch's, the method's
   adapter (torch_adapters.py: BertForTokenClassification, BertForSequenceClassification;
   forward with labels, backward, AdamW, zero_grad) on the batch padded to its longest
-  text, as DataCollatorWithPadding and DataCollatorForTokenClassification pad. Figures:
+  text, as DataCollatorWithPadding and DataCollatorForTokenClassification pad
+  (sentence-transformers: each column of texts to its own longest). Figures:
   examples/s, the tokens each computes per step (and the real ones), jax/torch by means
   and step by step.
 - End to end (--finetune_end_to_end_steps=N > 0): a whole run of N steps, timed from
@@ -49,6 +52,7 @@ import numpy as np
 
 from encoderx import configs, initialize, train
 from encoderx.data import buckets, labelled, pipeline, tagging
+from encoderx.data.example_tasks import MODEL_FEATURES
 from encoderx.tools.speed import train_steps
 from encoderx.tools.speed.timing import (WARMUP_STEPS, paired_ratios, paired_summary,
                                          time_interleaved)
@@ -109,16 +113,33 @@ def _real_tokens(batch: dict) -> float:
                    if name.endswith("segment_ids")))
 
 
+def padded_to_the_longest(batch: dict, views=()) -> dict:
+  """`batch` cut to its longest text, as Hugging Face's collators pad; an embedding
+  model's rows each view (prefix) to its own longest, as sentence-transformers pads each
+  column of texts (and embeds each column in a forward pass of its own)."""
+  if not views:
+    return buckets.trim(batch, max(buckets.real_length(batch), 1), SEQ_LENGTH)
+  cut = dict(batch)
+  for prefix in views:
+    length = max(buckets.real_length({"segment_ids": batch[prefix + "segment_ids"]}), 1)
+    cut.update({name: value[:, :length] for name, value in batch.items()
+                if name.startswith(prefix) and name[len(prefix):] in MODEL_FEATURES})
+  return cut
+
+
 def measure_steps(case: str, config, steps: int, warmup: int = WARMUP_STEPS) -> dict:
   """The case's step row (see the module doc)."""
   from encoderx.methods import registry  # pylint: disable=g-import-not-at-top
   unbucketed = config.copy_and_resolve_references()
   unbucketed.finetune.length_buckets = ()
+  if unbucketed.method == "contrastive":
+    unbucketed.contrastive.pack_texts = False
   task = registry.build(unbucketed).task()
   batches = pipeline.take_batches(task, "train", SEQ_LENGTH, config.train.batch_size,
                                   warmup + steps, seed=config.train.seed)
-  cut = [buckets.cut(b, LENGTH_BUCKETS, SEQ_LENGTH) for b in batches]
-  longest = [buckets.trim(b, max(buckets.real_length(b), 1), SEQ_LENGTH) for b in batches]
+  method = registry.build(config)
+  cut = [method.host_batch(b, SEQ_LENGTH) for b in batches]
+  longest = [padded_to_the_longest(b, getattr(method, "views", {}).values()) for b in batches]
   bucketed, method, cost = train_steps.encoderx_stepper(config, cut)
   full, _, _ = train_steps.encoderx_stepper(unbucketed, batches)
   torch_step = train_steps.torch_stepper(config, method, longest)
@@ -140,7 +161,7 @@ def measure_steps(case: str, config, steps: int, warmup: int = WARMUP_STEPS) -> 
              torch_examples_per_second=examples * 1e3 / row["torch_ms"],
              jax_over_torch=row["torch_ms"] / row["jax_ms"],
              jax_full_over_torch=row["torch_ms"] / row["jax_full_ms"])
-  print(f"  encoderx, length buckets {row['jax_ms']:.1f} ms/step "
+  print(f"  encoderx, as trained (buckets or packing) {row['jax_ms']:.1f} ms/step "
         f"({row['jax_tokens']:,.0f} tokens), every row at {SEQ_LENGTH} "
         f"{row['jax_full_ms']:.1f} ms ({row['jax_full_tokens']:,.0f}); pytorch, padded to "
         f"the longest {row['torch_ms']:.1f} ms ({row['torch_tokens']:,.0f}); encoderx / "
