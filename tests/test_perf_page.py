@@ -2,12 +2,14 @@
 records (encoderx/tools/figures/report.py), the newest record of each table and device, every
 row with its date, commit, device, malloc and command, the page's prose kept."""
 import json
+import re
 import subprocess
+import types
 
 import pytest
 
 from conftest import REPO
-from encoderx.tools.speed import bench
+from encoderx.tools.speed import bench, timing, train_steps
 from encoderx.tools.figures import perf_page, report
 
 PROSE = "# Performance\n\nHow to read the figures: compare the same device only.\n\n"
@@ -74,6 +76,26 @@ def test_a_bench_run_json_renders_a_row_with_its_provenance(tmp_path):
   assert f"`{head[:10]}`" in line and f"`{record['command']}`" in cells
   assert f"{row['jax_over_torch']:.2f}x" in cells
   assert "Input pipeline" in page
+
+
+def test_a_step_under_one_example_a_second_shows_its_rate_and_the_headroom_it_makes():
+  """ModernBERT-base's sizes at 1,024 tokens on 2 CPU cores: 2 examples a 15 s step
+  beside a pipeline of 8,638 examples/s. The step's examples/s is shown with significant
+  digits (0.13, not 0), and the headroom, the one over the other, agrees with the two
+  figures shown (to their rounding), with thousands separators."""
+  figures = train_steps.ModelFigures(
+      "modernbert_base_1024", batch_size=2, seq_length=1024,
+      jax_timing=timing.StepTiming([15.0, 15.03], num_params=149_660_000),
+      cost=types.SimpleNamespace(flops=2e12), flops_per_token=1e9)
+  row = train_steps.model_row(figures, 2.5e11, pipeline_rate=8638.4)
+  header, _, line = report.table("train_steps", [row]).splitlines()
+  shown = dict(zip(re.split(r"\s{2,}", header), re.split(r"\s{2,}", line)))
+  assert shown["step ex/s"] == "0.13" and shown["pipe ex/s"] == "8,638"
+  assert re.fullmatch(r"\d{2},\d{3}\.\dx", shown["headroom"]), shown["headroom"]
+  assert row["pipeline_headroom"] == pytest.approx(8638.4 / row["step_examples_per_second"])
+  step, pipe = float(shown["step ex/s"]), float(shown["pipe ex/s"].replace(",", ""))
+  headroom = float(shown["headroom"].rstrip("x").replace(",", ""))
+  assert headroom == pytest.approx(pipe / step, rel=0.05)
 
 
 def test_a_newer_record_of_the_same_device_replaces_its_rows(tmp_path):

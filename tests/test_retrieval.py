@@ -1,9 +1,11 @@
 """The retrieval command (encoderx/retrieval/): BEIR's layout read, and bad rows named
 (encoderx/data/beir.py); nDCG@10, Recall@100 and MRR@10 from pytrec_eval against hand
-computations (encoderx/evaluation/retrieval.py); faiss' exact search against numpy; and the
-command end to end from a tiny BERT saved as Hugging Face saves one."""
+computations (encoderx/evaluation/retrieval.py); faiss' exact search against numpy; the
+command end to end from a tiny BERT saved as Hugging Face saves one; and the query and
+document prompts of retrieval and mining against sentence-transformers' own choice."""
 import json
 import math
+import os
 import pathlib
 import subprocess
 import sys
@@ -12,7 +14,7 @@ import numpy as np
 import pytest
 
 import tiny_hf
-from encoderx import embed, errors, retrieval
+from encoderx import embed, errors, mine, retrieval
 from encoderx.data import beir
 from encoderx.evaluation import retrieval as retrieval_scores
 
@@ -252,3 +254,47 @@ def test_a_reranker_needs_a_one_score_head_and_a_top_within_k(tiny_bert, tmp_pat
   assert bad.returncode == 2
   assert bad.stderr.strip().splitlines()[-1].startswith(
       "encoderx: error: flag --rerank_top: must be in [1, --k=100]")
+
+
+# --- the prompts, as sentence-transformers chooses them -------------------------------
+@pytest.mark.parametrize("saved", [
+    {"prompts": {"query": "query: ", "document": "passage: "}},
+    {"prompts": {"title": "title: "}, "default_prompt_name": "title"},
+    {"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": "passage"},
+    {}], ids=["query_and_document", "only_a_default", "passage_by_another_name", "none"])
+def test_retrieval_and_mining_prompt_as_encode_query_and_encode_document(
+    minilm_directory, tmp_path, saved):
+  """all-MiniLM-L6-v2 with `saved` as its config_sentence_transformers.json: ranking
+  embeds queries and documents as sentence-transformers' encode_query / encode_document
+  do (the model's "query" / "document" prompt, else none: never its default prompt, nor
+  "passage"), and mining puts the same prompts before anchors and corpus texts."""
+  sentence_transformers = pytest.importorskip("sentence_transformers")
+  pytest.importorskip("faiss")
+  model_directory = tmp_path / "model"
+  model_directory.mkdir()
+  for name in os.listdir(minilm_directory):
+    if name != "config_sentence_transformers.json":
+      os.symlink(os.path.join(minilm_directory, name), model_directory / name)
+  (model_directory / "config_sentence_transformers.json").write_text(
+      json.dumps(saved), encoding="utf-8")
+  reference = sentence_transformers.SentenceTransformer(str(model_directory), device="cpu")
+  collection = beir.read_directory(str(write_beir(
+      tmp_path / "beir", {"q1": "Who was rich?", "q2": "Where did Anne walk?"},
+      [("q1", "d1", 1), ("q2", "d2", 1)])))
+  embedder = embed.Embedder(f"hf:{model_directory}", normalize=True)
+  embedded = []
+  def recording(*args, **kwargs):
+    embedded.append(embedder(*args, **kwargs))
+    return embedded[-1]
+  recording.prompts = embedder.prompts
+  retrieval.rank(recording, collection, k=5)
+  queries, documents = list(collection.queries.values()), list(collection.corpus.values())
+  np.testing.assert_allclose(embedded[0], reference.encode_query(
+      queries, normalize_embeddings=True), atol=1e-5)
+  np.testing.assert_allclose(embedded[1], reference.encode_document(
+      documents, normalize_embeddings=True), atol=1e-5)
+  query_prompt, corpus_prompt = mine.MiningOptions().prompts(embedder.prompts)
+  np.testing.assert_allclose(reference.encode(queries, prompt=query_prompt),
+                             reference.encode_query(queries), atol=1e-6)
+  np.testing.assert_allclose(reference.encode(documents, prompt=corpus_prompt),
+                             reference.encode_document(documents), atol=1e-6)

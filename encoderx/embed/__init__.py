@@ -6,6 +6,7 @@
 The command line is `python -m encoderx.embed` (embed/__main__.py).
 """
 from encoderx.embed.embedder import (BUCKETS, POOLINGS, Embedder, embed, named_prompt,
-                                     read_lines)
+                                     read_lines, task_prompt)
 
-__all__ = ["BUCKETS", "POOLINGS", "Embedder", "embed", "named_prompt", "read_lines"]
+__all__ = ["BUCKETS", "POOLINGS", "Embedder", "embed", "named_prompt", "read_lines",
+           "task_prompt"]

@@ -102,6 +102,18 @@ def named_prompt(prompts: dict, name: str, argument: str = "prompt_name") -> str
   return prompts[name]
 
 
+def task_prompt(prompts: dict, task: str) -> str:
+  """The prefix sentence-transformers 6.2 puts before a text of `task` ("query" or
+  "document") when given no prompt: a model's prompt of that name, else none, never its
+  default prompt. `SentenceTransformer.encode_query` / `encode_document`
+  (sentence_transformers/sentence_transformer/model.py) pick the prompt name "query" /
+  the first of "document", "passage", "corpus" in `self.prompts`, which always holds
+  "query" and "document" (`_default_prompts`, "" unless the model sets them:
+  `_validate_prompts` in base/model.py), so that `_resolve_prompt` never falls back to
+  `default_prompt_name`, and "passage" and "corpus" are never reached."""
+  return prompts.get(task, "")
+
+
 class Embedder:
   """Embeds texts with the encoder of `init_from` (see the module docstring)."""
 

@@ -106,14 +106,15 @@ class MiningOptions:
 
   def prompts(self, model_prompts: dict) -> tuple[str, str]:
     """(before each anchor, before each corpus text): the prompt given, else the model's
-    prompt of the name given, else its "query" / "document" prompt, else none."""
-    def prompt(side: str, fallback: str) -> str:
+    prompt of the name given, else its "query" / "document" prompt, else none
+    (embed.task_prompt)."""
+    def prompt(side: str, task: str) -> str:
       text, name = getattr(self, f"{side}_prompt"), getattr(self, f"{side}_prompt_name")
       if text is not None:
         return text
       if name is not None:
         return embed.named_prompt(model_prompts, name, argument=f"{side}_prompt_name")
-      return model_prompts.get(fallback, "")
+      return embed.task_prompt(model_prompts, task)
     return prompt("query", "query"), prompt("corpus", "document")
 
   @property

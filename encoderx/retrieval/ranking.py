@@ -23,20 +23,16 @@ from encoderx.evaluation import retrieval as retrieval_scores
 search = retrieval_scores.search  # faiss' exact search (evaluation/retrieval.py)
 
 
-def _prompt(embedder: embed.Embedder, name: str) -> str | None:
-  """The model's prompt `name` where it has one (sentence-transformers' encode_query /
-  encode_document), else its default prompt."""
-  return name if name in embedder.prompts else None
-
-
 def rank(embedder: embed.Embedder, collection: beir.Collection, k: int,
          show_progress: bool = False) -> dict[str, dict[str, float]]:
-  """{query id: {doc id: cosine}} of each judged query's k nearest documents."""
+  """{query id: {doc id: cosine}} of each judged query's k nearest documents; each text
+  after the prompt sentence-transformers' encode_query / encode_document would put before
+  it (embed.task_prompt: the model's "query" / "document" prompt, else none)."""
   query_ids, doc_ids = list(collection.queries), list(collection.corpus)
   queries = embedder([collection.queries[q] for q in query_ids], show_progress, "queries",
-                     _prompt(embedder, "query"))
+                     prompt=embed.task_prompt(embedder.prompts, "query"))
   corpus = embedder([collection.corpus[d] for d in doc_ids], show_progress, "corpus",
-                    _prompt(embedder, "document"))
+                    prompt=embed.task_prompt(embedder.prompts, "document"))
   return retrieval_scores.ranked(query_ids, queries, doc_ids, corpus, k)
 
 
