@@ -11,12 +11,9 @@ import torch
 
 from encoderx import config as config_lib
 from encoderx.data import pipeline
-from encoderx.hf import families, tokenizer_files
 from encoderx.methods import registry
 from encoderx.tools.speed import bench_models, train_steps
 from encoderx.tools.parity import torch_adapters
-
-from export_checks import check_special_token_ids  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
 
 # The bench's models with a PyTorch column, and the adapter and HF class each gets.
 BENCH_ADAPTERS = [("bert_tiny", "Pretraining", "BertForPreTraining"),
@@ -101,25 +98,6 @@ def test_each_bench_adapter_trains_on_a_bench_batch(model_name, adapter_name, hf
     assert adapter.num_params < sum(p.numel() for model in (pair.generator,
                                                              pair.discriminator)
                                     for p in model.parameters())
-
-
-@pytest.mark.parametrize("model_name", ["eurobert_tiny", "modernbert_tiny"])
-def test_the_bench_models_special_token_ids_are_its_vocabularys_as_exported(
-    model_name, tmp_path):
-  """The PyTorch model's config holds the ids of the run's tokenizer, as an export's
-  config.json does (the export's check, on the config beside the tokenizer files an
-  export writes), inside the vocabulary: not the released model's that the config class
-  defaults to (EuroBERT's mask_token_id 128002 in the 8,000-piece vocabulary)."""
-  config, method = _method(model_name)
-  hf_config = torch_adapters.adapter(method, strict=False).model.config
-  hf_config.save_pretrained(tmp_path)
-  family = families.family_named(method.model_config.family)
-  tokenizer_files.write(config.data.vocab.to_dict(), family.tokenizer_class, str(tmp_path),
-                        config.data.seq_length)
-  check_special_token_ids(str(tmp_path))
-  assert hf_config.vocab_size == method.model_config.vocab_size
-  if model_name == "eurobert_tiny":
-    assert 0 <= hf_config.mask_token_id < hf_config.vocab_size
 
 
 def test_electra_samples_with_the_train_steps_key_when_strict(tiny_config):

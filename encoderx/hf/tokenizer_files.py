@@ -17,10 +17,8 @@ special_tokens_map.json: what `save_pretrained` of such a tokenizer writes.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import tempfile
 
 import tokenizers
 from tokenizers import processors
@@ -28,7 +26,6 @@ from tokenizers import processors
 from encoderx import files as files_lib
 from encoderx.data import bpe_vocabulary, resources
 from encoderx.data import fields as data_fields
-from encoderx.hf import base
 
 # Vocabulary kind -> (its files, special tokens as Hugging Face names them).
 SPECIAL_TOKENS = {
@@ -45,14 +42,6 @@ SPECIAL_TOKENS = {
                                   sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
                                   mask_token="[MASK]"),
 }
-
-
-# config.json's special-token ids, of which each family's config class has some.
-SPECIAL_TOKEN_IDS = tuple(f"{role}_token_id"
-                          for role in ("pad", "bos", "eos", "mask", "cls", "sep", "unk"))
-# The model_max_length of a tokenizer written only to read its ids (transformers' own
-# for a model without a limit, tokenization_utils_base.VERY_LARGE_INTEGER).
-NO_LENGTH_LIMIT = int(1e30)
 
 
 # Byte-level BPE layouts written as tokenizer.json (a fast tokenizer), with the Hugging
@@ -165,26 +154,3 @@ def _write_json(directory: str, config: dict, special: dict) -> None:
     with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
       json.dump(content, f, indent=2, ensure_ascii=False)
       f.write("\n")
-
-
-def special_token_ids(family: base.Family, directory: str) -> dict:
-  """config.json's special-token ids (pad_token_id, ... of those the family's config
-  class has) as the tokenizer files in `directory` give them: the run's vocabulary's, not
-  the released model's that the config class defaults to (EuroBERT's mask_token_id
-  128002 in an 8,000-token vocabulary, which transformers warns of on every load). The
-  class's fields are read without building it, which would warn too."""
-  import transformers  # pylint: disable=g-import-not-at-top
-  tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-  fields = {field.name for field in dataclasses.fields(getattr(transformers,
-                                                               family.config_class))}
-  return {name: getattr(tokenizer, name) for name in SPECIAL_TOKEN_IDS if name in fields}
-
-
-def vocabulary_special_token_ids(vocab, family: base.Family) -> dict:
-  """special_token_ids of the tokenizer files of `vocab` (config.data.vocab's fields),
-  written to a temporary directory: the ids an export writes in config.json
-  (export/writer.py), for a model built without exporting (the bench's PyTorch models,
-  tools/parity/adapter_base.py)."""
-  with tempfile.TemporaryDirectory(prefix="encoderx-tokenizer-") as directory:
-    write(vocab, family.tokenizer_class, directory, NO_LENGTH_LIMIT)
-    return special_token_ids(family, directory)

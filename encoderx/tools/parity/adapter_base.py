@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from encoderx import errors
-from encoderx.hf import engine, families, tokenizer_files
+from encoderx.hf import engine
 
 
 class NoAdapterError(errors.UserError, ValueError):
@@ -79,16 +79,6 @@ class Adapter:
 
   def build(self, head: str | None) -> torch.nn.Module:
     raise NotImplementedError
-
-  def hf_model(self, config, family: str, head: str | None, **fields) -> torch.nn.Module:
-    """engine.hf_model of `config` (the method's model config, or ELECTRA's generator's)
-    with the special-token ids of the method's vocabulary, as an export writes them in
-    config.json (tokenizer_files.vocabulary_special_token_ids), not the released model's
-    that the config class defaults to (EuroBERT's mask_token_id 128002, outside a tiny
-    vocabulary, which transformers warns of)."""
-    special = tokenizer_files.vocabulary_special_token_ids(
-        self.method.config.data.vocab.to_dict(), families.family_named(family))
-    return engine.hf_model(config, family, head, **fields, **special)
 
   @property
   def num_params(self) -> int:
