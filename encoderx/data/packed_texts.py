@@ -34,7 +34,6 @@ import numpy as np
 from encoderx.data import packing
 
 PACKED_FEATURES = ("input_ids", "token_type_ids", "segment_ids", "positions")
-MAPS = ("token_text", "text_start", "text_end")
 # Packed rows per chunk come in these fractions of its texts (then a multiple of the
 # data-parallel devices): one compiled step each.
 ROW_FRACTIONS = (1 / 8, 3 / 16, 1 / 4, 5 / 16, 3 / 8, 1 / 2, 5 / 8, 3 / 4, 1)
