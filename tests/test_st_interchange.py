@@ -128,18 +128,19 @@ def test_retrieval_puts_the_query_and_document_prompts_before_their_texts():
   class Recording:  # an Embedder's interface, recording the prompt of each call
     prompts = {"query": "query: ", "document": "passage: "}
 
-    def __call__(self, texts, show_progress=False, description="", prompt_name=None):
-      calls.append((description, prompt_name))
+    def __call__(self, texts, show_progress=False, description="", prompt=None):
+      calls.append((description, prompt))
       return np.eye(len(texts), 2, dtype=np.float32)
 
   collection = beir.Collection(corpus={"d1": "a", "d2": "b"}, queries={"q1": "x"},
                                qrels={"q1": {"d1": 1}})
   retrieval.rank(Recording(), collection, k=2)
-  assert calls == [("queries", "query"), ("corpus", "document")]
-  Recording.prompts = {"query": "query: "}  # no document prompt: the default (none)
+  assert calls == [("queries", "query: "), ("corpus", "passage: ")]
+  # No document prompt: none, not the model's default prompt (encode_document's choice).
+  Recording.prompts = {"query": "query: ", "default": "always: "}
   calls.clear()
   retrieval.rank(Recording(), collection, k=2)
-  assert calls == [("queries", "query"), ("corpus", None)]
+  assert calls == [("queries", "query: "), ("corpus", "")]
 
 
 # --- import ---------------------------------------------------------------------------------
