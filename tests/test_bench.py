@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -21,8 +22,8 @@ from encoderx.data import pipeline
 from encoderx.data import tagging
 from encoderx.methods import registry as method_registry
 from encoderx.models import model_config
-from encoderx.tools.speed import (accelerator, bench, bench_models, finetune_steps, flops, timing,
-                                  train_steps)
+from encoderx.tools.speed import (accelerator, bench, bench_models, finetune_steps, flops,
+                                  op_profile, timing, train_steps)
 from encoderx.tools.quality import finetune_compare
 
 
@@ -333,3 +334,28 @@ def test_an_embedding_rows_views_are_each_padded_to_their_own_longest():
       **{name: 10 for name in view(1)}, **{"pair_" + name: 25 for name in view(1)}}
   plain = finetune_steps.padded_to_the_longest(batch)  # one longest for the whole batch
   assert {value.shape[1] for value in plain.values()} == {25}
+
+
+# --- the op profile ---------------------------------------------------------------------
+def test_op_profile_sums_op_time_by_kind_and_counts_ops_running_at_once():
+  events = [(0, 10, "ynn_fusion.3"), (5, 15, "copy_bitcast_fusion"), (20, 30, "ynn_fusion.12")]
+  assert op_profile.time_by_kind(events) == {"ynn_fusion": 20, "copy_bitcast_fusion": 10}
+  # 0-5 one op, 5-10 two, 10-15 one, 15-20 none, 20-30 one.
+  assert op_profile.concurrency(events) == {0: 5, 1: 20, 2: 5}
+
+
+def test_op_profile_traces_a_bench_models_cpu_step_by_op(tmp_path):
+  """The command turns XLA:CPU's per-op trace events on itself (a fresh process: the flag
+  is read when jax starts its CPU client) and finds the step's matmuls."""
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  out = subprocess.run(
+      [sys.executable, "-m", "encoderx.tools.speed.op_profile", "--model=bert_tiny",
+       "--batch_size=2", "--steps=1", "--top=50", f"--trace_out={tmp_path}"],
+      env=env, capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stderr[-3000:]
+  lines = out.stdout.splitlines()
+  summary = next(line for line in lines if line.startswith("op time"))
+  shares = [int(share) for share in re.findall(r"(\d+)%", summary)]
+  assert len(shares) == 3 and abs(sum(shares) - 100) <= 2
+  kinds = [line.split()[-1] for line in lines if line.startswith("  ")]
+  assert "ynn_fusion" in kinds or any(name.startswith("dot") for name in kinds)
