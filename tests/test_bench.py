@@ -358,4 +358,5 @@ def test_op_profile_traces_a_bench_models_cpu_step_by_op(tmp_path):
   shares = [int(share) for share in re.findall(r"(\d+)%", summary)]
   assert len(shares) == 3 and abs(sum(shares) - 100) <= 2
   kinds = [line.split()[-1] for line in lines if line.startswith("  ")]
-  assert "ynn_fusion" in kinds or any(name.startswith("dot") for name in kinds)
+  # The matmuls: YNNPACK's or XNNPACK's fusions, or Eigen's dots, as XLA:CPU chose.
+  assert any(name.startswith(("ynn_fusion", "xnn_fusion", "dot")) for name in kinds), kinds
