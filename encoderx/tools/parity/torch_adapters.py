@@ -254,8 +254,8 @@ class XLNet(Adapter):
     self.head = "pretraining"
     self.mems = None
     return engine.hf_model(method.model_config, "xlnet", "pretraining", bi_data=method.bi_data,
-                       mem_len=method.mem_len or None,
-                       reuse_len=method.plm_config.reuse_len if method.mem_len else None)
+                           mem_len=method.mem_len or None,
+                           reuse_len=method.plm_config.reuse_len if method.mem_len else None)
 
   def inputs(self, prepared):
     return TorchBatch(xlnet_inputs(prepared, self.strict), prepared)

@@ -52,6 +52,7 @@ import numpy as np
 
 from encoderx import configs, initialize, train
 from encoderx.data import buckets, labelled, pipeline, tagging
+from encoderx.data.packed_texts import PACKED_FEATURES
 from encoderx.tools.speed import train_steps
 from encoderx.tools.speed.timing import (WARMUP_STEPS, paired_ratios, paired_summary,
                                          time_interleaved)
@@ -118,7 +119,6 @@ def padded_to_the_longest(batch: dict, views=()) -> dict:
   column of texts (and embeds each column in a forward pass of its own)."""
   if not views:
     return buckets.trim(batch, max(buckets.real_length(batch), 1), SEQ_LENGTH)
-  from encoderx.data.packed_texts import PACKED_FEATURES  # pylint: disable=g-import-not-at-top
   cut = dict(batch)
   for prefix in views:
     length = max(buckets.real_length({"segment_ids": batch[prefix + "segment_ids"]}), 1)

@@ -41,7 +41,6 @@ import argparse
 import collections
 import dataclasses
 import glob
-import gzip
 import itertools
 import json
 import os
@@ -58,7 +57,7 @@ import numpy as np
 from encoderx.methods import pretrain
 from encoderx.tools.figures import report
 from encoderx.tools.speed import accelerator, attention_checks, bench_models, costs
-from encoderx.tools.speed import timing, train_steps
+from encoderx.tools.speed import op_profile, timing, train_steps
 
 VOCABULARY_FILE = "vocabulary.json"  # {the config's data.vocab.path: its facts}
 STEPS = 10
@@ -178,9 +177,7 @@ def rows(plan, dropouts, kernels, with_torch: bool, take_batches) -> list[dict]:
 def kernel_times(trace_path: str, steps: int, top: int = 40) -> list[dict]:
   """The GPU's busy time per step, by kernel, from a perfetto trace of `steps` steps
   (printed; returned as rows of the `top` kernels)."""
-  with gzip.open(trace_path) as f:
-    events = json.load(f)
-  events = events["traceEvents"] if isinstance(events, dict) else events
+  events = op_profile.trace_events(trace_path)
   process = {e["pid"]: e["args"]["name"] for e in events
              if e.get("ph") == "M" and e.get("name") == "process_name"}
   kernels = [e for e in events if e.get("ph") == "X" and "GPU" in process.get(e["pid"], "")]

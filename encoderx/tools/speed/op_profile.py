@@ -33,12 +33,16 @@ FLAGS = flags.FLAGS
 TRACE_FLAG = "--xla_cpu_enable_xprof_traceme=true"
 
 
-def op_events(trace_path: str) -> list[tuple[float, float, str]]:
-  """(start, end, HLO op name) in microseconds of each XLA op event of a perfetto trace."""
+def trace_events(trace_path: str) -> list[dict]:
+  """The events of a jax.profiler perfetto trace (perfetto_trace.json.gz)."""
   with gzip.open(trace_path) as f:
     events = json.load(f)
-  events = events["traceEvents"] if isinstance(events, dict) else events
-  return [(e["ts"], e["ts"] + e["dur"], e["args"]["hlo_op"]) for e in events
+  return events["traceEvents"] if isinstance(events, dict) else events
+
+
+def op_events(trace_path: str) -> list[tuple[float, float, str]]:
+  """(start, end, HLO op name) in microseconds of each XLA op event of a perfetto trace."""
+  return [(e["ts"], e["ts"] + e["dur"], e["args"]["hlo_op"]) for e in trace_events(trace_path)
           if e.get("ph") == "X" and "hlo_op" in e.get("args", {})]
 
 
