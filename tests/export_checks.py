@@ -215,7 +215,8 @@ def check_export_parity(method, params, exported: writer.Exported, pad_id: int,
       model_config.embeddings.type_vocab_size > 1 or model_config.family == "xlnet"))
   batch = {k: jnp.asarray(v) for k, v in batch.items()}
   encoder = pretraining.EncoderModel(model_config, with_pooler=False)
-  hidden = np.asarray(encoder.apply({"params": {
+  # Under jit: eagerly, each of the model's operations would compile on its own.
+  hidden = np.asarray(jax.jit(encoder.apply)({"params": {
       k: v for k, v in params["encoder_model"].items() if k != "pooler"}}, batch)["hidden"])
   base = transformers.AutoModel.from_pretrained(exported.output).eval()
   diffs = {"hidden": np.abs(_hf_outputs(base, batch).last_hidden_state.numpy()[real]
@@ -230,7 +231,7 @@ def check_export_parity(method, params, exported: writer.Exported, pad_id: int,
     embedding = params["encoder_model"]["embeddings"]["word_embeddings"]["embedding"]
     ours = {"lm_logits": hidden @ np.asarray(embedding).T + params["plm_head"]["output_bias"]}
   else:
-    ours = getattr(method, flax_model).apply({"params": params}, batch)
+    ours = jax.jit(getattr(method, flax_model).apply)({"params": params}, batch)
   if isinstance(ours, dict) and "lm_logits" in ours:
     diffs["lm"] = np.abs(theirs.logits.numpy()[real] - ours["lm_logits"][real][:, :vocab]
                          ).max()
