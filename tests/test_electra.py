@@ -2,6 +2,7 @@
 (ElectraForMaskedLM, ElectraForPreTraining), ELECTRA's masking and sampling, the
 embedding sharing (shared, GDES) and its gradients, joint and decoupled training, sharded
 runs, resume, learning, --init_from and validation."""
+import functools
 import shutil
 
 import flax
@@ -207,6 +208,7 @@ def test_samples_follow_the_generator_softmax_and_replaced_means_different():
 
 
 def _method_and_batch(config):
+  """(method, its initial params, a batch of 8 rows of 64, the batch prepared)."""
   method = electra.ReplacedTokenDetection(config_lib.validate(config))
   # Jitted, as the gradients below: eagerly, JAX compiles each operation of the model on
   # its own, which took a minute for the disentangled encoder.
@@ -215,6 +217,14 @@ def _method_and_batch(config):
                                    config.train.batch_size, 1, seed=3)
   prepared = jax.jit(method.prepare)(dict(batch), jax.random.key(1))
   return method, params, batch, prepared
+
+
+@functools.cache
+def _shared_method_and_batch(sharing):
+  """_method_and_batch of the default tiny ELECTRA under `sharing`, built once per
+  process: the tests below only read it (each copies what it changes)."""
+  from conftest import _tiny_config  # pylint: disable=g-import-not-at-top
+  return _method_and_batch(_config(_tiny_config, sharing))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -253,7 +263,8 @@ def test_the_discriminator_loss_reaches_the_generator_only_through_shared_embedd
   """The sample carries no gradient, so the discriminator's loss trains no generator layer
   or head; under 'shared' it trains the shared embedding parameters, under GDES nothing of
   the generator (the discriminator's deltas instead)."""
-  method, params, _, prepared = _method_and_batch(_config(tiny_config, sharing))
+  del tiny_config
+  method, params, _, prepared = _shared_method_and_batch(sharing)
 
   def discriminator_loss(generator, discriminator):
     both = {"generator": generator, "discriminator": discriminator}
@@ -282,8 +293,9 @@ def test_the_discriminator_loss_reaches_the_generator_only_through_shared_embedd
 
 
 def test_gdes_exports_generator_embedding_plus_delta_and_takes_it_back(tiny_config):
-  method, params, batch, _ = _method_and_batch(_config(tiny_config, "gdes"))
-  params = jax.tree_util.tree_map(np.asarray, params)
+  del tiny_config
+  method, params, batch, _ = _shared_method_and_batch("gdes")
+  params = jax.tree_util.tree_map(np.array, params)  # a copy: the shared one stays as is
   deltas = params["discriminator"]["embedding_deltas"]
   assert all(np.all(d == 0) for d in jax.tree_util.tree_leaves(deltas))  # start at zero
   deltas["word_embeddings"] = np.full_like(deltas["word_embeddings"], 0.25)
@@ -309,8 +321,13 @@ def test_gdes_exports_generator_embedding_plus_delta_and_takes_it_back(tiny_conf
 
 # --- joint and decoupled training -----------------------------------------------------------
 def _adam_step(optimizer, params, grads):
-  changes, _ = optimizer.update(grads, optimizer.init(params), params)
-  return optax.apply_updates(params, changes)
+  """One step of `optimizer` from its initial state, jitted (eagerly, each of optax's
+  operations compiled on its own for each parameter shape: a minute)."""
+  @jax.jit
+  def step(params, grads):
+    changes, _ = optimizer.update(grads, optimizer.init(params), params)
+    return optax.apply_updates(params, changes)
+  return step(params, grads)
 
 
 def test_decoupled_steps_the_generator_by_mlm_then_the_discriminator_on_its_samples(
@@ -322,7 +339,8 @@ def test_decoupled_steps_the_generator_by_mlm_then_the_discriminator_on_its_samp
   trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
   method = trainer.method
   assert [u.name for u in method.updates] == ["generator", "discriminator"]
-  (batch,) = pipeline.take_batches(method.task(), "train", 64, 8, 1, seed=3)
+  # The batch _method_and_batch takes (the same data settings: rows of 64, 8, seed 3).
+  batch = dict(_shared_method_and_batch("gdes")[2])
   state = trainer.init_state()
   assert set(state.opt_state) == {"generator", "discriminator"}
   before = jax.device_get(state.params)
@@ -379,6 +397,7 @@ def test_mesh_2x2x2_matches_one_device(tiny_config, sharing, training, accumulat
   """Dropout on; decoupled with 2 micro-batches: the generator's samples are carried to
   the discriminator's update micro-batch by micro-batch."""
   config = _config(tiny_config, sharing, training)
+  config.model.num_layers = 1  # (the generator as deep): sharding is what differs
   config.train.grad_accum_steps = accumulate
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
   sharded = trainer_lib.Trainer(config)

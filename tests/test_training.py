@@ -29,6 +29,7 @@ def test_mesh_2x2x2_matches_one_device(tiny_config, name, accumulate):
   """With 2 micro-batches of 4 rows each data-parallel device holds one row: XLA once
   computed that case's gradients wrong (see models/heads.py: _transform)."""
   config = tiny_config(name)  # dropout on: the masks and dropout are sharding-independent
+  config.model.num_layers = 1  # sharding is what differs, not depth
   if name == "deberta:tiny":
     config.model.vocab_multiple = 8  # 8,001 tokens in 8,008 rows, to split in two
   config.train.grad_accum_steps = accumulate
@@ -159,6 +160,7 @@ def _step_losses(result):
 @pytest.mark.parametrize("name", ["bert:tiny", "deberta:tiny"])
 def test_stop_and_resume_equals_running_straight(tiny_config, tmp_path, name):
   config = tiny_config(name)
+  config.model.num_layers = 1  # what is saved and restored does not depend on depth
   config.train.steps = 8
   config.checkpoint.every_steps = 100  # only the stop and the end save
   straight = _run(config, tmp_path / "straight")
@@ -301,6 +303,7 @@ def test_the_default_evaluation_batch_holds_a_training_micro_batchs_tokens(tiny_
 def test_long_sequence_phase_switches_length_and_prediction_cap(tiny_config, tmp_path,
                                                                monkeypatch):
   config = tiny_config()
+  config.model.num_layers = 1  # each phase compiles its own step: keep them small
   config.train.steps = 4
   config.train.long_fraction = 0.5  # BERT: 0.1 of the steps at 512
   config.train.long_seq_length = 64
