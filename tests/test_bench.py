@@ -2,6 +2,7 @@
 compiled step, MFU and the training-loop comparison, the accelerator path on CPU
 (encoderx/tools/speed/bench.py and its parts)."""
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -27,11 +28,34 @@ from encoderx.tools.speed import (accelerator, bench, bench_models, finetune_ste
 from encoderx.tools.quality import finetune_compare
 
 
-def _compiled(config, batch_size=8):
+_BATCHES = {}  # (task, length, batch size) -> a training batch: one pipeline start each
+
+
+def _batch(config, batch_size):
+  task = bench_models.pretraining_task(config)
+  key = (task.name, config.data.seq_length, batch_size)
+  if key not in _BATCHES:
+    (_BATCHES[key],) = pipeline.take_batches(task, "train", config.data.seq_length,
+                                             batch_size, 1)
+  return _BATCHES[key]
+
+
+def _small_measures(monkeypatch):
+  """The bench's machine peak from a 256-square matmul (not 2,048), its pipeline timed
+  over the batches the steps use (not 40): what a row computes is the same."""
+  quick_peak = functools.partial(timing.measure_matmul_peak, size=256)
+  monkeypatch.setattr(bench, "measure_matmul_peak", quick_peak)
+  monkeypatch.setattr(accelerator, "measure_matmul_peak", quick_peak)
+  monkeypatch.setattr(bench_models, "PIPELINE_MIN_BATCHES", 1)
+
+
+def _compiled(config, batch_size=8, abstract_state=False):
+  """(trainer, state, batch, the compiled step, its cost); the state only as shapes (no
+  initialization run) with abstract_state: XLA's count needs the shapes alone."""
   trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
-  state = trainer.init_state()
-  (batch,) = pipeline.take_batches(bench_models.pretraining_task(config), "train",
-                                   config.data.seq_length, batch_size, 1)
+  state = (trainer.abstract_state_with_shardings() if abstract_state
+           else trainer.init_state())
+  batch = _batch(config, batch_size)
   step, cost = trainer.compile_train_step(state, trainer.device_batch(batch))
   return trainer, state, batch, step, cost
 
@@ -45,7 +69,7 @@ def test_flop_formula_matches_xla_count(model_name):
   factorized embeddings, ELECTRA's generator, SpanBERT's SBO head, EuroBERT's gated
   feed-forward and grouped-query attention."""
   config = bench_models.build_config(model_name, 8)
-  trainer, _, _, _, cost = _compiled(config)
+  trainer, _, _, _, cost = _compiled(config, abstract_state=True)
   formula = bench_models.model_flops_per_token(config, trainer.method)
   xla = cost.flops / (8 * config.data.seq_length)
   assert formula <= xla < 1.10 * formula, (formula, xla)
@@ -140,6 +164,7 @@ def test_accelerator_path_runs_on_cpu(capsys, interpreted_kernels, monkeypatch):
   and one warm-up step: the rows with the config's dropout (each kernel's) are
   tests/test_launch.py's gpu_bench runs, through these functions."""
   monkeypatch.setattr(accelerator, "ACCELERATOR_WARMUP_STEPS", 1)
+  _small_measures(monkeypatch)
   rows = accelerator.accelerator_rows(["bert_tiny"], (64,), batch_size=2, steps=1,
                                       with_torch=False, attention_dropouts=(0.0,),
                                       attention_kernels=("auto", "pallas"))
@@ -153,9 +178,10 @@ def test_accelerator_path_runs_on_cpu(capsys, interpreted_kernels, monkeypatch):
 
 
 @pytest.mark.slow
-def test_bench_prints_mfu_and_the_training_loop(capsys):
+def test_bench_prints_mfu_and_the_training_loop(capsys, monkeypatch):
+  _small_measures(monkeypatch)
   bench.main(["--models=bert_tiny", "--steps=1", "--batch_size=4", "--skip_padding",
-              "--train_loop_steps=8"])
+              "--train_loop_steps=4"])
   out = capsys.readouterr().out
   assert "machine peak:" in out and "MFU" in out and "torch MFU" in out
   assert "encoderx / pytorch, step by step: median" in out  # timed side by side
@@ -164,7 +190,7 @@ def test_bench_prints_mfu_and_the_training_loop(capsys):
   assert float(loop_line.split()[-1]) > 0
 
 
-def test_the_modern_rows_build_and_run_a_step_beside_pytorch(capsys):
+def test_the_modern_rows_build_and_run_a_step_beside_pytorch(capsys, monkeypatch):
   """modernbert_tiny, eurobert_tiny and ModernBERT-base's sizes at 128 and 1,024 tokens
   (all in the default set, the base rows at the batch the host holds) build their configs
   and run one timed step of each framework."""
@@ -186,6 +212,7 @@ def test_the_modern_rows_build_and_run_a_step_beside_pytorch(capsys):
     config_lib.validate(config)
     assert (config.model.attention.window, config.model.attention.variant) == (
         128, "standard")
+  _small_measures(monkeypatch)
   bench.main(["--models=modernbert_tiny,eurobert_tiny", "--steps=1", "--batch_size=2",
               "--skip_padding"])
   out = capsys.readouterr().out
@@ -284,21 +311,21 @@ def test_the_finetune_rows_pad_each_side_its_own_way_and_time_whole_runs(tmp_pat
   if not (conll / "train.txt").exists():
     pytest.skip(f"the CoNLL-2003 corpus is not at {conll}")
   (tmp_path / "conll2003").mkdir()
-  _first_sentences(conll / "train.txt", tmp_path / "conll2003" / "train.txt", 100)
-  _first_sentences(conll / "dev.txt", tmp_path / "conll2003" / "dev.txt", 20)
+  _first_sentences(conll / "train.txt", tmp_path / "conll2003" / "train.txt", 40)
+  _first_sentences(conll / "dev.txt", tmp_path / "conll2003" / "dev.txt", 4)
   record = tmp_path / "finetune.json"
-  bench.main(["--finetune", "--models=tag_conll2003", "--steps=2", "--batch_size=8",
-              f"--finetune_init={init_from}", f"--finetune_data={tmp_path}", "--finetune_end_to_end_steps=2",
-              f"--json={record}"])
+  bench.main(["--finetune", "--models=tag_conll2003", "--steps=1", "--batch_size=4",
+              f"--finetune_init={init_from}", f"--finetune_data={tmp_path}",
+              "--finetune_end_to_end_steps=1", f"--json={record}"])
   content = json.loads(record.read_text())
   (row,) = content["rows"]
   assert content["kind"] == "finetune" and row["case"] == "tag_conll2003"
-  assert row["jax_full_tokens"] == 8 * finetune_steps.SEQ_LENGTH
+  assert row["jax_full_tokens"] == 4 * finetune_steps.SEQ_LENGTH
   assert 0 < row["real_tokens"] <= row["torch_tokens"] <= row["jax_tokens"] <= row[
       "jax_full_tokens"]
   assert row["jax_over_torch"] == pytest.approx(row["torch_ms"] / row["jax_ms"])
   (whole,) = content["tables"]["finetune_end_to_end"]
-  assert whole["steps"] == 2 and whole["jax_seconds"] > 0 and whole["torch_seconds"] > 0
+  assert whole["steps"] == 1 and whole["jax_seconds"] > 0 and whole["torch_seconds"] > 0
 
 
 def test_finetune_compare_scores_tags_over_every_word_and_over_the_words_that_fit():

@@ -15,7 +15,7 @@ from test_notebook import (  # pylint: disable=g-bad-import-order  (tests/ is on
     CELL_TIMEOUT_S, cell_text, kernel_manager, tagged_cell)
 
 NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "embeddings.ipynb"
-STEPS, ROWS, QUERIES = 2, 48, 12
+STEPS, ROWS, QUERIES, DEV_ROWS = 2, 16, 8, 16  # two batches of 8; the dev rows hold 8 queries
 
 
 def test_embeddings_notebook_runs(tmp_path):
@@ -31,7 +31,7 @@ def test_embeddings_notebook_runs(tmp_path):
   temporary.mkdir()
   env = {"EMBEDDINGS_BASE": base, "EMBEDDINGS_STSB": str(STSB),
          "EMBEDDINGS_ROWS": str(ROWS), "EMBEDDINGS_STEPS": str(STEPS),
-         "EMBEDDINGS_BATCH": "8", "EMBEDDINGS_LENGTH": "32", "EMBEDDINGS_DEV_ROWS": "48",
+         "EMBEDDINGS_BATCH": "8", "EMBEDDINGS_LENGTH": "32", "EMBEDDINGS_DEV_ROWS": str(DEV_ROWS),
          "EMBEDDINGS_QUERIES": str(QUERIES), "EMBEDDINGS_MARGIN": "0",
          "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(temporary),
          "IPYTHONDIR": str(tmp_path / "ipython")}
@@ -41,7 +41,7 @@ def test_embeddings_notebook_runs(tmp_path):
 
   assert f"base {base}; {ROWS} pairs, {STEPS} steps" in cell_text(tagged_cell(nb, "parameters"))
   data = cell_text(tagged_cell(nb, "data"))
-  assert f"{ROWS} training pairs, 48 dev pairs; retrieval: {QUERIES} queries" in data, data
+  assert f"{ROWS} training pairs, {DEV_ROWS} dev pairs; retrieval: {QUERIES} queries" in data, data
   assert str(temporary) in data  # everything is written under TMPDIR
   for tag in ("train", "retrain"):
     assert re.search(rf"{STEPS} steps, loss [\d.]+, dev Spearman -?[\d.]+",
