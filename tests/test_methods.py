@@ -274,7 +274,6 @@ def test_method_state_is_split_with_micro_batches_and_sharded_like_the_batch(tin
   """Two micro-batches, on one device and sharded over 8: each row's count is whole.
   (One micro-batch on one device: test_method_state_is_checkpointed_and_restored.)"""
   config = _counting_config(tiny_config)
-  config.train.steps = 2  # the count of two steps adds as well as four's
   expected = _expected_tokens(config)
   results = {}
   for accumulate, mesh in ((2, (1, 1, 1)), (2, (2, 2, 2))):
