@@ -32,6 +32,10 @@ import tiny_hf  # pylint: disable=g-bad-import-order
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+# Lines of the bundled corpus each exported tokenizer encodes as encoderx does (100 cover
+# every vocabulary's words, punctuation and casing; the sentencepiece families encode
+# them one by one, which made 300 lines most of a sentencepiece case's time).
+TOKENIZER_LINES = 100
 FAMILIES = [case for case in CASES if case.name == case.family]
 CLASSES = {"bert": "BertForPreTraining", "spanbert": "BertForMaskedLM",
            "roberta": "RobertaForMaskedLM", "albert": "AlbertForPreTraining",
@@ -79,7 +83,7 @@ def test_exported_run_loads_in_transformers_with_the_same_outputs_and_ids(
   diffs = check_export_parity(method, params, exported, method.vocabulary.pad_id,
                               case.flax_model)
   print(f"{case.name} export parity: " + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
-  check_tokenizer(exported.output, method.vocabulary, austen_lines(300))
+  check_tokenizer(exported.output, method.vocabulary, austen_lines(TOKENIZER_LINES))
   check_special_token_ids(exported.output)
   # The exported directory is read back by --init_from=hf: to the same parameters.
   from encoderx import sources  # pylint: disable=g-import-not-at-top
@@ -123,7 +127,7 @@ def test_init_from_a_directory_transformers_saved_and_export_round_trip(
   diffs = check_export_parity(method, params, as_saved, vocabulary.pad_id)
   print(f"{family} --init_from=hf: of save_pretrained: "
         + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
-  check_tokenizer(saved, method.vocabulary, austen_lines(300))
+  check_tokenizer(saved, method.vocabulary, austen_lines(TOKENIZER_LINES))
 
   first = writer.export_hf(str(tmp_path / "run"), str(tmp_path / "first"))
   theirs = hf_directory.read_state_dict(saved)
@@ -272,7 +276,7 @@ def test_a_deberta_v3_run_exports_its_discriminator_as_deberta_v2_model(tmp_path
   assert exported.left_out == [DECODER_TABLE, "rtd_head"]
   check_export_parity(method, method.transferable_params(params), exported,
                       method.vocabulary.pad_id)
-  check_tokenizer(exported.output, method.vocabulary, austen_lines(300))
+  check_tokenizer(exported.output, method.vocabulary, austen_lines(TOKENIZER_LINES))
 
 
 @pytest.mark.slow

@@ -26,13 +26,17 @@ ONE_DEVICE = jax.devices()[:1]
 REPO = pathlib.Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def pretrained_run(tmp_path_factory):
-  """A tiny BERT pretrained for a few steps (conftest's shrunk bert_tiny)."""
+  """A tiny BERT's run directory (conftest's shrunk bert_tiny), as train.run writes one:
+  config.json and a checkpoint (step 3) of perturbed initial parameters (export_checks'
+  make_run: no train step or evaluation to compile). --init_from of a run that
+  train.run wrote: test_recipe.py's context extension."""
   from conftest import _tiny_config  # pylint: disable=g-import-not-at-top
+  from export_checks import make_run  # pylint: disable=g-import-not-at-top
   config = _tiny_config()
   config.train.steps = 4
   workdir = tmp_path_factory.mktemp("pretrained")
-  result = train.run(config, str(workdir), show_progress=False, devices=ONE_DEVICE)
-  return workdir, result
+  _, params = make_run(config, str(workdir))
+  return workdir, {"params": params}
 
 
 def _flat(tree) -> dict[str, np.ndarray]:
@@ -100,7 +104,8 @@ def _hf_bert_directory(directory: pathlib.Path, model_class=transformers.BertFor
 
 def _pooled(params, model_config, batch):
   model = pretraining.EncoderModel(model_config)
-  return np.asarray(model.apply({"params": params["encoder_model"]}, batch)["pooled"])
+  # Jitted: eagerly, JAX compiles each of the model's operations on its own (slower).
+  return np.asarray(jax.jit(model.apply)({"params": params["encoder_model"]}, batch)["pooled"])
 
 
 def _encode(texts, vocabulary, length=24):

@@ -213,7 +213,9 @@ def test_updates_run_in_order_each_on_its_groups_with_its_optimizer(tiny_config)
     (losses[update.name], output), grads = jax.jit(
         jax.value_and_grad(loss_fn, has_aux=True))(trained)
     optimizer = trainer.optimizers[update.name]
-    changes, _ = optimizer.update(grads, optimizer.init(trained), trained)
+    # Jitted too (as the train step is): eagerly, each leaf's each operation compiles.
+    changes, _ = jax.jit(lambda g, t, optimizer=optimizer: optimizer.update(
+        g, optimizer.init(t), t))(grads, trained)
     params = {**params, **optax.apply_updates(trained, changes)}
     carry = output.carry
   for group in params:
@@ -269,10 +271,12 @@ def _expected_tokens(config):
 
 
 def test_method_state_is_split_with_micro_batches_and_sharded_like_the_batch(tiny_config):
+  """Two micro-batches, on one device and sharded over 8: each row's count is whole.
+  (One micro-batch on one device: test_method_state_is_checkpointed_and_restored.)"""
   config = _counting_config(tiny_config)
   expected = _expected_tokens(config)
   results = {}
-  for accumulate, mesh in ((1, (1, 1, 1)), (2, (1, 1, 1)), (2, (2, 2, 2))):
+  for accumulate, mesh in ((2, (1, 1, 1)), (2, (2, 2, 2))):
     config.train.grad_accum_steps = accumulate
     config.mesh.data, config.mesh.fsdp, config.mesh.tensor = mesh
     devices = ONE_DEVICE if mesh == (1, 1, 1) else None
@@ -283,7 +287,8 @@ def test_method_state_is_split_with_micro_batches_and_sharded_like_the_batch(tin
           ("data", "fsdp"))
     task = trainer.method.task()
     losses = []
-    for batch in pipeline.take_batches(task, "train", 64, 8, 4, seed=config.train.seed):
+    for batch in pipeline.take_batches(task, "train", 64, 8, config.train.steps,
+                                       seed=config.train.seed):
       state, metrics = trainer.train_step(0)(state, trainer.device_batch(batch))
       losses.append(float(metrics["loss"]))
     results[(accumulate, mesh)] = (np.asarray(state.method_state["tokens"]), losses)
@@ -296,11 +301,12 @@ def test_method_state_is_split_with_micro_batches_and_sharded_like_the_batch(tin
 
 
 def test_method_state_is_checkpointed_and_restored(tiny_config, tmp_path):
+  """Stopped at step 2 and resumed, the counts are those of all four steps' batches
+  (what an unbroken run keeps: a count restored as zeros would hold only steps 3-4's)."""
   config = _counting_config(tiny_config)
   kwargs = dict(show_progress=False, devices=ONE_DEVICE)
-  straight = train.run(config, str(tmp_path / "straight"), **kwargs)
-  train.run(config, str(tmp_path / "resumed"), stop_at_step=2, **kwargs)
+  first = train.run(config, str(tmp_path / "resumed"), stop_at_step=2, **kwargs)
   resumed = train.run(config, str(tmp_path / "resumed"), resume=True, **kwargs)
-  np.testing.assert_array_equal(straight["method_state"]["tokens"],
-                                resumed["method_state"]["tokens"])
-  np.testing.assert_array_equal(resumed["method_state"]["tokens"], _expected_tokens(config))
+  expected = _expected_tokens(config)
+  assert np.all(np.asarray(first["method_state"]["tokens"]) < expected)  # half way
+  np.testing.assert_array_equal(resumed["method_state"]["tokens"], expected)

@@ -2,7 +2,7 @@
 and encoderx.embed from a ModernBERT run: the run's encoder (rotary positions, local
 attention, GeGLU, byte-level BPE of ModernBERT's layout) is taken whole (nothing of the
 encoder fresh), trains a few steps with finite losses and is evaluated. One tiny
-pretraining run (modernbert:tiny, shrunk) serves every test.
+ModernBERT run directory (modernbert:tiny, shrunk) serves every test.
 
 The methods' own tests (test_finetune.py, test_similarity.py, test_tagging.py,
 test_qa.py) check what they compute; here, that they run on this family."""
@@ -30,11 +30,15 @@ METRICS = {"classify": "accuracy", "similarity": "spearman", "tag": "f1", "qa": 
 
 @pytest.fixture(scope="module")
 def modernbert_run(tmp_path_factory):
-  """A tiny ModernBERT (2 layers of 32, a local window of 64) pretrained 4 steps."""
+  """A tiny ModernBERT's run (2 layers of 32, a local window of 64), written as train.run
+  writes one: config.json and a checkpoint of perturbed initial parameters (export_checks'
+  make_run; nothing here needs trained weights, and no train step is compiled for it).
+  --init_from of a run train.run wrote: test_recipe.py's context extension."""
+  from export_checks import make_run  # pylint: disable=g-import-not-at-top
   config = _tiny_config("modernbert:tiny")
   config.train.steps = 4
   workdir = tmp_path_factory.mktemp("modernbert")
-  train.run(config, str(workdir), show_progress=False, devices=ONE_DEVICE)
+  make_run(config, str(workdir))
   return str(workdir)
 
 

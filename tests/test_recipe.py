@@ -311,11 +311,13 @@ def test_average_is_the_hand_mean_and_a_run_like_any_other(tiny_config, tmp_path
                          jax.device_get(state.params["encoder_model"]),
                          hand["encoder_model"])
 
-  # Another model: one line, exit status 2, nothing written.
+  # Another model: one line, exit status 2, nothing written. (Its run directory is
+  # written as train.run writes one, config.json and a checkpoint of step 3, untrained.)
+  from export_checks import make_run  # pylint: disable=g-import-not-at-top
   other = tiny_config()
   other.model.num_layers = 3
   other.train.steps = 3
-  _run(other, tmp_path / "other")
+  make_run(other, str(tmp_path / "other"))
   command = subprocess.run(
       [sys.executable, "-m", "encoderx.average", f"--runs={run},{tmp_path / 'other'}",
        f"--output={tmp_path / 'mixed'}"], capture_output=True, text=True, timeout=300)
