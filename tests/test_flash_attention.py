@@ -31,6 +31,7 @@ import attention_reference  # pylint: disable=g-bad-import-order  (tests/ is on 
 from tests import test_blockwise_attention as blocks
 from tests.test_training import ONE_DEVICE
 from tests.train_steps import pretraining_batches, step_losses
+from conftest import _tiny_config  # pylint: disable=g-bad-import-order
 
 # Two rows of 128: one sequence then padding; two packed sequences then padding.
 SEGMENTS = jnp.array([[1] * 100 + [0] * 28, [1] * 60 + [2] * 50 + [0] * 18])
@@ -43,8 +44,8 @@ def _heads(dtype=jnp.float32, shape=(2, 128, 2, 32)):
 
 
 def _outputs_and_gradients(function, q, k, v, d_out):
-  out, vjp = jax.vjp(function, q, k, v)
-  return (out, *vjp(d_out))
+  """The output and dq, dk, dv, as one compiled program (faster than op by op)."""
+  return blocks.jitted_outputs_and_gradients(function, q, k, v, d_out)
 
 
 def _max_errors(got, want):
@@ -52,8 +53,10 @@ def _max_errors(got, want):
           for a, b in zip(got, want)]
 
 
+# Rate 0 in blocks of 32: the WINDOW_CASES below (grouped_query_global, against full
+# attention) and test_kernel_without_dropout_is_the_models_attention.
 @pytest.mark.parametrize("rate,block,backward_block", [
-    (0.0, 32, 32), (0.1, 32, 32), (0.5, 32, 32), (0.1, 64, 64), (0.1, 64, 32)])
+    (0.1, 32, 32), (0.5, 32, 32), (0.1, 64, 64), (0.1, 64, 32)])
 def test_kernel_matches_its_reference_forward_and_backward(rate, block, backward_block):
   """Blocks of 32 (4 x 4 blocks over 128 positions) and of 64, the default (2 x 2), and
   a backward with smaller blocks than the forward's; padding and packed rows: the
@@ -248,8 +251,23 @@ def test_auto_takes_the_kernel_on_gpu_with_attention_dropout():
     assert auto()  # heads split over devices: sharded_flash_attention's shard_map
 
 
+@pytest.fixture(scope="module")
+def pallas_run():
+  """BERT-tiny (the tests' tiny bert:tiny, attention dropout 0.1) trained 2 steps with
+  model.attention.kernel="pallas", interpreted: (losses, parameters' leaves, parameters),
+  one run shared by the training tests below."""
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(attention_kernels, "interpret_off_platform", True)
+    config = _tiny_config()
+    assert config.model.attention.dropout == 0.1
+    config.model.attention.kernel = "pallas"
+    losses, state = step_losses(trainer_lib.Trainer(config, devices=ONE_DEVICE),
+                                pretraining_batches(config, 2))
+  return losses, jax.tree_util.tree_leaves(state.params), state.params
+
+
 def test_auto_trains_with_the_kernel_where_it_takes_it(tiny_config, monkeypatch,
-                                                       interpreted_kernels):
+                                                       interpreted_kernels, pallas_run):
   """The "auto" path end to end: where `pallas_by_default` says yes (as it does on a
   GPU), BERT-tiny's train steps are "pallas"'s exactly (the same dropout bits), not
   "xla"'s."""
@@ -262,7 +280,7 @@ def test_auto_trains_with_the_kernel_where_it_takes_it(tiny_config, monkeypatch,
     losses, state = step_losses(trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
     return losses, jax.tree_util.tree_leaves(state.params)
 
-  (pallas_losses, pallas_params), (_, xla_params) = trained("pallas"), trained("xla")
+  (pallas_losses, pallas_params, _), (_, xla_params) = pallas_run, trained("xla")
   monkeypatch.setattr(attention_kernels, "pallas_by_default", lambda *args: True)
   auto_losses, auto_params = trained("auto")
   np.testing.assert_array_equal(auto_losses, pallas_losses)
@@ -272,14 +290,14 @@ def test_auto_trains_with_the_kernel_where_it_takes_it(tiny_config, monkeypatch,
 
 
 def test_training_with_the_kernel_matches_the_xla_attention(tiny_config,
-                                                             interpreted_kernels):
+                                                             interpreted_kernels, pallas_run):
   """BERT-tiny's train steps with model.attention.kernel="pallas" (interpreted here):
   without attention dropout, the same losses as "xla" (hidden dropout on, the same
   draws) and parameters; with it, the kernel's dropout changes the gradients."""
   config = tiny_config()
   config.model.attention.dropout = 0.0
   config.model.attention.kernel = "xla"
-  batches = pretraining_batches(config, 3)
+  batches = pretraining_batches(config, 2)
   default_losses, default_state = step_losses(
       trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
   config.model.attention.kernel = "pallas"
@@ -289,19 +307,19 @@ def test_training_with_the_kernel_matches_the_xla_attention(tiny_config,
   differences = jax.tree_util.tree_map(lambda a, b: float(np.abs(a - b).max()),
                                        default_state.params, kernel_state.params)
   assert max(jax.tree_util.tree_leaves(differences)) < 1e-5
-  config.model.attention.dropout = 0.1
-  dropped_losses, dropped_state = step_losses(trainer_lib.Trainer(config, devices=ONE_DEVICE),
-                                          batches)
+  dropped_losses, _, dropped_params = pallas_run  # the same, attention dropout 0.1
   assert np.all(np.isfinite(dropped_losses))
   differences = jax.tree_util.tree_map(lambda a, b: float(np.abs(a - b).max()),
-                                       dropped_state.params, kernel_state.params)
+                                       dropped_params, kernel_state.params)
   assert max(jax.tree_util.tree_leaves(differences)) > 1e-4
 
 
 def test_sharded_kernel_draws_one_devices_bits():
   """`sharded_flash_attention` under a 2 x 2 x 2 mesh (rows over data and fsdp, heads
   over tensor; jax.shard_map): each device hashes the bits of its rows' and heads' place
-  in the whole batch, so outputs and gradients are one device's, dropout 0.5 included."""
+  in the whole batch, so outputs and gradients are one device's, dropout 0.5 included:
+  the whole-array reference's with the same bits (which the kernel on one device gives,
+  test_kernel_matches_its_reference_forward_and_backward), within its 5e-6."""
   mesh = jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor"),
                        axis_types=(jax.sharding.AxisType.Auto,) * 3)
   spec = jax.sharding.PartitionSpec(("data", "fsdp"), None, "tensor", None)
@@ -309,8 +327,7 @@ def test_sharded_kernel_draws_one_devices_bits():
   segments = jnp.concatenate([SEGMENTS, SEGMENTS[::-1]])
   key = jax.random.key(9)
   one_device = _outputs_and_gradients(
-      lambda *qkv: fa.flash_attention(*qkv, segments, 0.5, key, interpret=True),
-      q, k, v, d_out)
+      lambda *qkv: fa.reference_attention(*qkv, segments, 0.5, key), q, k, v, d_out)
   with jax.set_mesh(mesh):
     placed = [jax.device_put(x, jax.sharding.NamedSharding(mesh, spec))
               for x in (q, k, v, d_out)]
@@ -320,20 +337,20 @@ def test_sharded_kernel_draws_one_devices_bits():
     assert "shard_map" in str(jax.make_jaxpr(step)(*placed))  # per device, not gathered
     sharded = jax.jit(step)(*placed)
   assert sharded[0].sharding.spec == spec
-  assert max(_max_errors(sharded, one_device)) < 1e-6
+  assert max(_max_errors(sharded, one_device)) < 5e-6
   shifted = fa.flash_attention(q, k, v, segments, 0.5, key, interpret=True,
                                shard=(0, 1, 2))  # other heads' bits: other outputs
   assert float(jnp.abs(shifted - one_device[0]).max()) > 0.1
 
 
 def test_sharded_training_with_the_kernel_matches_one_device(tiny_config,
-                                                             interpreted_kernels):
+                                                             interpreted_kernels, pallas_run):
   """A 2 x 2 x 2 mesh trains with the kernel (attention dropout on) to one device's
   losses."""
   config = tiny_config()
   config.model.attention.kernel = "pallas"
   batches = pretraining_batches(config, 2)
-  single_losses, _ = step_losses(trainer_lib.Trainer(config, devices=ONE_DEVICE), batches)
+  single_losses = pallas_run[0]  # this config on one device
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
   sharded = trainer_lib.Trainer(config)
   assert sharded.mesh.devices.shape == (2, 2, 2)
@@ -406,8 +423,9 @@ def test_kernel_with_a_window_never_reads_the_blocks_it_does_not_reach():
   for window in (16, 0):
     kernel = lambda *qkv: fa.flash_attention(*qkv, segment_ids, window=window,
                                              tiling=tiling, interpret=True)
-    out, dq, _, _ = _outputs_and_gradients(kernel, q, k, v.at[:, 96:].set(jnp.nan), d_out)
-    _, _, dk, dv = _outputs_and_gradients(kernel, q, k, v, d_out.at[:, 96:].set(jnp.nan))
+    run = jax.jit(lambda *args: blocks.outputs_and_gradients(kernel, *args))  # compiled once
+    out, dq, _, _ = run(q, k, v.at[:, 96:].set(jnp.nan), d_out)
+    _, _, dk, dv = run(q, k, v, d_out.at[:, 96:].set(jnp.nan))
     clean = [bool(jnp.all(jnp.isfinite(x[:, :64]))) for x in (out, dq, dk, dv)]
     assert clean == ([True] * 4 if window else [False] * 4), (window, clean)
 
@@ -450,7 +468,9 @@ def test_bad_windows_and_heads_stop_with_one_line(change, message):
 
 def test_sharded_kernel_with_grouped_queries_and_a_window_matches_one_device():
   """Heads over tensor (4 query heads and 2 kv heads split in two), rows over data and
-  fsdp, window 32 and dropout 0.5: one device's outputs and gradients."""
+  fsdp, window 32 and dropout 0.5: the outputs and gradients of the whole-array
+  reference with the same bits (which the kernel on one device gives: the tests above),
+  within the kernel's 5e-6."""
   mesh = jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor"),
                        axis_types=(jax.sharding.AxisType.Auto,) * 3)
   spec = jax.sharding.PartitionSpec(("data", "fsdp"), None, "tensor", None)
@@ -459,12 +479,12 @@ def test_sharded_kernel_with_grouped_queries_and_a_window_matches_one_device():
                                  blocks.segments(128, "padded")])
   key = jax.random.key(9)
   one_device = _outputs_and_gradients(
-      lambda *qkv: fa.flash_attention(*qkv, segment_ids, 0.5, key, window=32,
-                                      interpret=True), q, k, v, d_out)
+      lambda *qkv: fa.reference_attention(*qkv, segment_ids, 0.5, key, window=32),
+      q, k, v, d_out)
   with jax.set_mesh(mesh):
     placed = [jax.device_put(x, jax.sharding.NamedSharding(mesh, spec))
               for x in (q, k, v, d_out)]
     sharded = jax.jit(lambda *args: _outputs_and_gradients(
         lambda *qkv: fa.sharded_flash_attention(*qkv, segment_ids, 0.5, key, spec,
                                                 window=32, interpret=True), *args))(*placed)
-  assert max(_max_errors(sharded, one_device)) < 1e-6
+  assert max(_max_errors(sharded, one_device)) < 5e-6

@@ -23,11 +23,13 @@ from tests.test_blockwise_attention import segments
 TOLERANCE = 1e-5
 BLOCKS_128 = splash_attention_kernel.BlockSizes(*(128,) * 8)
 
+# A window of 32 over 4 blocks of 128 is checked against full attention in
+# test_a_window_skips_the_blocks_it_does_not_reach; grouped queries with a window over
+# several blocks in TPU interpret mode by "race_detection" (2 heads over 1, window 16)
+# and "length_not_a_multiple" (4 over 2, window 32).
 CASES = {  # name: (length, kind, window, heads, kv_heads, block sizes, interpret)
     "padded": (256, "padded", 0, 2, 2, BLOCKS_128, None),
     "packed": (256, "packed", 0, 2, 2, BLOCKS_128, None),
-    "windowed": (512, "packed", 32, 2, 2, BLOCKS_128, None),
-    "grouped_query_window_16": (256, "packed", 16, 4, 2, BLOCKS_128, None),
     "length_not_a_multiple": (200, "packed", 32, 4, 2, None, None),
     "hlo_interpreter_vmap": (256, "packed", 32, 4, 2, BLOCKS_128, True),
     "race_detection": (256, "padded", 16, 2, 1, BLOCKS_128,
@@ -39,8 +41,8 @@ CASES = {  # name: (length, kind, window, heads, kv_heads, block sizes, interpre
 def test_matches_full_attention_values_and_gradients(case, capfd):
   """Outputs and dq, dk, dv within 1e-5 of full attention (float32): padded rows
   (padding queries get attend's mean of the values), three packed documents, windows
-  of 16 and 32 over several blocks of 128, 4 query heads over 2 kv heads (the kernel's
-  own grouped-query attention), a length padded to the blocks; with the interpreter's
+  of 16 over several blocks of 128, 4 query heads over 2 kv heads and 2 over 1 (the
+  kernel's own grouped-query attention), a length padded to the blocks; with the interpreter's
   race detector on, no race reported."""
   length, kind, window, num_heads, kv_heads, block_sizes, interpret = CASES[case]
   q, k, v, d_out = heads(length, num_heads, kv_heads, head_dim=32)
@@ -62,13 +64,22 @@ def test_a_window_skips_the_blocks_it_does_not_reach():
   """Window 32 over 512 positions in blocks of 128: the kernel's tables visit each
   query block's 2 or 3 key blocks of 4, and values NaN from key 384 on (block 3, which
   no query before 256 reaches) leave the first 256 rows and their dq finite; global
-  attention reads them."""
+  attention reads them. Unpoisoned, window 32's outputs and dq, dk, dv are full
+  attention's within 1e-5."""
   kernel = splash_attention_kernel.make_splash_mha(
       sp._mask(512, 1, 32), block_sizes=BLOCKS_128, head_shards=1, q_seq_shards=1)
   visited = (kernel.fwd_mask_info.block_mask[0] > 0).sum(axis=1).tolist()
   assert visited == [2, 3, 3, 2]
   q, k, v, d_out = heads(512, batch=1, head_dim=32)
   segment_ids = segments(512, "one")[:1]
+  windowed = lambda *qkv: sp.splash_attention(*qkv, segment_ids, window=32,
+                                              block_sizes=BLOCKS_128)
+  got = outputs_and_gradients(windowed, q, k, v, d_out)
+  want = outputs_and_gradients(
+      lambda *qkv: attention_reference.reference_attention(*qkv, segment_ids, window=32),
+      q, k, v, d_out)
+  assert max(max_errors(got, want)) <= TOLERANCE, max_errors(got, want)
+  assert min(float(jnp.abs(w).max()) for w in want) > 0.5  # nothing vacuous
   poisoned = v.at[:, 384:].set(jnp.nan)
   for window in (32, 0):
     out, dq, _, _ = outputs_and_gradients(
@@ -82,7 +93,8 @@ def test_a_window_skips_the_blocks_it_does_not_reach():
 @pytest.mark.parametrize("mesh_shape,interpret", [((2, 2, 2), True), ((1, 2, 2), None)])
 def test_sharded_over_batch_and_heads_matches_one_device(mesh_shape, interpret):
   """Rows over data and fsdp, heads over tensor: each device runs the kernel on its rows
-  and heads (jax.shard_map), with the same outputs and gradients as one device. Over all
+  and heads (jax.shard_map), with full attention's outputs and gradients within 1e-5
+  (as one device's kernel gives them: the cases above). Over all
   8 devices with the HLO interpreter; TPU interpret mode over 4: over 8 its backward
   hangs here (each kernel call waits at a threading.Barrier of all devices,
   interpret_pallas_call._barrier, while the others' callbacks wait in
@@ -97,14 +109,16 @@ def test_sharded_over_batch_and_heads_matches_one_device(mesh_shape, interpret):
       lambda *qkv: sp.splash_attention(*qkv, segment_ids, window=32, mesh=mesh,
                                        heads_spec=heads_spec, interpret=interpret),
       *args)
-  one_device = step(None, q, k, v, d_out)
+  one_device = outputs_and_gradients(
+      lambda *qkv: attention_reference.reference_attention(*qkv, segment_ids, window=32),
+      q, k, v, d_out)
   with jax.set_mesh(mesh):
     placed = [jax.device_put(x, jax.sharding.NamedSharding(mesh, spec))
               for x in (q, k, v, d_out)]
     assert "shard_map" in str(jax.make_jaxpr(lambda *a: step(spec, *a))(*placed))
     sharded = jax.jit(lambda *a: step(spec, *a))(*placed)
   assert sharded[0].sharding.spec == spec
-  assert max(max_errors(sharded, one_device)) < 1e-6
+  assert max(max_errors(sharded, one_device)) <= TOLERANCE
 
 
 def test_block_sizes_and_padding():
