@@ -91,7 +91,7 @@ def test_a_window_skips_the_blocks_it_does_not_reach():
 
 
 @pytest.mark.parametrize("mesh_shape,interpret", [((2, 2, 2), True), ((1, 2, 2), None)])
-def test_sharded_over_batch_and_heads_matches_one_device(mesh_shape, interpret):
+def test_sharded_over_batch_and_heads_matches_full_attention(mesh_shape, interpret):
   """Rows over data and fsdp, heads over tensor: each device runs the kernel on its rows
   and heads (jax.shard_map), with full attention's outputs and gradients within 1e-5
   (as one device's kernel gives them: the cases above). Over all
@@ -109,7 +109,7 @@ def test_sharded_over_batch_and_heads_matches_one_device(mesh_shape, interpret):
       lambda *qkv: sp.splash_attention(*qkv, segment_ids, window=32, mesh=mesh,
                                        heads_spec=heads_spec, interpret=interpret),
       *args)
-  one_device = outputs_and_gradients(
+  full = outputs_and_gradients(
       lambda *qkv: attention_reference.reference_attention(*qkv, segment_ids, window=32),
       q, k, v, d_out)
   with jax.set_mesh(mesh):
@@ -118,7 +118,7 @@ def test_sharded_over_batch_and_heads_matches_one_device(mesh_shape, interpret):
     assert "shard_map" in str(jax.make_jaxpr(lambda *a: step(spec, *a))(*placed))
     sharded = jax.jit(lambda *a: step(spec, *a))(*placed)
   assert sharded[0].sharding.spec == spec
-  assert max(max_errors(sharded, one_device)) <= TOLERANCE
+  assert max(max_errors(sharded, full)) <= TOLERANCE
 
 
 def test_block_sizes_and_padding():
