@@ -221,8 +221,7 @@ def _method_and_batch(config):
 
 @functools.cache
 def _shared_method_and_batch(sharing):
-  """_method_and_batch of the default tiny ELECTRA under `sharing`, built once per
-  process: the tests below only read it (each copies what it changes)."""
+  """_method_and_batch of the tiny ELECTRA under `sharing`, once per process (read only)."""
   from conftest import _tiny_config  # pylint: disable=g-import-not-at-top
   return _method_and_batch(_config(_tiny_config, sharing))
 
@@ -259,11 +258,10 @@ def test_the_generator_never_samples_a_padding_row(tiny_config, dtype):
 
 @pytest.mark.parametrize("sharing", ["shared", "gdes"])
 def test_the_discriminator_loss_reaches_the_generator_only_through_shared_embeddings(
-    tiny_config, sharing):
+    sharing):
   """The sample carries no gradient, so the discriminator's loss trains no generator layer
   or head; under 'shared' it trains the shared embedding parameters, under GDES nothing of
   the generator (the discriminator's deltas instead)."""
-  del tiny_config
   method, params, _, prepared = _shared_method_and_batch(sharing)
 
   def discriminator_loss(generator, discriminator):
@@ -292,8 +290,7 @@ def test_the_discriminator_loss_reaches_the_generator_only_through_shared_embedd
   assert all(np.abs(g).max() == 0 for g in _flat(mlm_grads).values())
 
 
-def test_gdes_exports_generator_embedding_plus_delta_and_takes_it_back(tiny_config):
-  del tiny_config
+def test_gdes_exports_generator_embedding_plus_delta_and_takes_it_back():
   method, params, batch, _ = _shared_method_and_batch("gdes")
   params = jax.tree_util.tree_map(np.array, params)  # a copy: the shared one stays as is
   deltas = params["discriminator"]["embedding_deltas"]
@@ -320,14 +317,12 @@ def test_gdes_exports_generator_embedding_plus_delta_and_takes_it_back(tiny_conf
 
 
 # --- joint and decoupled training -----------------------------------------------------------
+@functools.partial(jax.jit, static_argnums=0)
 def _adam_step(optimizer, params, grads):
   """One step of `optimizer` from its initial state, jitted (eagerly, each of optax's
   operations compiled on its own for each parameter shape: a minute)."""
-  @jax.jit
-  def step(params, grads):
-    changes, _ = optimizer.update(grads, optimizer.init(params), params)
-    return optax.apply_updates(params, changes)
-  return step(params, grads)
+  changes, _ = optimizer.update(grads, optimizer.init(params), params)
+  return optax.apply_updates(params, changes)
 
 
 def test_decoupled_steps_the_generator_by_mlm_then_the_discriminator_on_its_samples(
