@@ -47,10 +47,14 @@ def outputs_and_gradients(function, q, k, v, d_out):
   return (out, *vjp(d_out))
 
 
+def compiled_outputs_and_gradients(function):
+  """outputs_and_gradients(function, q, k, v, d_out) as one XLA program, compiled once for
+  every call of it, not op by op (2.5x faster here for the blockwise loops)."""
+  return jax.jit(lambda *args: outputs_and_gradients(function, *args))
+
+
 def jitted_outputs_and_gradients(function, q, k, v, d_out):
-  """outputs_and_gradients as one XLA program: compiled once, not op by op (2.5x
-  faster here for the blockwise loops)."""
-  return jax.jit(lambda *args: outputs_and_gradients(function, *args))(q, k, v, d_out)
+  return compiled_outputs_and_gradients(function)(q, k, v, d_out)
 
 
 def max_errors(got, want):
@@ -112,7 +116,7 @@ def test_padding_queries_get_the_mean_of_the_values_and_no_gradient_inside():
   q, k, v, d_out = heads(64)
   segment_ids = segments(64, "padded")  # row 0: positions 48.. are padding
   kernel = lambda *qkv: bw.blockwise_attention(*qkv, segment_ids, block_q=16, block_k=16)
-  run = jax.jit(lambda *args: outputs_and_gradients(kernel, *args))  # compiled once
+  run = compiled_outputs_and_gradients(kernel)
   out, dq, dk, dv = run(q, k, v, d_out)
   np.testing.assert_allclose(out[0, 50], v[0].mean(axis=0), atol=1e-6)
   assert not np.any(dq[0, 48:])
@@ -150,7 +154,7 @@ def test_a_window_never_reads_the_blocks_it_does_not_reach():
   for window in (16, 0):
     kernel = lambda *qkv: bw.blockwise_attention(*qkv, segment_ids, window=window,
                                                  block_q=32, block_k=32)
-    run = jax.jit(lambda *args: outputs_and_gradients(kernel, *args))  # compiled once
+    run = compiled_outputs_and_gradients(kernel)
     out, dq, _, _ = run(q, k, poisoned_v, d_out)
     _, _, dk, dv = run(q, k, v, poisoned_d_out)
     clean = [bool(jnp.all(jnp.isfinite(x[:, :64]))) for x in (out, dq, dk, dv)]
