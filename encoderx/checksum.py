@@ -61,11 +61,8 @@ def _array_checksum(x: jax.Array) -> jax.Array:
 
 
 @functools.cache
-def _checksum_fn():
-  # One jit per array, not one over the whole tree: a program per distinct shape, dtype
-  # and sharding (a model's layers repeat them) compiles in a fraction of the time, and
-  # the persistent compilation cache serves it to every tree that has such an array.
-  return jax.jit(_array_checksum)
+def _checksums_fn():
+  return jax.jit(lambda leaves: [_array_checksum(x) for x in leaves])
 
 
 def _path_name(path) -> str:
@@ -82,7 +79,7 @@ def _path_name(path) -> str:
 def arrays(tree) -> dict[str, str]:
   """{path: checksum} of every array of `tree` (16 hex digits each)."""
   flat = jax.tree_util.tree_flatten_with_path(tree)[0]
-  sums = [_checksum_fn()(leaf) for _, leaf in flat]
+  sums = _checksums_fn()([leaf for _, leaf in flat])
   # The sums are replicated: every process reads its own copy.
   return {_path_name(path): "".join(f"{int(w):08x}" for w in np.asarray(
               s.addressable_data(0) if isinstance(s, jax.Array) else s))
