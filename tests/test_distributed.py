@@ -129,18 +129,30 @@ def _run(workdir, *extra, processes=2):
 RTOL = 1e-6
 
 
+# 4 steps of a run split by rows, each step's loss logged; the checkpoint at the end only.
+ROWS = ["--config.train.steps=4", "--config.train.log_every=1",
+        "--config.checkpoint.every_steps=4", "--config.data.process_split=rows"]
+
+
+@pytest.fixture(scope="module")
+def one_process_by_rows(tmp_path_factory):
+  """{step: loss} of 1 process x 8 devices on a data-parallel mesh (data 8): the
+  reference of both 2-process meshes below (sharded runs give the losses of one device
+  to RTOL, so one reference serves every mesh)."""
+  return _run(tmp_path_factory.mktemp("by_rows") / "one", *ROWS, "--config.mesh.fsdp=1",
+              processes=1)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mesh", [["--config.mesh.fsdp=1"],
                                   ["--config.mesh.fsdp=2", "--config.mesh.tensor=2"]],
                          ids=["data", "fsdp_tensor"])
-def test_two_processes_by_rows_train_as_one_process(tmp_path, mesh):
+def test_two_processes_by_rows_train_as_one_process(tmp_path, mesh, one_process_by_rows):
   """data.process_split=rows: 2 processes x 4 devices train on the global batches of
   1 process x 8 devices, with the same losses step by step."""
-  flags = ["--config.train.steps=6", "--config.train.log_every=1",
-           "--config.checkpoint.every_steps=6", "--config.data.process_split=rows", *mesh]
-  one = _run(tmp_path / "one", *flags, processes=1)
-  two = _run(tmp_path / "two", *flags)
-  assert sorted(one) == sorted(two) == list(range(1, 7))
+  one = one_process_by_rows
+  two = _run(tmp_path / "two", *ROWS, *mesh)
+  assert sorted(one) == sorted(two) == list(range(1, 5))
   steps = sorted(one)
   print("max relative loss difference:",
         max(abs(two[s] - one[s]) / abs(one[s]) for s in steps))
@@ -150,6 +162,9 @@ def test_two_processes_by_rows_train_as_one_process(tmp_path, mesh):
 def _positions(workdir, step):
   return sorted(p.name for p in (workdir / "checkpoints" / str(step) / "data_per_process")
                 .glob("process_*"))
+
+
+STEPS = 12  # of the runs of the SIGTERM test
 
 
 @pytest.mark.slow
@@ -166,7 +181,9 @@ def test_two_processes_stop_together_on_one_sigterm_and_resume(tmp_path):
   # 3 files: 2 for process 0, 1 for process 1; shuffled in windows of 2 batches, so
   # that a position (the window's start: the shards open, the examples taken from each)
   # has left the first window when the run stops.
-  streaming = ("--config.data.streaming=True", "--config.data.shuffle_buffer=8")
+  # 12 steps: after the second checkpoint (step 4), 8 steps and 4 saves to stop in.
+  streaming = ("--config.data.streaming=True", "--config.data.shuffle_buffer=8",
+               f"--config.train.steps={STEPS}")
   every = "--config.train.log_every=1"  # after the stop: every step's loss, to compare
   processes = [_start(workdir, port, index, *streaming) for index in range(2)]
   # The second checkpoint: the one the damaged newest falls back to is not the first.
@@ -178,11 +195,11 @@ def test_two_processes_stop_together_on_one_sigterm_and_resume(tmp_path):
         p.kill()
       pytest.fail("a process ended before the second checkpoint: "
                   + pathlib.Path(f"{processes[0].logs}.err").read_text()[-3000:])
-    time.sleep(0.2)
+    time.sleep(0.05)
   processes[1].send_signal(signal.SIGTERM)
   (stopped_out, _), (second_out, second_err) = _finish(processes)
   step = int(re.search(r"stopped at step (\d+); checkpoint saved", stopped_out).group(1))
-  assert 4 <= step < 30 and step % 2 == 0  # at a log step, the same on both
+  assert 4 <= step < STEPS and step % 2 == 0  # at a log step, the same on both
   saved = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
   assert saved[-1] == step  # nothing after the shared stop
   assert _positions(workdir, step) == ["process_0-of-2.json", "process_1-of-2.json"]
@@ -199,14 +216,16 @@ def test_two_processes_stop_together_on_one_sigterm_and_resume(tmp_path):
   assert f"using step {step - 2}, the newest checkpoint that verifies" in first_err
   assert ([p.name.split("-")[0] for p in (workdir / "damaged_checkpoints").iterdir()]
           == [str(step)])
-  assert "held-out evaluation after 30 steps: mlm_accuracy=" in first_out
+  assert f"held-out evaluation after {STEPS} steps: mlm_accuracy=" in first_out
   assert "pretrain: 100%" in first_err  # the progress bar
   assert "held-out evaluation" not in second_out
-  assert _positions(workdir, 30) == ["process_0-of-2.json", "process_1-of-2.json"]
+  assert _positions(workdir, STEPS) == ["process_0-of-2.json", "process_1-of-2.json"]
   # From step - 2's state and data positions (the resumed run's values win in the logs).
   resumed = {s: loss for s, loss in _losses(workdir).items() if s > step - 2}
-  uninterrupted = _run(tmp_path / "uninterrupted", *streaming, every)
-  assert sorted(resumed) == list(range(step - 1, 31))
+  # Its only checkpoint at the end: saving reads the state, it changes nothing.
+  uninterrupted = _run(tmp_path / "uninterrupted", *streaming, every,
+                       f"--config.checkpoint.every_steps={STEPS}")
+  assert sorted(resumed) == list(range(step - 1, STEPS + 1))
   # The same processes, devices and batches: the same arithmetic, bit for bit.
   np.testing.assert_array_equal([resumed[s] for s in sorted(resumed)],
                                 [uninterrupted[s] for s in sorted(resumed)])

@@ -256,11 +256,19 @@ def _poisoned(batch, poison: bool) -> dict:
   return {**batch, "poison": np.full(rows, np.nan if poison else 0.0, np.float32)}
 
 
-def test_a_non_finite_step_is_skipped_leaving_the_state_as_it_was(tiny_config):
-  config = tiny_config()
+def _poisonable_config():
+  """The tiny config with Poisonable, 2 micro-batches a step and the peak learning rate
+  from the first update: one train step that the two tests below share (compiled once)."""
+  config = _tiny_config()
   config.method = Poisonable.name
+  config.train.steps = 12
   config.train.grad_accum_steps = 2
-  config.optimizer.warmup_steps = 0  # the peak learning rate from the first update
+  config.optimizer.warmup_steps = 0
+  return config
+
+
+def test_a_non_finite_step_is_skipped_leaving_the_state_as_it_was():
+  config = _poisonable_config()
   task = tasks.register_pretraining_task(config)
   batches = pipeline.take_batches(task, "train", 64, 8, 2, seed=5)
   trainer = trainer_lib.Trainer(config, devices=ONE_DEVICE)
@@ -288,10 +296,8 @@ def test_a_non_finite_step_is_skipped_leaving_the_state_as_it_was(tiny_config):
 
 
 def test_skipped_steps_keep_the_last_checkpoint_before_them_out_of_rotation(
-    tiny_config, tmp_path, monkeypatch, caplog):
-  config = tiny_config()
-  config.method = Poisonable.name
-  config.train.steps = 12
+    tmp_path, monkeypatch, caplog):
+  config = _poisonable_config()
   config.checkpoint.every_steps = 3
   config.checkpoint.keep = 1
   poisoned_steps = {5, 6}
@@ -423,7 +429,7 @@ from encoderx import configs
 
 def get_config():
   config = configs.get("bert:tiny")
-  config.model.num_layers, config.model.hidden_size = 2, 32
+  config.model.num_layers, config.model.hidden_size = 1, 32
   config.model.num_heads, config.model.intermediate_size = 2, 64
   config.data.seq_length, config.data.shuffle_buffer, config.data.document_pool = 64, 200, 50
   config.objective.mlm.max_predictions = 10
