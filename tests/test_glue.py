@@ -246,9 +246,11 @@ def cli_sweep(glue_dir, tiny_bert, tmp_path_factory):
   checkpoints kept): (the process, its output directory)."""
   output = tmp_path_factory.mktemp("cli") / "sweep"
   flags = [f"--recipe.{field}={value}".replace(" ", "") for field, value in CLI_RECIPE.items()]
-  # On one device, as the runs by hand (8 would shard the dev loss's sum: its last bits)
-  env = {**os.environ, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "").replace(
-      "--xla_force_host_platform_device_count=8", "")}
+  # On one device, as the runs by hand (8 would shard the dev loss's sum: its last bits).
+  # Every copy of the flag goes: XLA reads a value of blanks alone as a file name.
+  flags_left = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
+                if not flag.startswith("--xla_force_host_platform_device_count")]
+  env = {**os.environ, "XLA_FLAGS": " ".join(flags_left)}
   process = subprocess.run(
       [sys.executable, "-m", "encoderx.glue", f"--init_from={tiny_bert}",
        f"--output={output}", f"--data={glue_dir}", "--seeds=0",
