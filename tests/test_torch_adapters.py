@@ -69,7 +69,7 @@ def one_torch_thread():
 def test_each_bench_adapter_trains_on_a_bench_batch(model_name, adapter_name, hf_class):
   """The bench's way (not strict, batches as encoderx's `prepare` makes them, train
   mode): a finite loss at two steps in a row (XLNet's second with the first's mems), and
-  gradients for the weights."""
+  gradients for the weights. The models' special-token ids are the vocabulary's."""
   config, method = _method(model_name)
   batches = pipeline.take_batches(bench_models.pretraining_task(config), "train",
                                   config.data.seq_length, 4, 2)
@@ -90,6 +90,8 @@ def test_each_bench_adapter_trains_on_a_bench_batch(model_name, adapter_name, hf
     assert "token_type_ids" not in adapter.inputs(prepared).kwargs
   if model_name == "modernbert_tiny":
     assert adapter.model.config.sparse_prediction
+  if model_name == "eurobert_tiny":  # the run's vocabulary's, not the released model's
+    assert adapter.model.config.mask_token_id == method.vocabulary.mask_id < 8000
   if model_name == "xlnet_tiny":
     assert adapter.mems is not None and len(adapter.mems) == method.model_config.num_layers
   if model_name == "electra_tiny":  # one embeddings module, counted once

@@ -125,8 +125,9 @@ def check(config: model_config.ModelConfig) -> None:
 def hf_fields(config: model_config.ModelConfig) -> dict:
   """EuroBertConfig's fields beyond FIELD_NAMES. The special token ids are the
   vocabulary's, not the released model's (EuroBertConfig's defaults, of its 128,256-token
-  vocabulary): None here (mask_token_id must be an int), the exported tokenizer's in an
-  export (export/writer.py)."""
+  vocabulary): None here (mask_token_id, which must be an int, keeps its default), the
+  exported tokenizer's in an export (export/writer.py), the run's vocabulary's in the
+  PyTorch counterparts (tools/parity/adapter_base.hf_model)."""
   return dict(num_key_value_heads=config.kv_heads, head_dim=config.head_dim,
               rope_parameters={"rope_type": "default",
                                "rope_theta": float(config.embeddings.rope_theta)},

@@ -42,6 +42,15 @@ def hf_inputs(batch: dict, strict: bool = True, token_types: bool = True) -> dic
   return inputs
 
 
+def hf_model(method, model_config, family: str, head: str | None = None, **fields):
+  """engine.hf_model of `model_config` with the method's vocabulary's mask id where the
+  family's config has one: EuroBertConfig defaults to the released model's 128,002,
+  outside a run's own vocabulary (transformers warns on every model built)."""
+  if "mask_token_id" in engine.hf_config(model_config, family).to_dict():
+    fields = {"mask_token_id": method.vocabulary.mask_id, **fields}
+  return engine.hf_model(model_config, family, head, **fields)
+
+
 @dataclasses.dataclass
 class TorchBatch:
   """What an adapter's loss reads: the HF forward's keyword arguments (labels included)

@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from encoderx.hf import engine
-from encoderx.tools.parity.adapter_base import Adapter, TorchBatch, task_class_refusal
+from encoderx.tools.parity.adapter_base import (Adapter, TorchBatch, hf_model,
+                                                 task_class_refusal)
 
 
 class SentenceEmbedder(torch.nn.Module):
@@ -61,8 +62,8 @@ class Contrastive(Adapter):
     from encoderx.objectives import contrastive  # pylint: disable=g-import-not-at-top
     self.head = "base"
     settings = self.method.config.contrastive
-    encoder = engine.hf_model(self.method.model_config, self.method.model_config.family,
-                              self.head)
+    encoder = hf_model(self.method, self.method.model_config,
+                       self.method.model_config.family, self.head)
     log_scale = float(np.log(np.float32(settings.scale))) if settings.learn_scale else None
     self.max_scale = contrastive.MAX_LEARNED_SCALE
     return SentenceEmbedder(encoder, log_scale)
@@ -192,9 +193,9 @@ class Rerank(Adapter):
     del head
     method = self.method
     self.head = "sequence_classification"
-    classifier = engine.hf_model(method.model_config, method.model_config.family,
-                                 self.head, num_labels=1,
-                                 classifier_dropout=method.config.finetune.classifier_dropout)
+    classifier = hf_model(method, method.model_config, method.model_config.family,
+                          self.head, num_labels=1,
+                          classifier_dropout=method.config.finetune.classifier_dropout)
     self.cross_encoder = prepared_cross_encoder(classifier)
     return classifier
 

@@ -62,7 +62,7 @@ import torch
 from encoderx.hf import engine
 from encoderx.tools.parity import sentence_adapters
 from encoderx.tools.parity.adapter_base import (Adapter, NoAdapterError, TorchBatch,
-                                                 hf_inputs, task_class_refusal)
+                                                 hf_inputs, hf_model, task_class_refusal)
 
 # The HF pretraining class's argument for the sentence objective's labels.
 SENTENCE_LABELS = {"BertForPreTraining": "next_sentence_label",
@@ -109,8 +109,8 @@ class Pretraining(Adapter):
 
   def build(self, head):
     family = self.method.model_config.family
-    model = engine.hf_model(self.method.model_config, family, head,
-                            **self.TRAINING_FIELDS.get(family, {}))
+    model = hf_model(self.method, self.method.model_config, family, head,
+                     **self.TRAINING_FIELDS.get(family, {}))
     self.head = head or engine.head_of_class(family, type(model).__name__)
     return model
 
@@ -156,8 +156,8 @@ class Electra(Adapter):
   def build(self, head):
     del head
     method = self.method
-    return ElectraPair(engine.hf_model(method.generator_config, "electra", "mlm"),
-                       engine.hf_model(method.model_config, "electra", "pretraining"))
+    return ElectraPair(hf_model(method, method.generator_config, "electra", "mlm"),
+                       hf_model(method, method.model_config, "electra", "pretraining"))
 
   def inputs(self, prepared):
     kwargs = hf_inputs(prepared, self.strict)
@@ -253,9 +253,9 @@ class XLNet(Adapter):
     method = self.method
     self.head = "pretraining"
     self.mems = None
-    return engine.hf_model(method.model_config, "xlnet", "pretraining", bi_data=method.bi_data,
-                           mem_len=method.mem_len or None,
-                           reuse_len=method.plm_config.reuse_len if method.mem_len else None)
+    return hf_model(method, method.model_config, "xlnet", "pretraining", bi_data=method.bi_data,
+                    mem_len=method.mem_len or None,
+                    reuse_len=method.plm_config.reuse_len if method.mem_len else None)
 
   def inputs(self, prepared):
     return TorchBatch(xlnet_inputs(prepared, self.strict), prepared)
@@ -313,8 +313,8 @@ class FineTuning(Adapter):
               "classifier_dropout": method.config.finetune.classifier_dropout}
     if method.name == "similarity":
       fields["problem_type"] = "regression"  # MSE on the one output
-    return engine.hf_model(method.model_config, method.model_config.family, self.head,
-                           **fields)
+    return hf_model(method, method.model_config, method.model_config.family, self.head,
+                    **fields)
 
   def inputs(self, prepared):
     kwargs = self.model_inputs(prepared)
