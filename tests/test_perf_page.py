@@ -138,3 +138,19 @@ def test_the_prose_above_the_marker_is_kept_and_a_page_gets_the_marker(tmp_path)
   created = _generate(tmp_path)
   assert created.startswith("# Performance") and perf_page.MARKER in created
   assert "5,000" in created.split(perf_page.MARKER)[1]
+
+
+def test_the_device_names_the_cpus_family_and_model_numbers():
+  """Two hosts with one model name ("AMD EPYC" in a virtual machine) are different devices
+  in the records where /proc/cpuinfo tells their generations apart."""
+  try:
+    cpuinfo = open("/proc/cpuinfo", encoding="utf-8").read()
+  except OSError:
+    pytest.skip("no /proc/cpuinfo")
+  family = re.search(r"^cpu family\s*:\s*(\S+)", cpuinfo, re.M)
+  model = re.search(r"^model\s*:\s*(\S+)", cpuinfo, re.M)
+  if not (family and model):
+    pytest.skip("/proc/cpuinfo names no family and model")
+  description = report.cpu_description()
+  assert f"(family {family.group(1)}, model {model.group(1)})," in description, description
+  assert re.search(r", (AVX-512|AVX2|no AVX2), \d+ cores$", description), description

@@ -220,15 +220,19 @@ def table(kind: str, rows: list[dict]) -> str:
 
 # --- what a record was measured on ------------------------------------------------------
 def cpu_description() -> str:
-  """The CPU's model name (lscpu's), its widest vector extension (AVX-512 or AVX2: XLA and
-  PyTorch pick kernels by it) and the cores this process may use."""
-  model, flags = "unknown CPU", set()
+  """The CPU's model name (lscpu's) with its family and model numbers (a virtual machine's
+  bare "AMD EPYC" named two hosts of different generations, one with twice the other's
+  matmul peak), its widest vector extension (AVX-512 or AVX2: XLA and PyTorch pick
+  kernels by it) and the cores this process may use."""
+  model, flags, numbers = "unknown CPU", set(), {}
   try:
     with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
       for line in cpuinfo:
         name, _, value = line.partition(":")
         if name.strip() == "model name" and model == "unknown CPU":
           model = value.strip()
+        elif name.strip() in ("cpu family", "model"):
+          numbers.setdefault(name.strip().replace("cpu ", ""), value.strip())
         elif name.strip() == "flags" and not flags:
           flags = set(value.split())
   except OSError:
@@ -241,6 +245,8 @@ def cpu_description() -> str:
   isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
   cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
            else os.cpu_count())
+  if numbers:
+    model += " (" + ", ".join(f"{name} {number}" for name, number in numbers.items()) + ")"
   return f"{model}, {isa}, {cores} cores"
 
 
