@@ -121,17 +121,14 @@ def _choose_head(run: Run, family: str, head: str | None) -> tuple[str, tuple | 
       "the encoder alone.")
 
 
-def _special_token_ids(model_config: model_config_lib.ModelConfig, family: str,
-                       directory: str) -> dict:
+def _special_token_ids(family: str, directory: str) -> dict:
   """config.json's special-token ids (pad_token_id, ... of those the family's config
   has) as the tokenizer written to `directory` gives them: the run's vocabulary's, not
   the released model's that the config class defaults to (EuroBERT's mask_token_id
   128002 in an 8,000-token vocabulary, which transformers warns of on every load)."""
   import transformers  # pylint: disable=g-import-not-at-top
   tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-  config_fields = engine.hf_config(model_config, family).to_dict()
-  names = (f"{role}_token_id" for role in ("pad", "bos", "eos", "mask", "cls", "sep", "unk"))
-  return {name: getattr(tokenizer, name) for name in names if name in config_fields}
+  return {name: getattr(tokenizer, name) for name in engine.special_token_fields(family)}
 
 
 def export_hf(workdir: str, output: str, step: int | None = None,
@@ -181,7 +178,7 @@ def write_hf(run: Run, output: str, step: int | None, head: str | None,
         - run.model_config.embeddings.position_offset))
     model = engine.hf_model(run.model_config, family, head, **{
         **fields, **(config_fields or {}),
-        **_special_token_ids(run.model_config, family, staging)})
+        **_special_token_ids(family, staging)})
     missing, unexpected = model.load_state_dict(
         {name: torch.from_numpy(np.array(value))
          for name, value in state_dict.items()}, strict=False)

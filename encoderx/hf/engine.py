@@ -71,6 +71,19 @@ def hf_config(config: model_config.ModelConfig, family: str = "bert", **override
   return getattr(transformers, fam.config_class)(**fields)
 
 
+SPECIAL_TOKEN_ROLES = ("pad", "bos", "eos", "mask", "cls", "sep", "unk")
+
+
+def special_token_fields(family: str) -> tuple[str, ...]:
+  """The special-token id fields (pad_token_id, ...) the family's config class has, read
+  from the class: building a config to see would warn where a default id lies outside
+  the run's vocabulary (EuroBertConfig's mask_token_id 128,002)."""
+  import transformers  # pylint: disable=g-import-not-at-top
+  config_class = getattr(transformers, families.family_named(family).config_class)
+  return tuple(f"{role}_token_id" for role in SPECIAL_TOKEN_ROLES
+               if hasattr(config_class, f"{role}_token_id"))
+
+
 def model_fields(hf_config_dict: Mapping[str, object]) -> tuple[str, dict]:
   """(family, encoderx model fields by path ('attention.window'), `family` included) of
   a Hugging Face config.json;

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from encoderx import errors
-from encoderx.hf import engine, families
+from encoderx.hf import engine
 
 
 class NoAdapterError(errors.UserError, ValueError):
@@ -45,11 +45,8 @@ def hf_inputs(batch: dict, strict: bool = True, token_types: bool = True) -> dic
 def hf_model(method, model_config, family: str, head: str | None = None, **fields):
   """engine.hf_model of `model_config` with the method's vocabulary's mask id where the
   family's config has one: EuroBertConfig defaults to the released model's 128,002,
-  outside a run's own vocabulary (transformers warns on every config built with it, so
-  the class's field is looked up, not a config built to see)."""
-  import transformers  # pylint: disable=g-import-not-at-top
-  if hasattr(getattr(transformers, families.family_named(family).config_class),
-             "mask_token_id"):
+  outside a run's own vocabulary (transformers warns on every config built with it)."""
+  if "mask_token_id" in engine.special_token_fields(family):
     fields = {"mask_token_id": method.vocabulary.mask_id, **fields}
   return engine.hf_model(model_config, family, head, **fields)
 
