@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 from absl import flags
-from conftest import REPO
+from conftest import REPO, xla_flags_with_devices
 import tiny_hf  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
 
 from encoderx import cli, errors
@@ -125,7 +125,7 @@ def test_resume_where_there_is_no_checkpoint_is_refused_unless_allowed(tiny_conf
 
 def test_command_line_reports_a_mesh_that_does_not_fit_in_one_line(tmp_path):
   config = f"{REPO / 'configs' / 'bert.py'}:tiny"
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+  env = {**os.environ, "XLA_FLAGS": xla_flags_with_devices(8)}
   cli = subprocess.run([sys.executable, "-m", "encoderx.train", f"--config={config}",
                         f"--workdir={tmp_path / 'run'}", "--config.mesh.data=3"],
                        capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)

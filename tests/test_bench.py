@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import tiny_hf  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
+from conftest import xla_flags_with_devices
 from encoderx import config as config_lib
 from encoderx.train import trainer as trainer_lib
 from encoderx.data import pipeline
@@ -374,7 +375,7 @@ def test_op_profile_sums_op_time_by_kind_and_counts_ops_running_at_once():
 def test_op_profile_traces_a_bench_models_cpu_step_by_op(tmp_path):
   """The command turns XLA:CPU's per-op trace events on itself (a fresh process: the flag
   is read when jax starts its CPU client) and finds the step's matmuls."""
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env = {**os.environ, "XLA_FLAGS": xla_flags_with_devices(None)}
   out = subprocess.run(
       [sys.executable, "-m", "encoderx.tools.speed.op_profile", "--model=bert_tiny",
        "--batch_size=2", "--steps=1", "--top=50", f"--trace_out={tmp_path}"],

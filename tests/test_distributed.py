@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, xla_flags_with_devices
 from test_faults import flip_bytes, largest_file  # pylint: disable=g-bad-import-order
 from encoderx import errors
 from encoderx import checkpoint as checkpoint_lib
@@ -85,7 +85,7 @@ def _start(workdir, port, index, *extra, processes=2, config="bert:tiny"):
   cluster = ([f"--coordinator_address=localhost:{port}", f"--num_processes={processes}",
               f"--process_id={index}"] if processes > 1 else [])
   environment = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3",
-                 "XLA_FLAGS": f"--xla_force_host_platform_device_count={8 // processes}"}
+                 "XLA_FLAGS": xla_flags_with_devices(8 // processes)}
   flags = re.sub(r"[^\w.=-]+", "_", "-".join(("",) + extra))[-80:]
   logs = workdir.parent / f"{workdir.name}_process_{index}{flags}"
   # Output to files, not pipes: nobody reads a pipe while the test waits for a checkpoint.

@@ -19,6 +19,7 @@ from sklearn import metrics as sk_metrics
 
 import glue_files
 import tiny_hf
+from conftest import xla_flags_with_devices
 from encoderx import configs, glue, train
 from encoderx.data import glue as glue_data
 from encoderx.evaluation import glue as glue_metrics
@@ -247,10 +248,7 @@ def cli_sweep(glue_dir, tiny_bert, tmp_path_factory):
   output = tmp_path_factory.mktemp("cli") / "sweep"
   flags = [f"--recipe.{field}={value}".replace(" ", "") for field, value in CLI_RECIPE.items()]
   # On one device, as the runs by hand (8 would shard the dev loss's sum: its last bits).
-  # Every copy of the flag goes: XLA reads a value of blanks alone as a file name.
-  flags_left = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
-                if not flag.startswith("--xla_force_host_platform_device_count")]
-  env = {**os.environ, "XLA_FLAGS": " ".join(flags_left)}
+  env = {**os.environ, "XLA_FLAGS": xla_flags_with_devices(None)}
   process = subprocess.run(
       [sys.executable, "-m", "encoderx.glue", f"--init_from={tiny_bert}",
        f"--output={output}", f"--data={glue_dir}", "--seeds=0",
