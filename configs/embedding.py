@@ -2,13 +2,17 @@
 negatives]) rows by sentence-transformers' MultipleNegativesRankingLoss over the global
 batch (docs/guides/embeddings.md):
 
-    python -m encoderx.train --config=configs/embedding.py:VARIANT[,data=DATA_DIR] \
+    python -m encoderx.train \
+        --config=configs/embedding.py:VARIANT[,data=DATA_DIR][,retrieval=BEIR_DIR] \
         --workdir=runs/embedding --init_from=hf:MODEL_DIR   # or a pretraining work directory
 
 DATA_DIR holds train.tsv (columns anchor, positive and optionally negative or
 negative_1, negative_2 ...; or set finetune.train_file to a .jsonl file with those keys)
 and dev.tsv, STS pairs with columns score, text_a, text_b (e.g. ../shared/corpora/stsb's
-dev.tsv), scored by the Spearman correlation of their cosines.
+dev.tsv), scored by the Spearman correlation of their cosines, which keeps the best
+checkpoint. BEIR_DIR, a retrieval set in BEIR's layout (contrastive.dev_retrieval, its
+dev split), is ranked at each evaluation too, and its nDCG@10 keeps the best checkpoint
+instead.
 
 tiny    the tiny model's sizes (2 layers, 128 wide), 50 steps of 32 rows at length 32:
         a demonstration on two CPU cores.
@@ -61,7 +65,7 @@ VARIANTS = ("tiny", "mnrl", "cached", "crops", "bert", "modernbert", "eurobert")
 
 
 def get_config(arg: str = "mnrl"):
-  variant, options = common.parse_arg(arg, VARIANTS, data="")
+  variant, options = common.parse_arg(arg, VARIANTS, data="", retrieval="")
   config = common.default_config()
   config.method = "contrastive"
   if options["data"]:
@@ -79,7 +83,11 @@ def get_config(arg: str = "mnrl"):
   config.eval.batch_size = 256
   config.eval.best_metric = "spearman"
   config.checkpoint.keep = 2
-  return RECIPES[variant](config)
+  config = RECIPES[variant](config)
+  if options["retrieval"]:
+    config.contrastive.dev_retrieval = options["retrieval"]
+    config.eval.best_metric = "ndcg@10"
+  return config
 
 
 def mnrl(config):

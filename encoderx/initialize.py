@@ -13,7 +13,10 @@ loads into the run's first state.
 The source decides the architecture: the run takes its encoder's fields (config.model,
 but for dropout, dtypes, scan and remat, which stay the run's, and for a rotary source
 the rotary theta and the length: a context extension's) and its vocabulary
-(config.data.vocab). With `config.init_from_optimizer` (a run as the source) the
+(config.data.vocab). A method that trains sentence embeddings (contrastive) also takes
+the pooling and prompts of a source that embeds texts (a sentence-transformers
+directory, an embedding run), as its take_sentence_embedding says. With
+`config.init_from_optimizer` (a run as the source) the
 run also continues the source's optimizer state (moments, their update counts, the
 moving average of the weights) under its own, restarted, schedule: ModernBERT's
 context extension and decay phases (AnswerDotAI/ModernBERT main.py: `load_path` with
@@ -34,6 +37,9 @@ import ml_collections
 import numpy as np
 
 from encoderx import optim, sources
+from encoderx.hf import st_directory
+from encoderx.methods import base as method_lib
+from encoderx.methods import registry as method_registry
 from encoderx.models import embeddings, encoder, model_config
 
 logger = logging.getLogger("encoderx")
@@ -68,7 +74,9 @@ def resolve(config: ml_collections.ConfigDict) -> InitSource:
     return InitSource(config, None)
   source = sources.open_source(config.init_from)
   _check_vocabulary(config, source)
-  return InitSource(_with_source_fields(config, source), source)
+  config = _with_source_fields(config, source)
+  _take_sentence_embedding(config, source)
+  return InitSource(config, source)
 
 
 def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -103,6 +111,31 @@ def _with_source_fields(config, source: sources.Source) -> ml_collections.Config
               source.name, f" ({', '.join(changed)})" if changed else "",
               source.vocab["path"])
   return resolved
+
+
+def _take_sentence_embedding(config, source: sources.Source) -> None:
+  """A method that trains sentence embeddings takes the pooling and prompts of a source
+  that embeds texts (a sentence-transformers directory, an embedding run), as the
+  method's take_sentence_embedding decides. A way of embedding encoderx does not
+  reproduce (a Dense module, max pooling) leaves the run's, with a warning: the run
+  still starts from the encoder."""
+  method = method_registry.method_class(config.method)
+  if method.take_sentence_embedding is method_lib.Method.take_sentence_embedding:
+    return  # a method without sentence embeddings: the source's are not even read
+  try:
+    embedding = source.sentence_embedding()
+  except st_directory.StDirectoryError as error:
+    logger.warning("init_from %s: its sentence embedding is not taken (%s); the run's "
+                   "pooling and prompts stay", source.name, error)
+    return
+  if embedding is None:
+    return
+  pooling = {st: run for run, st in st_directory.RUN_POOLINGS.items()}.get(
+      embedding.pooling, embedding.pooling)
+  changed = method.take_sentence_embedding(config, pooling, embedding.prompts)
+  if changed:
+    logger.info("init_from %s: taking its sentence embedding (%s)", source.name,
+                ", ".join(changed))
 
 
 def _check_vocabulary(config, source: sources.Source) -> None:

@@ -226,16 +226,18 @@ def test_contrastive_trains_and_its_loss_decreases(tmp_path):
 
 
 def test_eight_devices_and_gradient_caching_equal_one_device(tmp_path):
-  """The similarity matrix over the global batch: 8 devices (each holding one row) give
-  the 1-device step, and gradient caching in chunks of 2 rows gives the uncached one
-  (Matryoshka, symmetric and a learned scale on); texts packed into rows (the default,
-  contrastive.pack_texts) give the step of texts each in a padded row of its own."""
+  """The similarity matrix over the global batch: 8 devices (each holding two rows) give
+  the 1-device step, and so does gradient caching on the 8 devices in two chunks of 8
+  rows, each chunk spread over every device (Matryoshka, symmetric and a learned scale
+  on; caching on one device: the CachedMNRL parity case); texts packed into rows (the
+  default, contrastive.pack_texts) give the step of texts each in a padded row of its
+  own."""
   results = {}
   for name, devices, chunk, pack in [("one", ONE_DEVICE, 0, True),
                                      ("eight", jax.devices(), 0, True),
-                                     ("cached", ONE_DEVICE, 2, True),
+                                     ("cached", jax.devices(), 8, True),
                                      ("padded", ONE_DEVICE, 0, False)]:
-    config = method_config(tmp_path)
+    config = method_config(tmp_path, batch=16)
     config.contrastive.symmetric, config.contrastive.learn_scale = True, True
     config.contrastive.matryoshka_dims, config.contrastive.matryoshka_weights = (32, 8), (1, .5)
     config.contrastive.cache_chunk_size, config.contrastive.pack_texts = chunk, pack
@@ -275,7 +277,7 @@ def test_bad_matryoshka_dims_are_refused_before_compiling(tmp_path, dims, proble
   with pytest.raises(errors.ConfigError, match=problem) as error:
     run(config, tmp_path / "run")
   assert "contrastive.matryoshka_dims" in str(error.value) and "\n" not in str(error.value)
-  assert not (tmp_path / "run" / "checkpoints").exists()
+  assert not (tmp_path / "run").exists()  # nothing written
 
 
 def test_rows_without_a_positive_or_with_an_empty_negative_are_refused(tmp_path):
@@ -292,7 +294,7 @@ def test_rows_without_a_positive_or_with_an_empty_negative_are_refused(tmp_path)
                        match=f"line 5: column '{column}'") as error:
       run(config, tmp_path / f"run_{column}")
     assert "\n" not in str(error.value)
-    assert not (tmp_path / f"run_{column}" / "checkpoints").exists()
+    assert not (tmp_path / f"run_{column}").exists()  # nothing written
 
 
 @pytest.mark.parametrize("symmetric, chunk, dims, name", [

@@ -161,4 +161,4 @@ def test_too_few_documents_or_passages_are_refused_before_compiling(
   with pytest.raises(errors.ConfigError, match=found) as error:
     run(config, tmp_path / "run")
   assert "\n" not in str(error.value)
-  assert not (tmp_path / "run" / "checkpoints").exists()
+  assert not (tmp_path / "run").exists()  # nothing written

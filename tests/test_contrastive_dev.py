@@ -37,7 +37,18 @@ def test_retrieval_dev_scores_equal_the_retrieval_library_on_the_checkpoint(tmp_
   for metric in ("ndcg@10", "recall@100", "mrr@10"):
     assert result["eval"][metric] == pytest.approx(expected[metric], abs=1e-6), metric
   assert 0 < result["eval"]["ndcg@10"] < 1  # a ranking that is neither perfect nor empty
-  assert (tmp_path / "run" / "best").is_dir()  # kept by ndcg@10
+  from encoderx.export import model_card  # pylint: disable=g-import-not-at-top
+  step, kept = model_card.best_metrics(str(tmp_path / "run"))  # best/, kept by ndcg@10
+  assert step == config.train.steps and kept["ndcg@10"] == result["eval"]["ndcg@10"]
+
+
+def test_the_recipes_retrieval_argument_keeps_the_best_checkpoint_by_ndcg(tmp_path):
+  from encoderx import configs  # pylint: disable=g-import-not-at-top
+  assert configs.get("embedding:mnrl").eval.best_metric == "spearman"
+  config = configs.get(f"embedding:mnrl,data={tmp_path},retrieval={tmp_path / 'beir'}")
+  assert config.contrastive.dev_retrieval == str(tmp_path / "beir")
+  assert config.eval.best_metric == "ndcg@10"
+  assert config.finetune.dev_file == str(tmp_path / "dev.tsv")  # STS pairs scored beside
 
 
 def test_a_retrieval_set_alone_is_the_dev_split(tmp_path):

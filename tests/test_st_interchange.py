@@ -4,6 +4,7 @@ sentence-transformers directory given as hf:DIR embeds with its own pooling,
 normalization and prompts (encoderx/export/interchange.py, encoderx/hf/st_directory.py)."""
 import csv
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -202,6 +203,36 @@ def test_a_module_encoderx_cannot_reproduce_is_named(minilm_directory, tmp_path)
   with pytest.raises(errors.UserError, match="pools by mean \\+ max"):
     embed.Embedder(f"hf:{max_pooling}")
 
+
+
+def test_an_embedding_run_from_a_sentence_transformers_directory_takes_its_head(
+    minilm_directory, tmp_path, caplog):
+  """--init_from=hf:ST_DIR of a contrastive run: the directory's pooling, and its
+  prompts where the run sets none; a head encoderx cannot reproduce leaves the run's,
+  with a warning; a method without sentence embeddings takes nothing."""
+  from encoderx import configs, initialize  # pylint: disable=g-import-not-at-top
+  directory = _fabricated(minilm_directory, tmp_path / "st", MODULES,
+                          {"embedding_dimension": 384, "pooling_mode": "cls"},
+                          {"prompts": {"query": "query: ", "document": "passage: "}})
+  config = configs.get("embedding:mnrl")
+  config.init_from, config.contrastive.prompts.document = f"hf:{directory}", "doc: "
+  with caplog.at_level(logging.INFO, logger="encoderx"):
+    resolved = initialize.resolve(config).config
+  assert resolved.finetune.pooling == "first_token"  # was the recipe's mean
+  assert resolved.contrastive.prompts.query == "query: "  # the run set none
+  assert resolved.contrastive.prompts.document == "doc: "  # the run's own
+  assert "taking its sentence embedding (finetune.pooling='first_token', " \
+         "contrastive.prompts.query='query: ')" in caplog.text
+  max_pooling = _fabricated(minilm_directory, tmp_path / "max", MODULES,
+                            {"pooling_mode": ["mean", "max"]}, {})
+  config.init_from = f"hf:{max_pooling}"
+  with caplog.at_level(logging.WARNING, logger="encoderx"):
+    resolved = initialize.resolve(config).config
+  assert resolved.finetune.pooling == "mean" and "is not taken (" in caplog.text
+  classifier = configs.get("finetune:classify")
+  classifier.init_from = f"hf:{directory}"
+  assert initialize.resolve(classifier).config.finetune.pooling == (
+      classifier.finetune.pooling)
 
 # --- an embedding run as it was trained --------------------------------------------------
 PROMPTS = {"query": "query: ", "document": "passage: "}

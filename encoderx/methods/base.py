@@ -137,6 +137,16 @@ class Method(abc.ABC):
   def validate(cls, config: ml_collections.ConfigDict) -> None:
     """Checks the config fields this method reads; raises errors.ConfigError."""
 
+  @classmethod
+  def take_sentence_embedding(cls, config: ml_collections.ConfigDict, pooling: str,
+                              prompts: dict) -> list[str]:
+    """For a method that trains sentence embeddings, from a source that embeds texts
+    (initialize.py): sets the config's pooling (finetune.pooling's name) and prompts
+    (name -> prefix) to the source's as the method sees fit; returns the fields changed.
+    Other methods take nothing."""
+    del config, pooling, prompts
+    return []
+
   # --- data ------------------------------------------------------------------------------
   @abc.abstractmethod
   def task(self):

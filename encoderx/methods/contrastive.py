@@ -173,6 +173,21 @@ class Contrastive(contrastive_rows.TrainingRows, simcse.ScoresStsPairs,
            "set both prompts or neither.")
 
   @classmethod
+  def take_sentence_embedding(cls, config, pooling: str, prompts: dict) -> list[str]:
+    """The source's pooling, and its query and document prompts where the run sets none:
+    training continues the embedding model it starts from (all-MiniLM-L6-v2 pools by
+    mean, a BGE model by [CLS] with a query prompt). A prompt the run sets is its own."""
+    changed = []  # a pooling the method has not (a SimCSE run's pooler) stays the run's
+    if pooling in finetuning.SENTENCE_POOLINGS and config.finetune.pooling != pooling:
+      config.finetune.pooling = pooling
+      changed.append(f"finetune.pooling={pooling!r}")
+    for name in ("query", "document"):
+      if prompts.get(name) and not config.contrastive.prompts[name]:
+        config.contrastive.prompts[name] = prompts[name]
+        changed.append(f"contrastive.prompts.{name}={prompts[name]!r}")
+    return changed
+
+  @classmethod
   def validate_dev(cls, config) -> None:
     """The retrieval set's directory, the whole dev split read, a best_metric evaluated."""
     directory, fail = config.contrastive.dev_retrieval, errors.fail

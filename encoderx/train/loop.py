@@ -177,11 +177,12 @@ def run(config: ml_collections.ConfigDict, workdir: str, resume: bool = False,
             f"{files_lib.path(workdir)} holds no checkpoint to resume. Check the path; to "
             "start a new run where there is none (a launch script that always resumes), "
             "allow a fresh start.")
+      # The data before the work directory: bad data stops a run that has written nothing.
+      trainer.method.check_data()
+      task = trainer.method.task()
       workdir = workdir_lib.prepare(workdir)
       if jax.process_index() == 0:
         held.enter_context(workdir_lib.Lock(workdir))
-      trainer.method.check_data()
-      task = trainer.method.task()
     return _run_in(trainer, init, task, workdir, resume, stop_at_step, show_progress,
                    allow_config_change, progress_label)
 
