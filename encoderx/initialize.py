@@ -38,7 +38,6 @@ import numpy as np
 
 from encoderx import optim, sources
 from encoderx.hf import st_directory
-from encoderx.methods import base as method_lib
 from encoderx.methods import registry as method_registry
 from encoderx.models import embeddings, encoder, model_config
 
@@ -120,8 +119,8 @@ def _take_sentence_embedding(config, source: sources.Source) -> None:
   reproduce (a Dense module, max pooling) leaves the run's, with a warning: the run
   still starts from the encoder."""
   method = method_registry.method_class(config.method)
-  if method.take_sentence_embedding is method_lib.Method.take_sentence_embedding:
-    return  # a method without sentence embeddings: the source's are not even read
+  if not method.trains_sentence_embeddings:
+    return  # the source's way of embedding is not even read
   try:
     embedding = source.sentence_embedding()
   except st_directory.StDirectoryError as error:

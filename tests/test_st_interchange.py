@@ -304,6 +304,10 @@ def test_a_contrastive_run_embeds_as_its_sentence_transformers_export_without_fl
   assert f"base_model: {contrastive_run.parent / 'base'}" in card
   assert "spearman" in card and "step 2" in card
   assert "Matryoshka dimensions: 32, 16, 8" in card
+  settings = json.loads((output / "config_sentence_transformers.json").read_text())
+  assert settings["matryoshka_dims"] == list(MATRYOSHKA_DIMS) and settings["prompts"] == PROMPTS
+  assert json.loads((output / "sentence_bert_config.json").read_text()) == {
+      "max_seq_length": 32, "do_lower_case": False}
 
 
 def test_retrieval_of_a_run_puts_its_prompts_before_queries_and_documents(

@@ -76,7 +76,7 @@ def export_sentence_transformers(workdir: str, output: str,
   run = _with_unused_pooler(run)
 
   def add_files(directory: str) -> None:
-    st_directory.write(directory, embedding, run.model_config.hidden_size)
+    st_directory.write(directory, embedding, run.model_config.hidden_size, tuple(dims))
     model_card.write(directory, model_card.embedding_card(run, workdir, embedding, dims))
 
   return writer.write_hf(run, output, step, "base", add_files=add_files)

@@ -86,9 +86,14 @@ def _write_json(path: str, value: dict | list) -> None:
     f.write("\n")
 
 
-def write(directory: str, embedding: SentenceEmbedding, hidden_size: int) -> list[str]:
+def write(directory: str, embedding: SentenceEmbedding, hidden_size: int,
+          matryoshka_dims: tuple[int, ...] = ()) -> list[str]:
   """Writes the sentence-transformers files of `embedding` into `directory` (which holds
-  the Hugging Face model); returns the names written at its top."""
+  the Hugging Face model); returns the names written at its top. `matryoshka_dims`, the
+  sizes the model was trained at, go into config_sentence_transformers.json as
+  "matryoshka_dims": sentence-transformers has no field for them and ignores a key it
+  does not read (BaseModel._parse_model_config), and its `truncate_dim` would make one
+  of them every encode's default."""
   modules = [("", "sentence_transformers.models.Transformer"),
              ("1_Pooling", "sentence_transformers.models.Pooling")]
   if embedding.normalize:
@@ -105,7 +110,8 @@ def write(directory: str, embedding: SentenceEmbedding, hidden_size: int) -> lis
       "include_prompt": True})
   _write_json(os.path.join(directory, "config_sentence_transformers.json"), {
       "model_type": "SentenceTransformer", "prompts": embedding.prompts,
-      "default_prompt_name": embedding.default_prompt_name, "similarity_fn_name": "cosine"})
+      "default_prompt_name": embedding.default_prompt_name, "similarity_fn_name": "cosine",
+      **({"matryoshka_dims": [int(d) for d in matryoshka_dims]} if matryoshka_dims else {})})
   return ["1_Pooling", *(["2_Normalize"] if embedding.normalize else []),
           "config_sentence_transformers.json", MODULES, "sentence_bert_config.json"]
 

@@ -137,15 +137,17 @@ class Method(abc.ABC):
   def validate(cls, config: ml_collections.ConfigDict) -> None:
     """Checks the config fields this method reads; raises errors.ConfigError."""
 
+  # A method that trains sentence embeddings (contrastive) takes a source's way of
+  # embedding texts when it starts from one (initialize.py): take_sentence_embedding.
+  trains_sentence_embeddings = False
+
   @classmethod
   def take_sentence_embedding(cls, config: ml_collections.ConfigDict, pooling: str,
                               prompts: dict) -> list[str]:
-    """For a method that trains sentence embeddings, from a source that embeds texts
-    (initialize.py): sets the config's pooling (finetune.pooling's name) and prompts
-    (name -> prefix) to the source's as the method sees fit; returns the fields changed.
-    Other methods take nothing."""
-    del config, pooling, prompts
-    return []
+    """Sets the config's pooling (finetune.pooling's name) and prompts (name -> prefix)
+    to a source's as the method sees fit; returns the fields changed. Called only where
+    trains_sentence_embeddings."""
+    raise NotImplementedError(cls.__name__)
 
   # --- data ------------------------------------------------------------------------------
   @abc.abstractmethod

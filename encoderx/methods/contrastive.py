@@ -172,6 +172,8 @@ class Contrastive(contrastive_rows.TrainingRows, simcse.ScoresStsPairs,
            f"{prompts.document!r}: a symmetric loss makes each side the other's query, so "
            "set both prompts or neither.")
 
+  trains_sentence_embeddings = True
+
   @classmethod
   def take_sentence_embedding(cls, config, pooling: str, prompts: dict) -> list[str]:
     """The source's pooling, and its query and document prompts where the run sets none:
