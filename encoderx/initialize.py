@@ -123,7 +123,8 @@ def _take_sentence_embedding(config, source: sources.Source) -> None:
     return  # the source's way of embedding is not even read
   try:
     embedding = source.sentence_embedding()
-  except st_directory.StDirectoryError as error:
+  except (st_directory.StDirectoryError, KeyError) as error:  # KeyError: a run without
+    # its description (an averaged run's checkpoints hold the state only)
     logger.warning("init_from %s: its sentence embedding is not taken (%s); the run's "
                    "pooling and prompts stay", source.name, error)
     return

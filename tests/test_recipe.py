@@ -302,6 +302,10 @@ def test_average_is_the_hand_mean_and_a_run_like_any_other(tiny_config, tmp_path
   np.testing.assert_array_equal(arrays[embedding],
                                 hand["encoder_model"]["embeddings"]["word_embeddings"]["embedding"])
   assert exported
+  # An embedding run from it takes the encoder; the averaged run has no head to take.
+  embedding_run = tiny_config("embedding:tiny")
+  embedding_run.init_from = str(tmp_path / "last2")
+  assert initialize.resolve_config(embedding_run).finetune.pooling == "mean"
   follower = tiny_config()
   follower.init_from = str(tmp_path / "last2")
   follower = initialize.resolve_config(follower)
