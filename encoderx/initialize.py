@@ -116,22 +116,20 @@ def _take_sentence_embedding(config, source: sources.Source) -> None:
   """A method that trains sentence embeddings takes the pooling and prompts of a source
   that embeds texts (a sentence-transformers directory, an embedding run), as the
   method's take_sentence_embedding decides. A way of embedding encoderx does not
-  reproduce (a Dense module, max pooling) leaves the run's, with a warning: the run
-  still starts from the encoder."""
+  reproduce (a Dense module, max pooling), or a run that recorded none (an averaged
+  run), leaves the run's, with a warning: the run still starts from the encoder."""
   method = method_registry.method_class(config.method)
   if not method.trains_sentence_embeddings:
     return  # the source's way of embedding is not even read
   try:
     embedding = source.sentence_embedding()
-  except (st_directory.StDirectoryError, KeyError) as error:  # KeyError: a run without
-    # its description (an averaged run's checkpoints hold the state only)
+  except (st_directory.StDirectoryError, sources.InitError) as error:
     logger.warning("init_from %s: its sentence embedding is not taken (%s); the run's "
                    "pooling and prompts stay", source.name, error)
     return
   if embedding is None:
     return
-  pooling = {st: run for run, st in st_directory.RUN_POOLINGS.items()}.get(
-      embedding.pooling, embedding.pooling)
+  pooling = st_directory.MODE_POOLINGS.get(embedding.pooling, embedding.pooling)
   changed = method.take_sentence_embedding(config, pooling, embedding.prompts)
   if changed:
     logger.info("init_from %s: taking its sentence embedding (%s)", source.name,

@@ -232,7 +232,12 @@ def run_description(workdir: str, step: int | None) -> dict:
   recorded it (checkpoint.py's `model` item, Trainer.describe): its method, model and
   the method's describe_head() (pooling, prompts, labels ...). Read rather than
   rebuilt, so that no method is built (a classifier's labels read from its train file)."""
-  return _read_checkpoint(workdir, step, {"model": ocp.args.JsonRestore()})[1]["model"]
+  try:
+    return _read_checkpoint(workdir, step, {"model": ocp.args.JsonRestore()})[1]["model"]
+  except KeyError:  # orbax: the checkpoint has no such item
+    raise InitError(f"{workdir}'s checkpoints record no description of the run (an "
+                    "averaged run's hold its weights only), so how it embeds texts is "
+                    "not known.") from None
 
 
 def run_weights(workdir: str, step: int | None, config=None, method=None

@@ -11,12 +11,23 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 # programs are tiny and run a few steps, so LLVM's optimizing passes cost more than they
 # save (a subset of the suite: 95 s at the default level, 65 s at 0). The bench, and every
 # run outside the tests, keep the default; the level selects passes, not fast math.
-TEST_OPTIMIZATION_FLAG = "--xla_backend_optimization_level=0"
 _outside_flags = os.environ.get("XLA_FLAGS", "")
 os.environ["XLA_FLAGS"] = " ".join(
-    [_outside_flags, "--xla_force_host_platform_device_count=8"]
-    + ([] if "--xla_backend_optimization_level" in _outside_flags
-       else [TEST_OPTIMIZATION_FLAG])).strip()
+    [_outside_flags] + ([] if "--xla_backend_optimization_level" in _outside_flags
+                        else ["--xla_backend_optimization_level=0"]))
+
+
+def xla_flags_with_devices(count):
+  """The tests' XLA_FLAGS with `count` virtual devices (None: one, the flag left out),
+  for this process and the subprocesses tests start. Every copy of the flag goes: XLA
+  reads a value of blanks alone as a file name."""
+  kept = [flag for flag in os.environ["XLA_FLAGS"].split()
+          if not flag.startswith("--xla_force_host_platform_device_count")]
+  return " ".join(kept + ([] if count is None
+                          else [f"--xla_force_host_platform_device_count={count}"]))
+
+
+os.environ["XLA_FLAGS"] = xla_flags_with_devices(8)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Compilation is most of a tiny run's time, and tests compile the same programs again and
@@ -32,16 +43,6 @@ import pytest  # noqa: E402
 
 from encoderx import configs  # noqa: E402
 
-
-
-def xla_flags_with_devices(count):
-  """The tests' XLA_FLAGS for a subprocess with `count` virtual devices (None: one, the
-  flag left out). Every copy of the flag goes: XLA reads a value of blanks alone as a
-  file name."""
-  kept = [flag for flag in os.environ["XLA_FLAGS"].split()
-          if not flag.startswith("--xla_force_host_platform_device_count")]
-  return " ".join(kept + ([] if count is None
-                          else [f"--xla_force_host_platform_device_count={count}"]))
 
 def pytest_configure(config):
   config.addinivalue_line("markers", "slow: a genuinely slow end-to-end test (CI runs it; "

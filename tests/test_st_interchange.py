@@ -204,7 +204,6 @@ def test_a_module_encoderx_cannot_reproduce_is_named(minilm_directory, tmp_path)
     embed.Embedder(f"hf:{max_pooling}")
 
 
-
 def test_an_embedding_run_from_a_sentence_transformers_directory_takes_its_head(
     minilm_directory, tmp_path, caplog):
   """--init_from=hf:ST_DIR of a contrastive run: the directory's pooling, and its
@@ -233,6 +232,7 @@ def test_an_embedding_run_from_a_sentence_transformers_directory_takes_its_head(
   classifier.init_from = f"hf:{directory}"
   assert initialize.resolve(classifier).config.finetune.pooling == (
       classifier.finetune.pooling)
+
 
 # --- an embedding run as it was trained --------------------------------------------------
 PROMPTS = {"query": "query: ", "document": "passage: "}

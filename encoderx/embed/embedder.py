@@ -35,7 +35,7 @@ from encoderx.hf import st_directory
 from encoderx.models import model_config
 from encoderx.models import finetuning
 
-POOLINGS = {"mean": "mean", "cls": "first_token", "lasttoken": "last_token"}
+POOLINGS = st_directory.MODE_POOLINGS  # --pooling's names -> the encoder's pooling
 # Padded lengths of the batches: each a compilation; a batch takes the shortest that fits.
 BUCKETS = (16, 32, 64, 128, 256, 512)
 DEFAULT_MAX_LENGTH = 256

@@ -34,6 +34,8 @@ MODULES = "modules.json"
 # A run's finetune.pooling -> sentence-transformers' pooling mode (which is also the
 # name encoderx.embed's --pooling takes).
 RUN_POOLINGS = {"mean": "mean", "first_token": "cls", "last_token": "lasttoken"}
+# And back: a pooling mode -> the run's finetune.pooling.
+MODE_POOLINGS = {mode: pooling for pooling, mode in RUN_POOLINGS.items()}
 LEGACY_POOLING_KEYS = {"cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens",
                        "mean": "pooling_mode_mean_tokens",
                        "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
