@@ -140,7 +140,6 @@ def test_a_tiny_run_lowers_each_loss_and_ranks_the_dev_rows(tmp_path, austen_lin
   result = train.run(config, str(tmp_path / "run"), show_progress=False,
                      devices=ONE_DEVICE)
   losses = [logged["rerank_loss"] for logged in result["history"]]
-  print(f"{loss}: loss {losses[0]:.4f} -> {losses[-1]:.4f}, margin {losses[0] - losses[-1]:.4f}")
   assert len(losses) == 4 and losses[-1] < losses[0], losses
   assert set(result["eval"]) >= {"mrr@10", "ndcg@10"}
   assert 1 / 3 <= result["eval"]["mrr@10"] <= 1.0  # the positive among 3 documents
