@@ -1,8 +1,9 @@
 """The fine-tuning tests' data and configs, shared by the tests of each task method
-(test_finetune, test_qa, test_similarity, test_tagging) and by those that run several
-(test_buckets, test_export, test_modernbert_finetune): small files cut from the shared
-corpora (a test that needs an absent corpus skips), SQuAD JSON, and each method's config
-at the tiny model's sizes with a few steps."""
+(test_finetune, test_qa, test_similarity, test_tagging), by those that run several
+(test_buckets, test_export, test_modernbert_finetune) and by the embedding tests
+(test_contrastive, test_embedding_recipes, test_distributed): small files cut from the
+shared corpora (a test that needs an absent corpus skips), SQuAD JSON, and each method's
+config at the tiny model's sizes with a few steps."""
 import json
 import pathlib
 
@@ -47,6 +48,21 @@ def stsb_subset(directory: pathlib.Path, name: str, rows: int) -> str:
   lines = (STSB / name).read_text(encoding="utf-8").splitlines()[:rows + 1]
   path = directory / name
   path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  return str(path)
+
+
+def pairs_file(directory: pathlib.Path, rows: int = 64) -> str:
+  """STS-B training pairs scored >= 4 as (anchor, positive), and a hard negative: the
+  next pair's positive."""
+  if not (STSB / "train.tsv").exists():
+    pytest.skip(f"the stsb corpus is not at {STSB}")
+  lines = (STSB / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
+  pairs = [line.split("\t")[1:] for line in lines if float(line.split("\t")[0]) >= 4]
+  pairs = pairs[:rows]
+  path = directory / "pairs.tsv"
+  path.write_text("anchor\tpositive\tnegative\n" + "".join(
+      f"{a}\t{p}\t{pairs[(i + 1) % len(pairs)][1]}\n" for i, (a, p) in enumerate(pairs)),
+                  encoding="utf-8")
   return str(path)
 
 

@@ -170,27 +170,11 @@ def test_chunks_are_strided_and_join_back():
 ONE_DEVICE = jax.devices()[:1]
 
 
-def pairs_file(directory, rows: int = 64) -> str:
-  """STS-B training pairs scored >= 4 as (anchor, positive), and a hard negative: the
-  next pair's positive."""
-  from finetune_cases import STSB  # pylint: disable=g-import-not-at-top
-  if not (STSB / "train.tsv").exists():
-    pytest.skip(f"the stsb corpus is not at {STSB}")
-  lines = (STSB / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
-  pairs = [line.split("\t")[1:] for line in lines if float(line.split("\t")[0]) >= 4]
-  pairs = pairs[:rows]
-  path = directory / "pairs.tsv"
-  path.write_text("anchor\tpositive\tnegative\n" + "".join(
-      f"{a}\t{p}\t{pairs[(i + 1) % len(pairs)][1]}\n" for i, (a, p) in enumerate(pairs)),
-                  encoding="utf-8")
-  return str(path)
-
-
 def method_config(tmp_path, steps=2, batch=8, dropout=0.0):
   """configs/embedding.py:tiny at the tests' tiny sizes, without dropout by default (so
   that runs on other meshes or in chunks see the same masks)."""
   from encoderx import configs  # pylint: disable=g-import-not-at-top
-  from finetune_cases import shrunk, stsb_subset  # pylint: disable=g-import-not-at-top
+  from finetune_cases import pairs_file, shrunk, stsb_subset  # pylint: disable=g-import-not-at-top
   config = shrunk(configs.get("embedding:tiny"))
   config.finetune.train_file = pairs_file(tmp_path)
   config.finetune.dev_file = stsb_subset(tmp_path, "dev.tsv", 24)

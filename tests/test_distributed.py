@@ -1,6 +1,6 @@
 """Runs of several processes (encoderx/distributed.py): the settings, and two processes of
-4 CPU devices each training together on one machine (a localhost coordinator)."""
-import itertools
+4 CPU devices each training together on one machine (a localhost coordinator). How
+processes agree on the outcome of checks: test_agreement.py."""
 import os
 import pathlib
 import re
@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import jax
@@ -18,11 +17,9 @@ import pytest
 from conftest import REPO, xla_flags_with_devices
 from test_faults import flip_bytes, largest_file  # pylint: disable=g-bad-import-order
 from encoderx import errors
-from encoderx import checkpoint as checkpoint_lib
 from encoderx import distributed
 from encoderx.tools.figures import plot
 from encoderx import train
-from encoderx import workdir as workdir_lib
 
 
 @pytest.fixture
@@ -116,10 +113,10 @@ def _losses(workdir) -> dict[int, float]:
   return dict(zip(steps.tolist(), values.tolist()))
 
 
-def _run(workdir, *extra, processes=2):
+def _run(workdir, *extra, processes=2, config="bert:tiny"):
   """{step: loss} of a whole run of `processes` processes (8 CPU devices in all)."""
   port = _free_port()
-  _finish([_start(workdir, port, index, *extra, processes=processes)
+  _finish([_start(workdir, port, index, *extra, processes=processes, config=config)
            for index in range(processes)])
   return _losses(workdir)
 
@@ -158,6 +155,27 @@ def test_two_processes_by_rows_train_as_one_process(tmp_path, mesh, one_process_
   print("max relative loss difference:",
         max(abs(two[s] - one[s]) / abs(one[s]) for s in steps))
   np.testing.assert_allclose([two[s] for s in steps], [one[s] for s in steps], rtol=RTOL)
+
+
+@pytest.mark.slow
+def test_two_processes_train_an_embedding_model_on_the_whole_batchs_negatives(tmp_path):
+  """The contrastive method (configs/embedding.py:tiny) on 2 processes x 4 devices
+  (data.process_split=rows), caching gradients in two chunks of 8 rows, each chunk spread
+  over all 8 devices: each row's negatives are every text of the global batch, gathered
+  across the processes, and the losses are those of 1 process x 8 devices without
+  caching. (There texts are packed into rows; with several processes each text has a
+  padded row of its own: the same step.) No dropout: the chunks would draw other masks."""
+  from finetune_cases import pairs_file, stsb_subset  # pylint: disable=g-import-not-at-top
+  contrastive = ["--config.train.batch_size=16", "--config.data.seq_length=32",
+                 "--config.model.hidden_dropout=0", "--config.model.attention.dropout=0",
+                 f"--config.finetune.train_file={pairs_file(tmp_path)}",
+                 f"--config.finetune.dev_file={stsb_subset(tmp_path, 'dev.tsv', 16)}"]
+  one = _run(tmp_path / "one", *ROWS, *contrastive, processes=1, config="embedding:tiny")
+  two = _run(tmp_path / "two", *ROWS, *contrastive, "--config.contrastive.cache_chunk_size=8",
+             config="embedding:tiny")
+  assert sorted(one) == sorted(two) == list(range(1, 5))
+  steps = sorted(one)
+  np.testing.assert_allclose([two[s] for s in steps], [one[s] for s in steps], rtol=1e-5)
 
 
 def _positions(workdir, step):
@@ -230,123 +248,6 @@ def test_two_processes_stop_together_on_one_sigterm_and_resume(tmp_path):
   # The same processes, devices and batches: the same arithmetic, bit for bit.
   np.testing.assert_array_equal([resumed[s] for s in sorted(resumed)],
                                 [uninterrupted[s] for s in sorted(resumed)])
-
-
-# --- agreeing on the outcome of checks (distributed.agreement) -----------------------------
-def test_one_process_agrees_without_exchanging(monkeypatch):
-  """One process: the body's error comes out unchanged, and nothing is exchanged."""
-  def no_exchange(value):
-    raise AssertionError("exchanged")
-  monkeypatch.setattr(distributed, "exchange", no_exchange)
-  error = errors.ConfigError("config field 'data.files': 'x' matches no file.")
-  with pytest.raises(errors.ConfigError) as raised:
-    with distributed.agreement((errors.UserError,)):
-      raise error
-  assert raised.value is error
-  with distributed.agreement((errors.UserError,)):
-    pass
-
-
-class _KeyValueStore:
-  """jax.distributed's key-value store, for processes simulated by threads."""
-
-  def __init__(self):
-    self.values, self.changed = {}, threading.Condition()
-
-  def key_value_set(self, key, value):
-    with self.changed:
-      self.values[key] = value
-      self.changed.notify_all()
-
-  def blocking_key_value_get(self, key, timeout_in_ms):
-    with self.changed:
-      if not self.changed.wait_for(lambda: key in self.values, timeout_in_ms / 1000):
-        raise jax.errors.JaxRuntimeError(f"DEADLINE_EXCEEDED: GetKeyValue() timed out "
-                                         f"with key: {key}")
-      return self.values[key]
-
-  def key_value_delete(self, key):
-    with self.changed:
-      del self.values[key]
-
-
-def _as_processes(monkeypatch, bodies) -> list:
-  """Runs bodies[i] as process i of len(bodies), each inside distributed.agreement, in
-  threads sharing one key-value store; [what each raised (None: nothing)]."""
-  store, local = _KeyValueStore(), threading.local()
-
-  class PerProcess:  # each process counts its own exchanges
-    def __next__(self):
-      return next(local.exchanges)
-
-  monkeypatch.setattr(distributed, "_client", lambda: store)
-  monkeypatch.setattr(distributed, "_exchanges", PerProcess())
-  monkeypatch.setattr(distributed, "EXCHANGE_TIMEOUT_S", 30)
-  monkeypatch.setattr(jax, "process_count", lambda: len(bodies))
-  monkeypatch.setattr(jax, "process_index", lambda: local.index)
-  outcomes = [None] * len(bodies)
-
-  def process(index):
-    local.index, local.exchanges = index, itertools.count()
-    try:
-      with distributed.agreement((errors.UserError,)):
-        bodies[index]()
-    except Exception as error:  # pylint: disable=broad-except
-      outcomes[index] = error
-
-  threads = [threading.Thread(target=process, args=(i,), daemon=True)
-             for i in range(len(bodies))]
-  for thread in threads:
-    thread.start()
-  for thread in threads:
-    thread.join(timeout=60)
-  # Each exchange deletes the keys of the one before: only the last one's are left.
-  assert len({key.rsplit("/", 1)[0] for key in store.values}) <= 1, store.values
-  return outcomes
-
-
-def _fails(error):
-  def body():
-    raise error
-  return body
-
-
-def test_a_check_failing_on_one_process_fails_on_all_with_one_message(monkeypatch):
-  missing = "config field 'data.files': '/w1/x.txt' matches no file."
-  outcomes = _as_processes(monkeypatch, [
-      lambda: None, _fails(errors.ConfigError(missing)), lambda: None])
-  assert [type(o) for o in outcomes] == [errors.ConfigError] * 3
-  assert {str(o) for o in outcomes} == {f"process 1 of 3: {missing}"}
-
-  # Two failures: the first failing process's class, every message once.
-  locked = workdir_lib.WorkdirError("--workdir 'r' is locked.")
-  outcomes = _as_processes(monkeypatch, [
-      _fails(locked), _fails(errors.ConfigError(missing)),
-      _fails(errors.ConfigError(missing))])
-  assert [type(o) for o in outcomes] == [workdir_lib.WorkdirError] * 3
-  assert {str(o) for o in outcomes} == {
-      f"process 0 of 3: {locked}; processes 1, 2 of 3: {missing}"}
-
-  assert _as_processes(monkeypatch, [lambda: None, lambda: None]) == [None, None]
-
-
-def test_an_error_that_is_not_the_users_is_reported_by_the_others(monkeypatch):
-  bug = KeyError("position")
-  outcomes = _as_processes(monkeypatch, [lambda: None, _fails(bug)])
-  assert outcomes[1] is bug  # its own traceback
-  assert isinstance(outcomes[0], distributed.ProcessFailed)
-  assert str(outcomes[0]) == "process 1 of 2: KeyError: 'position'"
-
-
-def test_a_process_that_never_answers_is_named(monkeypatch):
-  monkeypatch.setattr(distributed, "EXCHANGE_TIMEOUT_S", 0.2)
-  store = _KeyValueStore()
-  monkeypatch.setattr(distributed, "_client", lambda: store)
-  monkeypatch.setattr(jax, "process_count", lambda: 2)
-  monkeypatch.setattr(jax, "process_index", lambda: 0)
-  with pytest.raises(distributed.ProcessFailed, match="process 1 of 2 did not answer "
-                     r"\(DEADLINE_EXCEEDED"):
-    distributed.exchange(True)
 
 
 @pytest.mark.slow
@@ -475,57 +376,3 @@ def test_two_processes_evaluate_and_predict_a_whole_split_as_one_process(tmp_pat
   lines = [line.split("\t") for line in predicted.splitlines()]
   assert [line[0] for line in lines] == ["line"] + [str(n) for n in range(2, 11)]
   assert len({line[3] for line in lines[1:]}) == 9  # the probabilities tell rows apart
-
-
-def test_a_checkpoint_one_process_cannot_read_is_damaged_for_every_process(monkeypatch):
-  """Process 1 cannot read a checkpoint that process 0 reads: both treat it as damaged,
-  with one message naming process 1, so that both go on to the same earlier step."""
-  problem = "/w/checkpoints/4/state cannot be read: a file is missing"
-  found = [None, None]
-
-  def process(index):
-    def read():
-      if index == 1:
-        raise checkpoint_lib._Damaged(problem)  # pylint: disable=protected-access
-      return "state"
-
-    def body():
-      try:
-        found[index] = checkpoint_lib._on_every_process(read)  # pylint: disable=protected-access
-      except checkpoint_lib._Damaged as error:  # pylint: disable=protected-access
-        found[index] = f"damaged: {error}"
-    return body
-
-  assert _as_processes(monkeypatch, [process(0), process(1)]) == [None, None]
-  assert found == [f"damaged: process 1 of 2: {problem}"] * 2
-
-  found[:] = [None, None]
-  def reads(index):
-    def body():
-      found[index] = checkpoint_lib._on_every_process(lambda: "state")  # pylint: disable=protected-access
-    return body
-  assert _as_processes(monkeypatch, [reads(0), reads(1)]) == [None, None]
-  assert found == ["state", "state"]
-
-
-def test_processes_that_see_different_checkpoints_are_stopped(monkeypatch):
-  """A work directory on each worker's own disk: process 1 sees no checkpoint where
-  process 0 sees step 6, and neither may start, resume or refuse on its own."""
-  from encoderx import checkpoint  # pylint: disable=g-import-not-at-top
-
-  class Seen:
-    directory = "runs/x/checkpoints"
-
-    def __init__(self, step):
-      self.step = step
-
-    def latest_step(self):
-      return self.step
-
-  seen = [Seen(6), Seen(None)]
-  outcomes = _as_processes(monkeypatch, [
-      lambda: train.loop._latest_step(seen[0]), lambda: train.loop._latest_step(seen[1])])  # pylint: disable=protected-access
-  assert [type(o) for o in outcomes] == [checkpoint.CheckpointError] * 2
-  assert str(outcomes[0]) == str(outcomes[1])
-  assert ("the processes see different checkpoints in runs/x/checkpoints (process 0: "
-          "step 6, process 1: none)") in str(outcomes[0])

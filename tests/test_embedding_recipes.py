@@ -31,8 +31,7 @@ def tiny_base(family: str, directory) -> str:
 def recipe_config(family: str, tmp_path):
   """The family's recipe from a tiny model: 2 steps of 8 rows at length 32 (chunks of 4
   where the recipe caches gradients), evaluated and saved at step 2."""
-  from test_contrastive import pairs_file  # pylint: disable=g-import-not-at-top
-  from finetune_cases import stsb_subset  # pylint: disable=g-import-not-at-top
+  from finetune_cases import pairs_file, stsb_subset  # pylint: disable=g-import-not-at-top
   config = configs.get(f"embedding:{family}")
   config.init_from = tiny_base(family, tmp_path / "base")
   config.finetune.train_file = pairs_file(tmp_path, rows=16)
