@@ -26,8 +26,16 @@ HIDDEN_AXES = ("activation_batch", "activation_length", "activation_embed")
 # Logical shape of per-head activations: [batch, length, heads, head_dim].
 HEADS_AXES = ("activation_batch", "activation_length", "activation_heads", "activation_kv")
 
+
+def gelu(x: jax.Array) -> jax.Array:
+  """The exact (erf) GELU as PyTorch writes it, x / 2 (1 + erf(x / sqrt(2))): the function
+  of jax.nn.gelu's erfc form, which XLA:CPU computes slower (ModernBERT-tiny's CPU train
+  step, GeGLU of 512: 92 ms with erfc, 90 with erf)."""
+  return 0.5 * x * (1.0 + jax.lax.erf(x * jnp.asarray(0.5**0.5, x.dtype)))
+
+
 ACTIVATIONS = {
-    "gelu": functools.partial(jax.nn.gelu, approximate=False),  # BERT's erf GELU
+    "gelu": gelu,  # BERT's erf GELU
     "gelu_new": functools.partial(jax.nn.gelu, approximate=True),  # tanh (ALBERT, GPT-2)
     "relu": jax.nn.relu,
     "silu": jax.nn.silu,

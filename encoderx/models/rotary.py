@@ -27,22 +27,27 @@ def cos_sin(positions: jax.Array, head_dim: int, theta: float
             ) -> tuple[jax.Array, jax.Array]:
   """(cos, sin), each [batch, length, head_dim] float32, of the angles position *
   frequency, the frequencies repeated for both halves (Hugging Face's
-  `torch.cat((freqs, freqs), dim=-1)`)."""
+  `torch.cat((freqs, freqs), dim=-1)`); sin's first half negated: rotate_half's sign,
+  folded in once for all layers (see `rotate`)."""
   angles = positions.astype(jnp.float32)[..., None] * inverse_frequencies(head_dim, theta)
-  angles = jnp.concatenate([angles, angles], axis=-1)
-  return jnp.cos(angles), jnp.sin(angles)
+  cos, sin = jnp.cos(angles), jnp.sin(angles)
+  return jnp.concatenate([cos, cos], axis=-1), jnp.concatenate([-sin, sin], axis=-1)
 
 
-def rotate_half(x: jax.Array) -> jax.Array:
-  """[..., d] -> [-x[d/2:], x[:d/2]] (Hugging Face's rotate_half)."""
-  first, second = jnp.split(x, 2, axis=-1)
-  return jnp.concatenate([-second, first], axis=-1)
+def swap_halves(x: jax.Array) -> jax.Array:
+  """[..., d] -> [x[d/2:], x[:d/2]]: a reversal of a [2, d/2] view, which XLA fuses
+  into its consumers as an index map; a concatenate of slices compiles to a select per
+  element (ModernBERT-tiny's CPU train step: 97 ms with it, 92 with this)."""
+  halves = x.reshape(*x.shape[:-1], 2, x.shape[-1] // 2)
+  return jnp.flip(halves, axis=-2).reshape(x.shape)
 
 
 def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-  """Heads x [batch, length, heads, head_dim] rotated by (cos, sin) [batch, length,
-  head_dim]: x cos + rotate_half(x) sin, in float32 and cast back to x's dtype (as
+  """Heads x [batch, length, heads, head_dim] rotated by `cos_sin`'s (cos, sin) [batch,
+  length, head_dim]: x cos + rotate_half(x) sin as Hugging Face computes it, where
+  rotate_half(x) = [-x[d/2:], x[:d/2]], here swap_halves(x) times the sign-folded sin
+  (the same products: negating is exact); in float32, cast back to x's dtype (as
   ModernBERT's apply_rotary_pos_emb)."""
   y = x.astype(jnp.float32)
-  y = y * cos[:, :, None, :] + rotate_half(y) * sin[:, :, None, :]
+  y = y * cos[:, :, None, :] + swap_halves(y) * sin[:, :, None, :]
   return y.astype(x.dtype)
