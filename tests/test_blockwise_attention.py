@@ -107,6 +107,8 @@ def test_default_blocks_scale_and_jit():
     assert max(max_errors(got, want)) <= TOLERANCE
   assert bw.default_block(0) == 512 and bw.default_block(128) == 64
   assert bw.default_block(4096) == 512
+  # A global row of up to ONE_BLOCK_ROW tokens is one block; longer rows take blocks of 512.
+  assert bw.default_block(0, 1024) == 1024 and bw.default_block(0, 2048) == 512
 
 
 def test_padding_queries_get_the_mean_of_the_values_and_no_gradient_inside():

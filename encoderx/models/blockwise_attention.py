@@ -41,15 +41,24 @@ MASK_VALUE = float(jnp.finfo(jnp.float32).min)
 # 4,096 tokens: global 512 / 512 as fast as 256 / 512 and 1.3x faster than 256 / 256;
 # window 128: 64 / 64 1.6x faster than 128 / 128 and 4x faster than 512 / 512.
 GLOBAL_BLOCK = 512
+# A global layer's row of at most this many tokens is one block: ModernBERT-base's train
+# step at 1,024 tokens (batch 2) took 6.29 s, against 6.51 s in blocks of 512; the tiny
+# ModernBERT's (batch 4) 120 ms against 131; longer rows keep blocks of 512 (blocks of
+# 1,024 took 1.6x their time at 2,048 tokens, 2x at 4,096 and 8,192; 2-core Zen 5
+# host, medians of 4 to 6 steps).
+ONE_BLOCK_ROW = 1024
 
 
 def _cdiv(a: int, b: int) -> int:
   return -(-a // b)
 
 
-def default_block(window: int) -> int:
-  """Positions per block, queries and keys, unless given (see GLOBAL_BLOCK)."""
-  return min(GLOBAL_BLOCK, max(64, window // 2)) if window else GLOBAL_BLOCK
+def default_block(window: int, length: int = 0) -> int:
+  """Positions per block, queries and keys, unless given, for a row of `length` tokens
+  (0: any; see GLOBAL_BLOCK and ONE_BLOCK_ROW)."""
+  if window:
+    return min(GLOBAL_BLOCK, max(64, window // 2))
+  return length if 0 < length <= ONE_BLOCK_ROW else GLOBAL_BLOCK
 
 
 def block_ranges(length: int, block: int, other_block: int, window: int
@@ -273,12 +282,12 @@ def blockwise_attention(query: jax.Array, key: jax.Array, value: jax.Array,
   del dropout_key  # refused with any rate by check_arguments
   masks.check_arguments(query, key, value, segment_ids, window, "blockwise_attention",
                         dropout_rate)
-  block_q = default_block(window) if block_q is None else block_q
-  block_k = default_block(window) if block_k is None else block_k
+  length = query.shape[1]
+  block_q = default_block(window, length) if block_q is None else block_q
+  block_k = default_block(window, length) if block_k is None else block_k
   if block_q < 1 or block_k < 1:
     raise ValueError(f"blockwise_attention: blocks are positive; got block_q {block_q}, "
                      f"block_k {block_k}")
-  length = query.shape[1]
   block_q, block_k = min(block_q, length), min(block_k, length)
   plan = _Plan(length, block_q, block_k, window,
                float(query.shape[-1] ** -0.5 if scale is None else scale),
