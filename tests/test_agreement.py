@@ -166,8 +166,6 @@ def test_a_checkpoint_one_process_cannot_read_is_damaged_for_every_process(monke
 def test_processes_that_see_different_checkpoints_are_stopped(monkeypatch):
   """A work directory on each worker's own disk: process 1 sees no checkpoint where
   process 0 sees step 6, and neither may start, resume or refuse on its own."""
-  from encoderx import checkpoint  # pylint: disable=g-import-not-at-top
-
   class Seen:
     directory = "runs/x/checkpoints"
 
@@ -180,7 +178,7 @@ def test_processes_that_see_different_checkpoints_are_stopped(monkeypatch):
   seen = [Seen(6), Seen(None)]
   outcomes = _as_processes(monkeypatch, [
       lambda: train_loop._latest_step(seen[0]), lambda: train_loop._latest_step(seen[1])])  # pylint: disable=protected-access
-  assert [type(o) for o in outcomes] == [checkpoint.CheckpointError] * 2
+  assert [type(o) for o in outcomes] == [checkpoint_lib.CheckpointError] * 2
   assert str(outcomes[0]) == str(outcomes[1])
   assert ("the processes see different checkpoints in runs/x/checkpoints (process 0: "
           "step 6, process 1: none)") in str(outcomes[0])

@@ -84,7 +84,7 @@ def visits_every_block(length: int, window: int) -> bool:
   """Whether, at the default block, every query block of a row of `length` meets every
   key block within `window` (always for window 0): the band then saves no work over the
   whole row."""
-  block = default_block(window)
+  block = default_block(window, length)
   count = _cdiv(length, block)
   return all(r == (0, count) for r in block_ranges(length, block, block, window))
 
