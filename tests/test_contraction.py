@@ -1,6 +1,7 @@
 """encoderx/models/contraction.py: the same values and gradients as jax's tensordot, the
 kernel gradient's operands in the order that transposes the smaller one, nn.Dense's
-adapter, and jax_order() for the bench's comparison."""
+adapter, the vocabulary scores with their bias as a column of the product on CPU, and
+jax_order() for the bench's comparison."""
 import functools
 
 import flax.linen as nn
@@ -100,6 +101,63 @@ def test_dense_adapter_takes_denses_case_and_leaves_others_to_lax():
       lambda a, b: contraction.dot_general(a, b, numbers))(a, b))
   np.testing.assert_array_equal(contraction.dot_general(a, b, numbers),
                                 jax.lax.dot_general(a, b, numbers))
+
+
+def _scores_reference(x, table, bias):
+  product = x @ table.T
+  return product if bias is None else product + bias
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("dtype,tolerance", [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)])
+def test_scores_values_and_gradients_are_jaxs(with_bias, dtype, tolerance):
+  keys = jax.random.split(jax.random.key(4), 3)
+  x = jax.random.normal(keys[0], (2, 3, 8), dtype)
+  table = jax.random.normal(keys[1], (16, 8), dtype)
+  bias = jax.random.normal(keys[2], (16,), dtype) if with_bias else None
+  np.testing.assert_allclose(np.float32(contraction.scores(x, table, bias)),
+                             np.float32(_scores_reference(x, table, bias)),
+                             rtol=tolerance, atol=tolerance)
+  arguments = (x, table) + ((bias,) if with_bias else ())
+  weights = jax.random.normal(jax.random.key(5), (2, 3, 16))
+  loss = lambda scores: lambda *a: jnp.sum(scores(*a, *([None] * (3 - len(a))))
+                                           .astype(jnp.float32) * weights)
+  ours = jax.grad(loss(contraction.scores), range(len(arguments)))(*arguments)
+  theirs = jax.grad(loss(_scores_reference), range(len(arguments)))(*arguments)
+  for mine, reference in zip(ours, theirs):
+    assert mine.shape == reference.shape and mine.dtype == reference.dtype
+    np.testing.assert_allclose(np.float32(mine), np.float32(reference), rtol=tolerance,
+                               atol=tolerance)
+
+
+def _contracted_sizes(monkeypatch, backend):
+  """The contracted sizes of the dot_generals of the scores' forward and backward, and
+  whether an add is among their operations, traced as for `backend`."""
+  monkeypatch.setattr(jax, "default_backend", lambda: backend)
+  x, table, bias = jnp.ones((2, 3, 8)), jnp.ones((16, 8)), jnp.ones((16,))
+  jaxpr = jax.make_jaxpr(jax.grad(lambda *a: jnp.sum(contraction.scores(*a)), (0, 1, 2)))(
+      x, table, bias)
+  sizes, adds = [], []
+
+  def visit(jaxpr):
+    for equation in jaxpr.eqns:
+      if equation.primitive.name == "dot_general":
+        (lhs_contracting, _), _ = equation.params["dimension_numbers"]
+        sizes.append(int(np.prod([equation.invars[0].aval.shape[d] for d in lhs_contracting])))
+      adds.append(equation.primitive.name == "add")
+    for sub in jax.extend.core.subjaxprs(jaxpr):
+      visit(sub)
+  visit(jaxpr.jaxpr)
+  return sorted(sizes), any(adds)
+
+
+def test_scores_bias_is_a_column_of_the_product_on_cpu_only(monkeypatch):
+  """On CPU the forward contracts E + 1 (x's ones against the bias), the table's and
+  bias's gradient is one product over the 6 predictions and the input's over the 16
+  scores, and no add; elsewhere the forward contracts E and adds the bias."""
+  assert _contracted_sizes(monkeypatch, "cpu") == ([6, 9, 16], False)
+  gpu_sizes, gpu_adds = _contracted_sizes(monkeypatch, "gpu")
+  assert 8 in gpu_sizes and 9 not in gpu_sizes and gpu_adds
 
 
 def test_jax_order_traces_jaxs_own_gradient_and_is_restored():

@@ -79,6 +79,26 @@ def test_attend_matches_flax_attention(with_bias):
   np.testing.assert_allclose(unfused, reference, atol=1e-5)
 
 
+def test_attention_softmax_differentiates_by_jaxs_rule():
+  """Both paths of `attend` take the softmax's gradient by jax's custom rule
+  (masks.softmax_rule), which the default (quotient) derivation does not: same gradients
+  as Flax's reference attention to rounding."""
+  query, key, value, mask, _ = _qkv_and_mask()
+  weights = jax.random.normal(jax.random.key(6), query.shape)
+  loss = lambda attend: lambda q, k, v: jnp.sum(attend(q, k, v) * weights)
+  fused = lambda q, k, v: attention.attend(q, k, v, mask)
+  unfused = lambda q, k, v: jnp.einsum("bnqk,bknd->bqnd",
+                                       masks.attention_probabilities(q, k, mask), v)
+  reference = lambda q, k, v: nn.dot_product_attention(q, k, v, mask=mask)
+  expected = jax.grad(loss(reference), (0, 1, 2))(query, key, value)
+  for attend in (fused, unfused):
+    assert "custom_jvp_call" in str(jax.make_jaxpr(jax.grad(loss(attend)))(query, key, value))
+    for mine, theirs in zip(jax.grad(loss(attend), (0, 1, 2))(query, key, value), expected):
+      np.testing.assert_allclose(mine, theirs, atol=1e-5)
+  assert "custom_jvp_call" not in str(jax.make_jaxpr(jax.grad(loss(reference)))(
+      query, key, value))
+
+
 def test_attend_with_dropout_drops_probabilities():
   query, key, value, mask, _ = _qkv_and_mask()
   dropout_key = jax.random.key(5)

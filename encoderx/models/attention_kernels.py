@@ -131,8 +131,10 @@ def attend(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array,
   "pallas" keeps them on chip instead: flash_attention.py.)
   """
   if dropout_key is None or dropout_lib.effective_rate(dropout_rate) == 0:
-    return jax.nn.dot_product_attention(query, key, value, bias=bias, mask=mask,
-                                        implementation=fused_implementation(query, key, bias))
+    with masks.softmax_rule():
+      return jax.nn.dot_product_attention(
+          query, key, value, bias=bias, mask=mask,
+          implementation=fused_implementation(query, key, bias))
   key, value = masks.repeat_kv_heads(query, key, value)
   probabilities = dropout_lib.dropout(masks.attention_probabilities(query, key, mask, bias),
                                       dropout_rate, dropout_key)

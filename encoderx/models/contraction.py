@@ -19,6 +19,16 @@ transposing copy of g, the chain of the whole stack above is recomputed per laye
 quadratic in depth. ModernBERT-base's step at 1,024 tokens took 24.2 s with g
 transposed there and 15.0 s with x (2-core CPU, batch 2).
 
+`scores(x, table, bias)` is x · tableᵀ + bias, an LM head's scores against the
+vocabulary (the tied token embeddings or a head's own table): the table's gradient is
+the kernel gradient of `contract(x, table.T)`, x first. On XLA:CPU, which adds a bias in
+a pass of its own over the [predictions, vocabulary] scores and sums the bias's gradient
+in another, the bias goes into the product as one more column of x (ones) and of the
+table, and its gradient comes out of the table's product as one more row. Measured on
+modernbert_tiny's train step (32 x 40 predictions of 8,000 scores), one core each, side
+by side: 9% faster than jax's gradient. Elsewhere (TPU, GPU) the bias is added as usual,
+which XLA fuses into the product there, where a contraction one longer would be padded.
+
 `contract(x, kernel, n)` is `jnp.tensordot(x, kernel, n)`: the last n dimensions of x
 against the first n of kernel. `dot_general` is it with `lax.dot_general`'s signature,
 for flax's `nn.Dense(dot_general=...)`. Inside `with jax_order():` it differentiates as
@@ -93,3 +103,40 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None,
     return contract(lhs, rhs, 1, transpose_input)
   return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision,
                              preferred_element_type=preferred_element_type)
+
+
+def scores(x: jax.Array, table: jax.Array, bias: jax.Array | None = None) -> jax.Array:
+  """x [..., E] · table [V, E]ᵀ (+ bias [V]) -> [..., V], all of x's dtype; with the
+  bias, on CPU, as one more column of the product (see the module doc)."""
+  if _jax_order:
+    product = jnp.dot(x, table.T)
+    return product if bias is None else product + bias
+  if bias is None or jax.default_backend() != "cpu":
+    product = contract(x, table.T)
+    return product if bias is None else product + bias
+  return _scores_with_bias_column(x, table, bias)
+
+
+def _with_ones(x: jax.Array) -> jax.Array:
+  """x with a column of ones after its last."""
+  return jnp.concatenate([x, jnp.ones((*x.shape[:-1], 1), x.dtype)], axis=-1)
+
+
+@jax.custom_vjp
+def _scores_with_bias_column(x, table, bias):
+  return jnp.dot(_with_ones(x), jnp.concatenate([table, bias[:, None]], axis=1).T)
+
+
+def _scores_forward(x, table, bias):
+  return _scores_with_bias_column(x, table, bias), (x, table)
+
+
+def _scores_backward(residuals, g):
+  x, table = residuals
+  batch = tuple(range(x.ndim - 1))
+  # [E + 1, V], x first as in `contract`: the table's gradient, then the bias's.
+  table_and_bias = jnp.tensordot(_with_ones(x), g, (batch, batch))
+  return jnp.tensordot(g, table, 1), table_and_bias[:-1].T, table_and_bias[-1]
+
+
+_scores_with_bias_column.defvjp(_scores_forward, _scores_backward)

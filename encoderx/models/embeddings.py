@@ -19,6 +19,7 @@ import numpy as np
 
 from encoderx import errors
 from encoderx.models import common
+from encoderx.models import contraction
 from encoderx.models import dropout as dropout_lib
 
 POSITION_EMBEDDINGS = ("absolute", "rotary", "none")
@@ -107,14 +108,16 @@ def output_bias(module: nn.Module, config: model_config.ModelConfig) -> jax.Arra
                       config.weights_dtype)
 
 
-def vocabulary_scores(config: model_config.ModelConfig, scores: jax.Array,
+def vocabulary_scores(config: model_config.ModelConfig, x: jax.Array, table: jax.Array,
                       bias: jax.Array | None = None) -> jax.Array:
-  """Scores [..., padded_vocab] + `bias` (a head's `output_bias`; None: none), the
-  padding rows' set to the dtype's lowest value: softmax gives them 0 (exactly, in
-  float32 and bfloat16), argmax and sampling never pick them, and no gradient reaches
-  their rows or bias."""
-  if bias is not None:
-    scores = scores + bias.astype(scores.dtype)
+  """x [..., E] scored against every row of `table` [padded_vocab, E] (the token
+  embeddings, or a head's own output table) + `bias` (a head's `output_bias`; None:
+  none), in the compute dtype (contraction.scores), the padding rows' set to the dtype's
+  lowest value: softmax gives them 0 (exactly, in float32 and bfloat16), argmax and
+  sampling never pick them, and no gradient reaches their rows or bias."""
+  dtype = config.compute_dtype
+  scores = contraction.scores(x.astype(dtype), table.astype(dtype),
+                              None if bias is None else bias.astype(dtype))
   if config.padded_vocab_size == config.vocab_size:
     return scores
   real = jnp.arange(config.padded_vocab_size) < config.vocab_size
@@ -199,7 +202,5 @@ class Embeddings(nn.Module):
     """Scores against every token embedding plus a head's `bias` (`output_bias`; None:
     none): the tied output layer, [..., E] -> [..., padded_vocab], the padding rows
     masked (`vocabulary_scores`)."""
-    config = self.config
-    return vocabulary_scores(
-        config, self.word_embeddings.attend(x.astype(config.compute_dtype)), bias)
+    return vocabulary_scores(self.config, x, self.word_embeddings.embedding, bias)
 

@@ -155,8 +155,7 @@ class MlmHead(nn.Module):
         embedding_init=common.initializer(config, ("vocab", "embed"), config.vocab_size,
                                           role="out"),
         name=embeddings_lib.OUTPUT_EMBEDDINGS)
-    return embeddings_lib.vocabulary_scores(
-        config, table.attend(x.astype(config.compute_dtype)), bias)
+    return embeddings_lib.vocabulary_scores(config, x, table.embedding, bias)
 
 
 class SboHead(nn.Module):

@@ -40,6 +40,7 @@ import jax.numpy as jnp
 from encoderx.models import model_config
 from encoderx.models import attention, common
 from encoderx.models import dropout as dropout_lib
+from encoderx.models import masks
 
 NAME = "two_stream_relative"
 CONTENT, QUERY = "h", "g"
@@ -237,7 +238,8 @@ class TwoStreamRelativeAttention(nn.Module):
       scores = (content_scores + position_scores + segment_scores) * head_dim ** -0.5
       # As XLNet: a masked score is -1e30, so a row with no key left averages them all.
       scores = jnp.where(stream.mask, scores.astype(jnp.float32), -1e30)
-      probabilities = jax.nn.softmax(scores, axis=-1).astype(config.compute_dtype)
+      with masks.softmax_rule():
+        probabilities = jax.nn.softmax(scores, axis=-1).astype(config.compute_dtype)
       probabilities = probabilities_dropout(probabilities, deterministic=deterministic)
       return jnp.einsum("bnij,bjnd->bind", probabilities, value)
 
