@@ -337,9 +337,11 @@ def test_steps_match_sentence_transformers_loss_on_hugging_face_bert(tmp_path, c
   over MNRL at two weighted sizes; a learned scale as open_clip's logit_scale, exp
   capped at 100 and not decayed) under torch's AdamW, from the same weights on the same
   batches. Bounds: gradient norm 5e-4 relative and weights 1e-4 absolute, as
-  tests/test_training_parity.py's; the loss 1e-4 relative, not 1e-5: it is a difference
+  tests/test_training_parity.py's; the loss 2e-4 relative, not 1e-5: it is a difference
   of scores scaled by 20 (float32's resolution there is ~2e-6) that falls to ~0.3, where
-  the first steps agree to ~5e-7 and the last to ~6e-5 while the weights agree to ~7e-6."""
+  the first steps agree to ~5e-7 and the last to ~1e-4 (the symmetric case's worst step
+  1.1e-4 since the attention's softmax takes jax's own derivative rule, 8e-5 before)
+  while the weights agree to ~7e-6."""
   import test_training_parity as parity  # pylint: disable=g-import-not-at-top
   settings, loss_class = STEP_PARITY_CASES[case]
   config = method_config(tmp_path, steps=parity.STEPS)
@@ -350,7 +352,7 @@ def test_steps_match_sentence_transformers_loss_on_hugging_face_bert(tmp_path, c
   result, adapter = parity.side_by_side(config)
   assert type(adapter.loss_module).__name__ == loss_class
   parity.check(result, config, f"contrastive {case} vs {loss_class}", loss_drop=0.5,
-               loss_rtol=1e-4)
+               loss_rtol=2e-4)
   if case == "learned_scale":  # it moved by more than the weights' bound, undecayed
     start = np.log(np.float32(config.contrastive.scale))
     assert abs(adapter.model.logit_scale.item() - start) > 10 * parity.PARAM_ATOL
