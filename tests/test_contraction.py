@@ -38,6 +38,14 @@ def test_values_and_gradients_are_tensordots(x_shape, kernel_shape, n):
     np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-5)
 
 
+def _equations(jaxpr):
+  """Every equation of `jaxpr` and of the jaxprs inside it (custom VJPs, pjit)."""
+  for equation in jaxpr.eqns:
+    yield equation
+  for sub in jax.extend.core.subjaxprs(jaxpr):
+    yield from _equations(sub)
+
+
 def _kernel_gradient_operands(x_shape, kernel_shape, n, transpose_input=False):
   """The shapes of the operands of the dot_general that makes the kernel's gradient."""
   x, kernel = jnp.zeros(x_shape), jnp.zeros(kernel_shape)
@@ -45,16 +53,11 @@ def _kernel_gradient_operands(x_shape, kernel_shape, n, transpose_input=False):
   jaxpr = jax.make_jaxpr(jax.grad(_loss(contract, n), 1))(x, kernel)
   batch = len(x_shape) - n
   found = []
-
-  def visit(jaxpr):
-    for equation in jaxpr.eqns:
-      if equation.primitive.name == "dot_general":
-        (lhs_contracting, _), _ = equation.params["dimension_numbers"]
-        if tuple(lhs_contracting) == tuple(range(batch)):  # sums over batch and length
-          found.append(tuple(tuple(v.aval.shape) for v in equation.invars))
-    for sub in jax.extend.core.subjaxprs(jaxpr):
-      visit(sub)
-  visit(jaxpr.jaxpr)
+  for equation in _equations(jaxpr.jaxpr):
+    if equation.primitive.name == "dot_general":
+      (lhs_contracting, _), _ = equation.params["dimension_numbers"]
+      if tuple(lhs_contracting) == tuple(range(batch)):  # sums over batch and length
+        found.append(tuple(tuple(v.aval.shape) for v in equation.invars))
   assert len(found) == 1, found
   return found[0]
 
@@ -137,18 +140,11 @@ def _contracted_sizes(monkeypatch, backend):
   x, table, bias = jnp.ones((2, 3, 8)), jnp.ones((16, 8)), jnp.ones((16,))
   jaxpr = jax.make_jaxpr(jax.grad(lambda *a: jnp.sum(contraction.scores(*a)), (0, 1, 2)))(
       x, table, bias)
-  sizes, adds = [], []
-
-  def visit(jaxpr):
-    for equation in jaxpr.eqns:
-      if equation.primitive.name == "dot_general":
-        (lhs_contracting, _), _ = equation.params["dimension_numbers"]
-        sizes.append(int(np.prod([equation.invars[0].aval.shape[d] for d in lhs_contracting])))
-      adds.append(equation.primitive.name == "add")
-    for sub in jax.extend.core.subjaxprs(jaxpr):
-      visit(sub)
-  visit(jaxpr.jaxpr)
-  return sorted(sizes), any(adds)
+  equations = list(_equations(jaxpr.jaxpr))
+  sizes = [int(np.prod([e.invars[0].aval.shape[d]
+                        for d in e.params["dimension_numbers"][0][0]]))
+           for e in equations if e.primitive.name == "dot_general"]
+  return sorted(sizes), any(e.primitive.name == "add" for e in equations)
 
 
 def test_scores_bias_is_a_column_of_the_product_on_cpu_only(monkeypatch):

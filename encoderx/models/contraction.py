@@ -108,13 +108,10 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None,
 def scores(x: jax.Array, table: jax.Array, bias: jax.Array | None = None) -> jax.Array:
   """x [..., E] · table [V, E]ᵀ (+ bias [V]) -> [..., V], all of x's dtype; with the
   bias, on CPU, as one more column of the product (see the module doc)."""
-  if _jax_order:
-    product = jnp.dot(x, table.T)
-    return product if bias is None else product + bias
-  if bias is None or jax.default_backend() != "cpu":
-    product = contract(x, table.T)
-    return product if bias is None else product + bias
-  return _scores_with_bias_column(x, table, bias)
+  if bias is not None and not _jax_order and jax.default_backend() == "cpu":
+    return _scores_with_bias_column(x, table, bias)
+  product = contract(x, table.T)  # jax's own product and gradient inside jax_order()
+  return product if bias is None else product + bias
 
 
 def _with_ones(x: jax.Array) -> jax.Array:
