@@ -11,6 +11,7 @@ from encoderx.models import blockwise_attention as bw
 from encoderx.models import masks
 
 import attention_reference  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
+import jaxprs  # pylint: disable=g-bad-import-order
 
 TOLERANCE = 1e-5  # float32, values and gradients
 
@@ -91,6 +92,39 @@ def test_matches_full_attention_values_and_gradients(case):
   assert max(max_errors(got, want)) <= TOLERANCE, max_errors(got, want)
   assert min(float(jnp.abs(w).max()) for w in want) > 0.5  # nothing vacuous
   assert [g.shape for g in got] == [q.shape, q.shape, k.shape, v.shape]
+
+
+def test_block_products_read_the_probabilities_as_laid_out():
+  """Every product over a block's [queries, keys] probabilities (or their gradient)
+  contracts it where a matmul reads it without a transposed copy: over its keys as the
+  first operand (P V, dS K), over its queries as the second (dV and dK, summed
+  transposed). XLA:CPU copied Pᵀ for dV = Pᵀ dO: a quarter of the backward's op time."""
+  block_q, block_k = 32, 64
+  q, k, v, d_out = heads(128, 4, 2)
+  segment_ids = segments(128, "packed")
+
+  def loss(q, k, v):
+    out = bw.blockwise_attention(q, k, v, segment_ids, block_q=block_q, block_k=block_k)
+    return jnp.sum(out * d_out)
+
+  jaxpr = jax.make_jaxpr(jax.grad(loss, (0, 1, 2)))(q, k, v)
+  contracted = []  # (operand index, its contracted axes from the end)
+  for equation in jaxprs.equations(jaxpr.jaxpr):
+    if equation.primitive.name != "dot_general":
+      continue
+    (lhs_axes, rhs_axes), _ = equation.params["dimension_numbers"]
+    for index, (operand, axes) in enumerate(zip(equation.invars, (lhs_axes, rhs_axes))):
+      shape = operand.aval.shape
+      if shape[-2:] == (block_q, block_k):
+        contracted.append((index, tuple(axis - len(shape) for axis in axes)))
+  # Forward P V and backward dQ (first operands); dV and dK (second operands, over the
+  # queries and, grouped, the query heads of a kv head).
+  assert sorted(index for index, _ in contracted) == [0, 0, 1, 1], contracted
+  for index, axes in contracted:
+    if index == 0:
+      assert axes == (-1,), contracted
+    else:
+      assert -1 not in axes and axes[-1] == -2, contracted
 
 
 def test_default_blocks_scale_and_jit():

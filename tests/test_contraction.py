@@ -6,13 +6,14 @@ import functools
 
 import flax.linen as nn
 import jax
-import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from encoderx.tools.speed import bench, costs
 from encoderx.models import contraction
+
+import jaxprs  # pylint: disable=g-bad-import-order  (tests/ is on sys.path)
 
 # (x's shape, kernel's shape, contracted dimensions): a feed-forward layer's first kernel
 # (g larger than x), its second (x larger), attention's q/k/v and output projections.
@@ -38,14 +39,6 @@ def test_values_and_gradients_are_tensordots(x_shape, kernel_shape, n):
     np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-5)
 
 
-def _equations(jaxpr):
-  """Every equation of `jaxpr` and of the jaxprs inside it (custom VJPs, pjit)."""
-  for equation in jaxpr.eqns:
-    yield equation
-  for sub in jax.extend.core.subjaxprs(jaxpr):
-    yield from _equations(sub)
-
-
 def _kernel_gradient_operands(x_shape, kernel_shape, n, transpose_input=False):
   """The shapes of the operands of the dot_general that makes the kernel's gradient."""
   x, kernel = jnp.zeros(x_shape), jnp.zeros(kernel_shape)
@@ -53,7 +46,7 @@ def _kernel_gradient_operands(x_shape, kernel_shape, n, transpose_input=False):
   jaxpr = jax.make_jaxpr(jax.grad(_loss(contract, n), 1))(x, kernel)
   batch = len(x_shape) - n
   found = []
-  for equation in _equations(jaxpr.jaxpr):
+  for equation in jaxprs.equations(jaxpr.jaxpr):
     if equation.primitive.name == "dot_general":
       (lhs_contracting, _), _ = equation.params["dimension_numbers"]
       if tuple(lhs_contracting) == tuple(range(batch)):  # sums over batch and length
@@ -140,7 +133,7 @@ def _contracted_sizes(monkeypatch, backend):
   x, table, bias = jnp.ones((2, 3, 8)), jnp.ones((16, 8)), jnp.ones((16,))
   jaxpr = jax.make_jaxpr(jax.grad(lambda *a: jnp.sum(contraction.scores(*a)), (0, 1, 2)))(
       x, table, bias)
-  equations = list(_equations(jaxpr.jaxpr))
+  equations = list(jaxprs.equations(jaxpr.jaxpr))
   sizes = [int(np.prod([e.invars[0].aval.shape[d]
                         for d in e.params["dimension_numbers"][0][0]]))
            for e in equations if e.primitive.name == "dot_general"]

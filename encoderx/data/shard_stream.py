@@ -67,7 +67,8 @@ def check_shard_count(num_shards: int, process_count: int) -> None:
     raise StreamError(
         f"the split has {num_shards} shard(s), fewer than the {process_count} processes "
         "reading it (each reads its own shards). Split the corpus into at least as many "
-        "files as processes.")
+        "files as processes, or set data.process_split=rows (every process reads the "
+        "whole stream and keeps its devices' rows of each batch).")
 
 
 class _ShardStreamIterator(grain.DatasetIterator):
