@@ -98,7 +98,8 @@ def test_block_products_read_the_probabilities_as_laid_out():
   """Every product over a block's [queries, keys] probabilities (or their gradient)
   contracts it where a matmul reads it without a transposed copy: over its keys as the
   first operand (P V, dS K), over its queries as the second (dV and dK, summed
-  transposed). XLA:CPU copied Pᵀ for dV = Pᵀ dO: a quarter of the backward's op time."""
+  transposed). XLA:CPU copied Pᵀ for dV = Pᵀ dO (ModernBERT-base at 1,024 tokens: 95 ms
+  of op time a global layer)."""
   block_q, block_k = 32, 64
   q, k, v, d_out = heads(128, 4, 2)
   segment_ids = segments(128, "packed")

@@ -196,9 +196,9 @@ def _backward(plan, q, k, v, segments, out, lse, d_out):
                                  k_seg, i * plan.block_q, j * plan.block_k)
       p = jnp.where(mask, jnp.exp(s - _block(lse, i, plan.block_q, 3)[..., None]), 0.0)
       # dV and dK summed transposed ([b, kv, d, block_k]), with the [queries, keys] block
-      # second: contracted over its queries, it is then read as laid out. First (dV =
-      # Pᵀ dO), XLA:CPU copied it transposed: ModernBERT-base's train step at 1,024 tokens
-      # spent 95 ms of op time a global layer on that copy of P (2 x 12 x 1,024²).
+      # second: contracted over its queries, it is then read as laid out. As the first
+      # operand (dV = Pᵀ dO), XLA:CPU copied it transposed: ModernBERT-base's train step
+      # at 1,024 tokens spent 95 ms of op time a global layer on that copy of P.
       dv = dv + jnp.einsum("bkgqd,bkgqs->bkds", dob, p.astype(dob.dtype),
                            preferred_element_type=jnp.float32)
       dp = jnp.einsum("bkgqd,bksd->bkgqs", dob, vb, preferred_element_type=jnp.float32)
