@@ -134,8 +134,8 @@ def test_compiled_step_computes_what_the_jitted_step_does(tiny_config):
 
 
 def test_interleaved_steps_take_turns_and_are_timed_each():
-  """Round i runs step i of each framework, the order reversed every other round; each
-  step's own wall time is kept."""
+  """Round i runs step i of each framework, the order reversed every other round, the
+  warm-up rounds too; each timed step's own wall time is kept."""
   calls = []
 
   def quick(index):
@@ -145,9 +145,9 @@ def test_interleaved_steps_take_turns_and_are_timed_each():
     calls.append(("slow", index))
     time.sleep(0.02)
 
-  quick_times, slow_times = timing.time_interleaved([quick, slow], warmup=1, steps=3)
+  quick_times, slow_times = timing.time_interleaved([quick, slow], warmup=2, steps=3)
   assert calls == [("quick", 0), ("slow", 0), ("slow", 1), ("quick", 1), ("quick", 2),
-                   ("slow", 2), ("slow", 3), ("quick", 3)]
+                   ("slow", 2), ("slow", 3), ("quick", 3), ("quick", 4), ("slow", 4)]
   assert len(quick_times) == len(slow_times) == 3
   assert min(slow_times) >= 0.02 > max(quick_times)
 

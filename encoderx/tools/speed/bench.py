@@ -25,7 +25,7 @@ modernbert_base_1024: bench_models.BATCH_SIZES):
 - encoderx: the jitted train step (`Trainer.train_step`: masking, forward, loss,
   backward, the config's optimizer with clipping: AdamW, LAMB for ALBERT) on real
   batches of the bundled corpus. Compilation (the first call) is timed apart; then
-  WARMUP_STEPS untimed steps; then the mean of --steps timed steps, each one
+  WARMUP_STEPS untimed rounds; then the mean of --steps timed steps, each one
   `device_batch` + step + `block_until_ready`.
 - PyTorch: the method's PyTorch counterpart (torch_adapters.py, one set shared with the
   parity tests): for the pretrain method the family's Hugging Face pretraining class

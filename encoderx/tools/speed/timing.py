@@ -11,7 +11,12 @@ import jax
 import numpy as np
 
 PEAK_MATMUL_SIZE = 2048  # the square f32 matmul whose speed is the machine's peak
-WARMUP_STEPS = 2  # untimed steps after compilation (allocator, caches, thread pools)
+# Untimed rounds after compilation (allocator, caches, thread pools). On the 2-core Zen 5
+# host modernbert_tiny's jitted step took 267, 175 and 144 ms in its first three calls,
+# then 90-100, and the PyTorch step beside its slow ones 30 ms more than its own steady
+# 127-134: after two warm-up steps each, the first timed round was 164-174 / 160-173 ms
+# (encoderx / PyTorch) in every run, one round of nine charged to both.
+WARMUP_STEPS = 4
 
 
 @dataclasses.dataclass
@@ -75,19 +80,19 @@ def time_steps(step: Callable[[int], None], warmup: int, steps: int) -> list[flo
 
 def time_interleaved(steps_of: list[Callable[[int], None]], warmup: int, steps: int
                      ) -> list[list[float]]:
-  """The wall times of `steps` timed steps of each of `steps_of` (after `warmup` untimed
-  ones each), taken in turn: round i runs step i of each, one at a time, the order
-  reversed every other round, so that the machine's changing speed reaches all alike."""
-  for step in steps_of:
-    for index in range(warmup):
-      step(index)
+  """The wall times of `steps` timed steps of each of `steps_of`, taken in turn: round i
+  runs step i of each, one at a time, the order reversed every other round, so that the
+  machine's changing speed reaches all alike. The first `warmup` rounds are untimed and
+  run the same way, so the timed rounds start where each framework's steps are steady
+  beside the other's (WARMUP_STEPS)."""
   times = [[] for _ in steps_of]
-  for index in range(warmup, warmup + steps):
+  for index in range(warmup + steps):
     order = range(len(steps_of)) if index % 2 == 0 else reversed(range(len(steps_of)))
     for which in order:
       start = time.perf_counter()
       steps_of[which](index)
-      times[which].append(time.perf_counter() - start)
+      if index >= warmup:
+        times[which].append(time.perf_counter() - start)
   return times
 
 
