@@ -1,11 +1,11 @@
 """The kernels that compute the standard attention, by name (`model.attention.kernel`),
 and the one "auto" picks for a layer (`choose`).
 
-  xla        `attend`: jax.nn.dot_product_attention under the layer's whole [batch, 1,
-             length, length] mask (cuDNN's fused attention on GPU where
-             `fused_implementation` allows); with attention dropout, XLA's attention
-             with the probabilities written out. Memory quadratic in the length; any
-             shape; the only one that takes a separate query stream.
+  xla        `attend`: XLA's attention under the layer's whole [batch, 1, length,
+             length] mask, the probabilities written out (dropped with attention
+             dropout); cuDNN's fused attention on GPU where `fused_implementation`
+             allows and no dropout applies. Memory quadratic in the length; any shape;
+             the only one that takes a separate query stream.
   blockwise  encoderx/models/blockwise_attention.py: XLA, blocks of queries against the
              blocks of keys they reach, memory linear in the length; no dropout.
   pallas     encoderx/models/flash_attention.py: the GPU (Triton) kernel, with dropout;
@@ -65,9 +65,9 @@ from encoderx.models import flash_attention
 from encoderx.models import masks
 from encoderx.models import splash_attention
 
-# How the standard attention is computed (model.attention.kernel): "xla":
-# jax.nn.dot_product_attention under the whole [length, length] mask (cuDNN's fused
-# kernel on GPU), XLA's attention with attention dropout; "pallas": the GPU (Triton)
+# How the standard attention is computed (model.attention.kernel): "xla": XLA's
+# attention under the whole [length, length] mask (cuDNN's fused kernel on GPU without
+# attention dropout); "pallas": the GPU (Triton)
 # flash attention with dropout (flash_attention.py); "blockwise": XLA in memory linear in
 # the length, no dropout (blockwise_attention.py); "splash": JAX's splash attention for
 # TPU, no dropout (splash_attention.py). "auto", per layer: with attention dropout,
@@ -121,24 +121,26 @@ def attend(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array,
   key-value head n // (heads / kv_heads), as Hugging Face's repeat_kv and
   jax.nn.dot_product_attention group them); `mask` [batch, 1, query, key] bool.
 
-  Without dropout on the probabilities, this is `jax.nn.dot_product_attention`: cuDNN's
-  fused flash attention on GPU where `fused_implementation` allows (the mask, padding and
-  packed documents alike, goes in as its additive bias), XLA elsewhere. Neither has a
-  usable dropout (jax's cuDNN call fixes the dropout seed at 42, so every step would
-  drop the same elements), so with attention dropout the probabilities are computed here,
-  dropped (8 bits per element, encoderx/models/dropout.py) and applied to the values:
-  the same arithmetic, checked against it in tests/test_dropout.py. (On GPU, "auto" or
-  "pallas" keeps them on chip instead: flash_attention.py.)
+  Where `fused_implementation` allows and no dropout applies, this is cuDNN's fused
+  flash attention (`jax.nn.dot_product_attention`; the mask, padding and packed
+  documents alike, goes in as its additive bias). Elsewhere XLA computes the
+  probabilities (`masks.attention_probabilities`: jax.nn.dot_product_attention's
+  arithmetic, the heads first), drops them where dropout applies (8 bits per element,
+  encoderx/models/dropout.py: jax's cuDNN call fixes the dropout seed at 42, so every
+  step would drop the same elements) and applies them to the values; checked against
+  Flax's attention in tests/test_dropout.py. (On GPU, "auto" or "pallas" keeps the
+  dropped probabilities on chip instead: flash_attention.py.)
   """
-  if dropout_key is None or dropout_lib.effective_rate(dropout_rate) == 0:
+  dropping = dropout_key is not None and dropout_lib.effective_rate(dropout_rate) > 0
+  implementation = fused_implementation(query, key, bias)
+  if implementation is not None and not dropping:
     with masks.softmax_rule():
-      return jax.nn.dot_product_attention(
-          query, key, value, bias=bias, mask=mask,
-          implementation=fused_implementation(query, key, bias))
-  key, value = masks.repeat_kv_heads(query, key, value)
-  probabilities = dropout_lib.dropout(masks.attention_probabilities(query, key, mask, bias),
-                                      dropout_rate, dropout_key)
-  return jnp.einsum("bnqk,bknd->bqnd", probabilities.astype(value.dtype), value)
+      return jax.nn.dot_product_attention(query, key, value, bias=bias, mask=mask,
+                                          implementation=implementation)
+  probabilities = masks.attention_probabilities(query, key, mask, bias)
+  if dropping:
+    probabilities = dropout_lib.dropout(probabilities, dropout_rate, dropout_key)
+  return masks.weighted_values(probabilities.astype(value.dtype), value)
 
 
 def _heads_layout():
