@@ -95,7 +95,7 @@ def test_attention_products_take_the_heads_first():
   """Every product of `attend`'s XLA attention and of its gradient has the batch and
   the (kv) heads as its leading batch axes on both operands: with jax's [batch, length,
   heads, head_dim] operands XLA:CPU laid P V out transposed (modernbert_tiny's CPU step
-  4-6% slower)."""
+  3-5% slower)."""
   query, key, value, mask, _ = _qkv_and_mask()
   key, value = key[:, :, :2], value[:, :, :2]
   grad = jax.grad(lambda *qkv: jnp.sum(attention.attend(*qkv, mask)), (0, 1, 2))

@@ -74,7 +74,7 @@ def attention_probabilities(query: jax.Array, key: jax.Array, mask: jax.Array,
   The products take the heads first, the query heads of a kv head as one run of rows
   ([batch, kv_heads, group x length, head_dim]; `weighted_values` alike): with jax's
   [batch, length, heads, head_dim] operands XLA:CPU laid out P V transposed, and
-  modernbert_tiny's CPU step took 4-6% more time (interleaved in one process)."""
+  modernbert_tiny's CPU step took 3-5% more time (interleaved in one process)."""
   batch, length, heads, _ = query.shape
   logits = jnp.einsum("bkqd,bksd->bkqs", _heads_major(query, key.shape[2]),
                       jnp.swapaxes(key, 1, 2), preferred_element_type=jnp.float32)
