@@ -79,7 +79,7 @@ def test_attend_matches_flax_attention(with_bias, kv_heads):
   weights = jax.random.normal(jax.random.key(7), query.shape)
 
   def reference(q, k, v):
-    k, v = (jnp.repeat(x, 4 // kv_heads, axis=2) for x in (k, v))
+    k, v = masks.repeat_kv_heads(q, k, v)
     return nn.dot_product_attention(q, k, v, bias=bias, mask=mask)
 
   mine = lambda q, k, v: attention.attend(q, k, v, mask, bias=bias)

@@ -478,10 +478,9 @@ def reference_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                         segment_ids: jax.Array, dropout_rate: float = 0.0,
                         dropout_key: jax.Array | None = None, *,
                         window: int = 0) -> jax.Array:
-  """`flash_attention` in plain jnp over whole arrays: the same softmax, mask (kv heads
-  repeated) and dropout bits, for tests."""
+  """`flash_attention` in plain jnp over whole arrays: the same softmax, mask and
+  dropout bits, for tests."""
   batch, length, num_heads, _ = query.shape
-  key, value = masks.repeat_kv_heads(query, key, value)
   probabilities = masks.attention_probabilities(
       query, key, masks.local_window_mask(segment_ids, window))
   threshold = dropout_lib.threshold(dropout_rate) if dropout_key is not None else 0
@@ -493,5 +492,5 @@ def reference_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                      threshold)
     probabilities = jnp.where(
         keep, probabilities * dropout_lib.survivor_scale(threshold), 0.0)
-  out = jnp.einsum("bnqk,bknd->bqnd", probabilities.astype(value.dtype), value)
+  out = masks.weighted_values(probabilities.astype(value.dtype), value)
   return masks.padding_queries_as_xla(out, value, segment_ids) if window else out
