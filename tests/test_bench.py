@@ -13,6 +13,7 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -118,6 +119,25 @@ def test_pytorch_flops_count_the_head_where_hugging_face_runs_it():
                      bench_models.model_flops_per_token(config, method))
   assert counted["bert_tiny"][0] > counted["bert_tiny"][1]
   assert counted["modernbert_tiny"][0] == counted["modernbert_tiny"][1]
+
+
+def test_pytorch_is_fed_batches_masked_at_the_training_rate():
+  """ModernBERT masks 30% of the tokens in training and 15% in evaluation: PyTorch is fed
+  the batches as the train step masks them (`prepare` given the step), so its sparse
+  prediction scores as many positions as encoderx's head (on 1053c76's code, fed the
+  evaluation's masks, it scored half)."""
+  config = config_lib.validate(bench_models.build_config("modernbert_tiny", 4))
+  method = method_registry.build(config)
+  batch = _batch(config, 4)
+  (fed,) = train_steps.prepared_batches(method, [batch])
+  key, prepare = jax.random.fold_in(jax.random.key(0), 0), jax.jit(method.prepare)
+  trained, evaluated = prepare(batch, key, jnp.asarray(0, jnp.int32)), prepare(batch, key)
+  for name, values in trained.items():
+    np.testing.assert_array_equal(fed[name], values)
+  masked = lambda prepared: float(np.sum(prepared["masked_weights"]))
+  assert masked(fed) == pytest.approx(config.objective.mlm.rate * batch["input_ids"].size,
+                                      rel=0.05)
+  assert masked(fed) > 1.8 * masked(evaluated)
 
 
 def test_compiled_step_computes_what_the_jitted_step_does(tiny_config):
