@@ -13,7 +13,6 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -123,17 +122,14 @@ def test_pytorch_flops_count_the_head_where_hugging_face_runs_it():
 
 def test_pytorch_is_fed_batches_masked_at_the_training_rate():
   """ModernBERT masks 30% of the tokens in training and 15% in evaluation: PyTorch is fed
-  the batches as the train step masks them (`prepare` given the step), so its sparse
+  the batches as the train step masks them (Trainer.prepared_batch), so its sparse
   prediction scores as many positions as encoderx's head (on 1053c76's code, fed the
   evaluation's masks, it scored half)."""
-  config = config_lib.validate(bench_models.build_config("modernbert_tiny", 4))
-  method = method_registry.build(config)
-  batch = _batch(config, 4)
-  (fed,) = train_steps.prepared_batches(method, [batch])
-  key, prepare = jax.random.fold_in(jax.random.key(0), 0), jax.jit(method.prepare)
-  trained, evaluated = prepare(batch, key, jnp.asarray(0, jnp.int32)), prepare(batch, key)
-  for name, values in trained.items():
-    np.testing.assert_array_equal(fed[name], values)
+  config = bench_models.build_config("modernbert_tiny", 4)
+  trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
+  batch = _batch(trainer.config, 4)
+  (fed,) = train_steps.prepared_batches(trainer, [batch])
+  evaluated = jax.jit(trainer.method.prepare)(batch, jax.random.key(0))
   masked = lambda prepared: float(np.sum(prepared["masked_weights"]))
   assert masked(fed) == pytest.approx(config.objective.mlm.rate * batch["input_ids"].size,
                                       rel=0.05)

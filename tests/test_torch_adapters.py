@@ -12,6 +12,7 @@ import torch
 from encoderx import config as config_lib
 from encoderx.data import pipeline
 from encoderx.methods import registry
+from encoderx.train import trainer as trainer_lib
 from encoderx.tools.speed import bench_models, train_steps
 from encoderx.tools.parity import torch_adapters
 
@@ -29,6 +30,10 @@ BENCH_ADAPTERS = [("bert_tiny", "Pretraining", "BertForPreTraining"),
 def _method(model_name: str, batch_size: int = 4):
   config = bench_models.build_config(model_name, batch_size)
   return config, registry.build(config_lib.validate(config))
+
+
+def _trainer(config):
+  return trainer_lib.Trainer(config, devices=jax.devices()[:1])
 
 
 def _stand_in(name: str, family: str):
@@ -71,7 +76,8 @@ def test_each_bench_adapter_trains_on_a_bench_batch(model_name, adapter_name, hf
   """The bench's way (not strict, batches as encoderx's `prepare` makes them, train
   mode): a finite loss at two steps in a row (XLNet's second with the first's mems), and
   gradients for the weights. The models' special-token ids are the vocabulary's."""
-  config, method = _method(model_name)
+  trainer = _trainer(bench_models.build_config(model_name, 4))
+  config, method = trainer.config, trainer.method
   batches = pipeline.take_batches(bench_models.pretraining_task(config), "train",
                                   config.data.seq_length, 4, 2)
   torch.manual_seed(0)
@@ -79,7 +85,7 @@ def test_each_bench_adapter_trains_on_a_bench_batch(model_name, adapter_name, hf
   assert type(adapter).__name__ == adapter_name
   assert type(adapter.model).__name__ == hf_class
   adapter.model.train()
-  for prepared in train_steps.prepared_batches(method, batches):
+  for prepared in train_steps.prepared_batches(trainer, batches):
     adapter.model.zero_grad()
     loss = adapter.loss(adapter.inputs(prepared))
     assert loss.ndim == 0 and np.isfinite(loss.item()) and loss.item() > 0
@@ -107,11 +113,11 @@ def test_each_bench_adapter_trains_on_a_bench_batch(model_name, adapter_name, hf
 def test_electra_samples_with_the_train_steps_key_when_strict(tiny_config):
   """Given the step's loss key, ELECTRA's discriminator reads the tokens encoderx's own
   sampler draws (objectives/rtd.py), the same for the same key."""
-  config = tiny_config("electra:tiny")
-  method = registry.build(config_lib.validate(config))
+  trainer = _trainer(tiny_config("electra:tiny"))
+  config, method = trainer.config, trainer.method
   (batch,) = pipeline.take_batches(method.task(), "train", config.data.seq_length,
                                    config.train.batch_size, 1)
-  (prepared,) = train_steps.prepared_batches(method, [batch])
+  (prepared,) = train_steps.prepared_batches(trainer, [batch])
   torch.manual_seed(0)
   adapter = torch_adapters.adapter(method)
   adapter.model.eval()

@@ -140,9 +140,9 @@ def measure_steps(case: str, config, steps: int, warmup: int = WARMUP_STEPS) -> 
   method = registry.build(config)
   cut = [method.host_batch(b, SEQ_LENGTH) for b in batches]
   longest = [padded_to_the_longest(b, getattr(method, "views", {}).values()) for b in batches]
-  bucketed, method, cost = train_steps.encoderx_stepper(config, cut)
+  bucketed, trainer, cost = train_steps.encoderx_stepper(config, cut)
   full, _, _ = train_steps.encoderx_stepper(unbucketed, batches)
-  torch_step = train_steps.torch_stepper(config, method, longest)
+  torch_step = train_steps.torch_stepper(trainer, longest)
   cut_times, full_times, torch_times = time_interleaved(
       [bucketed.run_step, full.run_step, torch_step.run_step], warmup, steps)
   timed = slice(warmup, warmup + steps)

@@ -7,7 +7,6 @@ import dataclasses
 import statistics
 
 import jax
-import jax.numpy as jnp
 
 from encoderx.train import trainer as trainer_lib
 from encoderx.data import buckets
@@ -18,8 +17,9 @@ from encoderx.tools.speed.timing import (StepTiming, Stepper, WARMUP_STEPS, desc
 
 
 def encoderx_stepper(config, batches: list[dict]):
-  """(its Stepper, the trainer's method: its model configs are the sizes PyTorch must
-  match, the first batch's compiled step's StepCost). Batches of several shapes (length
+  """(its Stepper, its Trainer: its method's model configs are the sizes PyTorch must
+  match, and its prepared_batch what PyTorch is fed; the first batch's compiled step's
+  StepCost). Batches of several shapes (length
   buckets) get a step compiled for each, before any runs: the cost's compile_seconds
   is their sum."""
   trainer = trainer_lib.Trainer(config, devices=jax.devices()[:1])
@@ -39,37 +39,34 @@ def encoderx_stepper(config, batches: list[dict]):
 
   num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
   cost = dataclasses.replace(costs[0], compile_seconds=sum(c.compile_seconds for c in costs))
-  return Stepper(run_step, num_params), trainer.method, cost
+  return Stepper(run_step, num_params), trainer, cost
 
 
-def prepared_batches(method, batches: list[dict]) -> list[dict]:
-  """Each batch as the method's `prepare` makes it (masks, XLNet's targets and orders) for
-  seed 0 at step = the batch's index, on the host: what PyTorch is fed. The step is
-  passed as the train step passes it: without one, `prepare` masks at the evaluation's
-  rate (ModernBERT's 15%, not its 30%), and a model that scores only the masked
-  positions (ModernBERT's sparse prediction) would do half the MLM head's work."""
-  prepare = jax.jit(method.prepare)
-  return [jax.device_get(prepare(batch, jax.random.fold_in(jax.random.key(0), index),
-                                 jnp.asarray(index, jnp.int32)))
-          for index, batch in enumerate(batches)]
+def prepared_batches(trainer, batches: list[dict]) -> list[dict]:
+  """Each batch as the train step of step = the batch's index sees it
+  (`Trainer.prepared_batch`: the run's masks at the training rate, XLNet's targets and
+  orders), on the host: what PyTorch is fed. (Without the step, `prepare` masks at the
+  evaluation's rate: ModernBERT's 15%, not its 30%, where Hugging Face's sparse
+  prediction would score half the positions encoderx's head does.)"""
+  return [trainer.prepared_batch(batch, step) for step, batch in enumerate(batches)]
 
 
-def torch_stepper(config, method, batches: list[dict], device: str = "cpu") -> Stepper:
+def torch_stepper(trainer, batches: list[dict], device: str = "cpu") -> Stepper:
   """The method's PyTorch counterpart (torch_adapters.adapter, not strict: the same work
   on every row) at its sizes, freshly initialized, in train mode (dropout on): forward
   with its loss, backward, AdamW's step (torch_optim.adamw), zero_grad; fed the batches
-  as encoderx's `prepare` makes them (drawn on the host before timing). On `device`
+  as encoderx's train step sees them (prepared_batches, on the host before timing). On `device`
   "cuda": the model and inputs there, bf16 autocast, SDPA attention (transformers'
   default), each step synchronized. Raises torch_adapters.NoAdapterError where the
   method has no counterpart."""
   import torch  # pylint: disable=g-import-not-at-top
   from encoderx.tools.parity import torch_adapters, torch_optim  # pylint: disable=g-import-not-at-top
   torch.manual_seed(0)
-  adapter = torch_adapters.adapter(method, strict=False)
+  adapter = torch_adapters.adapter(trainer.method, strict=False)
   model = adapter.model.train().to(device)
-  optimizer = torch_optim.adamw(config.optimizer, model.parameters())
+  optimizer = torch_optim.adamw(trainer.config.optimizer, model.parameters())
   inputs = [adapter.inputs(prepared).to(device)
-            for prepared in prepared_batches(method, batches)]
+            for prepared in prepared_batches(trainer, batches)]
   autocast = torch.autocast("cuda", torch.bfloat16, enabled=device == "cuda")
 
   def run_step(index):
@@ -131,14 +128,15 @@ def measure_model(name: str, config, batches: list[dict], steps: int,
   """Times encoderx's step, and PyTorch's on `torch_device` (None: not) where the method
   has a PyTorch counterpart: interleaved with encoderx's on CPU, after it on an
   accelerator (see bench.py's module doc)."""
-  jax_stepper, method, cost = encoderx_stepper(config, batches)
+  jax_stepper, trainer, cost = encoderx_stepper(config, batches)
+  method = trainer.method
   refusal = torch_refusal(method) if torch_device else None
   if refusal:
     print(f"  pytorch   none: {refusal}", flush=True)
   with_torch = bool(torch_device) and refusal is None
   interleave = with_torch and torch_device == "cpu"
   if interleave:
-    torch_step = torch_stepper(config, method, batches, torch_device)
+    torch_step = torch_stepper(trainer, batches, torch_device)
     jax_times, torch_times = time_interleaved(
         [jax_stepper.run_step, torch_step.run_step], warmup, steps)
   else:
@@ -150,7 +148,7 @@ def measure_model(name: str, config, batches: list[dict], steps: int,
   print(describe_timing("encoderx", jax_timing, figures.tokens_per_step), flush=True)
   if with_torch:
     if not interleave:
-      torch_step = torch_stepper(config, method, batches, torch_device)
+      torch_step = torch_stepper(trainer, batches, torch_device)
       torch_times = time_steps(torch_step.run_step, warmup, steps)
     figures.torch_timing = StepTiming(torch_times, num_params=torch_step.num_params)
     figures.torch_flops_per_token = bench_models.model_flops_per_token(
