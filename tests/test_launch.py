@@ -190,6 +190,13 @@ def test_gpu_bench_runs_the_bench_rows_without_the_text_stack(tmp_path, monkeypa
                     "--skip_torch", "--dropouts=0"])
 
 
+def test_gpu_bench_all_times_a_row_without_dropout_only_where_the_config_has_dropout():
+  """`all`'s first item: BERT (attention dropout 0.1) gets a row with it and one without;
+  ModernBERT (none) one row, not the same row twice."""
+  assert gpu_bench.first_item_dropouts(("bert_tiny", 64, 2)) == [None, 0.0]
+  assert gpu_bench.first_item_dropouts(("modernbert_tiny", 128, 2)) == [None]
+
+
 def test_gpu_bench_tunes_the_attention_kernels_tiling(capsys):
   """`launch/gpu_bench.py tune` (attention_checks.tune): each candidate tiling checked
   against the XLA reference and timed, the fastest returned (two forward and two backward
