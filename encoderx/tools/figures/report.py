@@ -108,7 +108,7 @@ _STEP_PAGE = (_STEP[0], _STEP[1], Column("batch", "batch_size"), _STEP[3], _STEP
 TABLES: dict[str, Table] = {
     "train_steps": Table("Train steps at length 128, encoderx against Hugging Face PyTorch",
                          _STEP, _STEP_PAGE),
-    "accelerator": Table("BERT train steps in bfloat16 on accelerators", _STEP[:12],
+    "accelerator": Table("Train steps in bfloat16 on accelerators", _STEP[:12],
                          _STEP_PAGE[:-1]),
     "train_loop": Table("The training loop (python -m encoderx.train) against the bench's step",
                         (Column("model", "model"), Column("steps", "steps"),
