@@ -429,6 +429,57 @@ def test_kernel_with_a_window_never_reads_the_blocks_it_does_not_reach():
     assert clean == ([True] * 4 if window else [False] * 4), (window, clean)
 
 
+def test_kernel_never_reads_the_blocks_of_other_documents():
+  """Global attention over a packed row: documents at 0-99 and 100-255, blocks of 32.
+  The first 96 queries (blocks 0-2, document 1 alone) reach keys up to 127 (blocks 0-3);
+  values NaN from key 128 on would make their rows and dq NaN were those blocks
+  visited, d_out NaN from query 128 on likewise dK and dV of the first 96 keys. One
+  document over the whole row visits them all and is poisoned."""
+  q, k, v, d_out = blocks.heads(256, batch=1)
+  tiling = fa.Tiling(block=32, backward_block=32)
+  for documents in ([100, 156], [256]):
+    segment_ids = jnp.array([[i + 1 for i, size in enumerate(documents)
+                              for _ in range(size)]], jnp.int32)
+    kernel = lambda *qkv: fa.flash_attention(*qkv, segment_ids, tiling=tiling,
+                                             interpret=True)
+    run = blocks.compiled_outputs_and_gradients(kernel)
+    out, dq, _, _ = run(q, k, v.at[:, 128:].set(jnp.nan), d_out)
+    _, _, dk, dv = run(q, k, v, d_out.at[:, 128:].set(jnp.nan))
+    clean = [bool(jnp.all(jnp.isfinite(x[:, :96]))) for x in (out, dq, dk, dv)]
+    assert clean == [len(documents) == 2] * 4, (documents, clean)
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.1])
+def test_kernel_skipping_documents_matches_its_reference_wherever_they_lie(rate):
+  """Documents whose ids come back later in the row (1, 2, 1, 3), an id past the length
+  and padding between them, blocks of 32 and backward blocks of 16: the blocks skipped
+  hold no key of a query's document, so outputs and gradients are the reference's."""
+  sizes = [(1, 40), (2, 50), (0, 6), (1, 30), (3, 60), (999, 50), (0, 20)]
+  segment_ids = jnp.array([[i for i, size in sizes for _ in range(size)]], jnp.int32)
+  q, k, v, d_out = blocks.heads(256, batch=1)
+  key = jax.random.key(3)
+  tiling = fa.Tiling(block=32, backward_block=16)
+  got = blocks.compiled_outputs_and_gradients(
+      lambda *qkv: fa.flash_attention(*qkv, segment_ids, rate, key, tiling=tiling,
+                                      interpret=True))(q, k, v, d_out)
+  want = blocks.compiled_outputs_and_gradients(
+      lambda *qkv: fa.reference_attention(*qkv, segment_ids, rate, key))(q, k, v, d_out)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, atol=2e-5, rtol=1e-5)
+
+
+def test_document_extents_cover_each_documents_positions():
+  """masks.document_extents: a document's first and last position wherever its tokens
+  lie, padding its own position, ids past the length one wider bucket."""
+  segment_ids = jnp.array([[1, 1, 2, 0, 1, 9, 3, 9], [2, 2, 2, 2, 0, 0, 0, 0]])
+  first, last = masks.document_extents(segment_ids)
+  np.testing.assert_array_equal(first, [[0, 0, 2, 3, 0, 5, 6, 5], [0, 0, 0, 0, 4, 5, 6, 7]])
+  np.testing.assert_array_equal(last, [[4, 4, 2, 3, 4, 7, 6, 7], [3, 3, 3, 3, 4, 5, 6, 7]])
+  first, last = masks.document_extents(jnp.array([[8, 9, 1, 9]]))  # 8 and 9 past 4
+  np.testing.assert_array_equal(first, [[0, 0, 2, 0]])
+  np.testing.assert_array_equal(last, [[3, 3, 2, 3]])
+
+
 def test_windowed_grouped_kernels_lower_to_triton_and_compile_for_an_h100():
   """A local window (dynamic loop bounds) and 16 query heads over 4 kv heads: lowered for
   CUDA, both kernels are Triton's and no [query, key] array is left to XLA; the

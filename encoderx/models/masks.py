@@ -39,6 +39,24 @@ def segment_mask(query_segments: jax.Array, key_segments: jax.Array) -> jax.Arra
   return query_segments[..., :, None] == key_segments[..., None, :]
 
 
+def document_extents(segment_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(first, last) [batch, length] int32: the first and the last position of each
+  position's document in its row (`segment_ids` [batch, length]), the position itself
+  for padding. No key outside [first, last] is attended by the query there
+  (`segment_mask`), so a kernel may skip the blocks outside the extents of a block's
+  queries (flash_attention.py). Ids past the length share one bucket: their extents are
+  the bucket's, wider, never narrower."""
+  batch, length = segment_ids.shape
+  positions = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
+  real = segment_ids > 0
+  bucket = jnp.where(real, jnp.clip(segment_ids, 1, length), 0).astype(jnp.int32)
+  rows = jnp.arange(batch)[:, None]
+  first = jnp.full((batch, length + 1), length, jnp.int32).at[rows, bucket].min(positions)
+  last = jnp.full((batch, length + 1), -1, jnp.int32).at[rows, bucket].max(positions)
+  return (jnp.where(real, jnp.take_along_axis(first, bucket, axis=1), positions),
+          jnp.where(real, jnp.take_along_axis(last, bucket, axis=1), positions))
+
+
 def padding_and_packing_mask(segment_ids: jax.Array) -> jax.Array:
   """Attention mask [batch, 1, length, length] from segment ids [batch, length]
   (`segment_mask`)."""
