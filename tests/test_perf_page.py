@@ -121,6 +121,29 @@ def test_a_newer_record_of_the_same_device_replaces_its_rows(tmp_path):
   assert "`cpu-a-0-new.json`, `cpu-b.json`" in text
 
 
+def test_a_cpu_named_without_its_generation_gives_way_to_a_newer_record_naming_it(
+    tmp_path):
+  """Records before 2026-11-29 named a CPU without its family and model: a newer record
+  of the same name with them replaces the rows of the models it measured again, and
+  the old record's other models stay; an older one replaces nothing, and a record of
+  another family keeps its own rows."""
+  figures = tmp_path / "figures"
+  old = _record("AMD EPYC, AVX-512, 2 cores", "2026-01-01T00:00:00+00:00", 13579)
+  old["rows"].append({**old["rows"][0], "model": "xlnet_tiny"})
+  _write(figures, "cpu-old.json", old)
+  _write(figures, "cpu-zen5.json", _record("AMD EPYC (family 26, model 2), AVX-512, 2 cores",
+                                           "2026-02-01T00:00:00+00:00", 24680))
+  _write(figures, "cpu-zen4.json", _record("AMD EPYC (family 25, model 17), AVX-512, 2 cores",
+                                           "2025-12-01T00:00:00+00:00", 35791))
+  rows = _table_rows(_generate(tmp_path), report.TABLES["train_steps"].title)
+  assert len(rows) == 3 and "35,791" in rows[0] and "24,680" in rows[1]  # by device name
+  assert rows[2].startswith("| xlnet_tiny ") and "13,579" in rows[2]
+  old["date"] = "2026-03-01T00:00:00+00:00"
+  _write(figures, "cpu-old.json", old)
+  rows = _table_rows(_generate(tmp_path), report.TABLES["train_steps"].title)
+  assert len(rows) == 4 and sum("13,579" in row for row in rows) == 2
+
+
 def test_the_prose_above_the_marker_is_kept_and_a_page_gets_the_marker(tmp_path):
   _write(tmp_path / "figures", "cpu.json", _record("CPU A, AVX2, 2 cores",
                                                    "2026-01-01T00:00:00+00:00", 5000))

@@ -5,7 +5,9 @@
 
 Reads every *.json in --figures (written by `python -m encoderx.tools.speed.bench --json=FILE`
 or `python -m encoderx.tools.data.bench_data --json=FILE`; report.py describes a record),
-keeps for each kind of table and each device the newest record (by its date), and
+keeps for each kind of table and each device the newest record (by its date; of a CPU
+named without its family and model, as before 2026-11-29, the rows of the models a
+newer record of the name with them measured again are left out), and
 rewrites everything below MARKER in the page: one Markdown table per kind (report.TABLES:
 its title and page columns), every row with the date, commit, device, malloc and
 command of the record it comes from. The text above the marker is kept; a page without
@@ -17,6 +19,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 
 from encoderx.tools.figures import report
@@ -64,9 +67,23 @@ def current(records: list[tuple[str, dict]]) -> dict[str, list[tuple[str, dict, 
                                                         newest[key][0]):
         newest[key] = (name, record, rows)
   by_kind: dict[str, list] = {}
-  for (kind, _), entry in sorted(newest.items(), key=lambda item: item[0]):
-    by_kind.setdefault(kind, []).append(entry)
+  for (kind, device), (name, record, rows) in sorted(newest.items(),
+                                                     key=lambda item: item[0]):
+    remeasured = {row.get("model") for (k, other), (_, newer, newer_rows) in newest.items()
+                  if k == kind and other != device and unnamed_generation(other) == device
+                  and newer["date"] > record["date"] for row in newer_rows}
+    rows = [row for row in rows if "model" not in row or row["model"] not in remeasured]
+    if rows:
+      by_kind.setdefault(kind, []).append((name, record, rows))
   return by_kind
+
+
+def unnamed_generation(device: str) -> str:
+  """`device` without the CPU's family and model (report.cpu_description's
+  " (family F, model M)"). A record that names a CPU without them (as before 2026-11-29)
+  loses the rows of the models a newer record of the same name with them measured
+  again: the same host's rows, measured before, not another device's."""
+  return re.sub(r" \(family [^)]*\)", "", device)
 
 
 def _cell(text: str) -> str:
