@@ -43,8 +43,8 @@ query blocks within its documents', as flash-attention's variable-length kernels
 splash attention's segment masks skip the work between documents. On the 16 batches
 `launch/gpu_bench.py record` takes from the bundled corpus, a global layer visits 44% of
 the 64 x 64 block pairs of ModernBERT's rows of 8,192 tokens (documents of 2,000 to
-4,000 tokens) and 85% of BERT's rows of 512 (padding). A padding query visits only some keys, so
-its row is replaced by what `attention.attend` gives it
+4,000 tokens) and 85% of BERT's rows of 512 (padding). A padding query visits only some
+keys, so its row is replaced by what `attention.attend` gives it
 (`masks.padding_queries_as_xla`), with or without a window.
 
 Under a mesh, `sharded_flash_attention` runs the kernel on each device's rows and heads

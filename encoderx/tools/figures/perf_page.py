@@ -69,13 +69,20 @@ def current(records: list[tuple[str, dict]]) -> dict[str, list[tuple[str, dict, 
   by_kind: dict[str, list] = {}
   for (kind, device), (name, record, rows) in sorted(newest.items(),
                                                      key=lambda item: item[0]):
-    remeasured = {row.get("model") for (k, other), (_, newer, newer_rows) in newest.items()
-                  if k == kind and other != device and unnamed_generation(other) == device
-                  and newer["date"] > record["date"] for row in newer_rows}
+    remeasured = remeasured_models(kind, device, record["date"], newest)
     rows = [row for row in rows if "model" not in row or row["model"] not in remeasured]
     if rows:
       by_kind.setdefault(kind, []).append((name, record, rows))
   return by_kind
+
+
+def remeasured_models(kind: str, device: str, date: str, newest: dict) -> set:
+  """The models of `kind` that a record newer than `date` measured on `device` named
+  with its family and model (`unnamed_generation`); `newest`: current's
+  {(kind, device): (file name, record, rows)}."""
+  return {row.get("model") for (k, other), (_, record, rows) in newest.items()
+          if k == kind and other != device and unnamed_generation(other) == device
+          and record["date"] > date for row in rows}
 
 
 def unnamed_generation(device: str) -> str:

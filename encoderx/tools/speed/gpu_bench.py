@@ -16,8 +16,8 @@ bench model (`modernbert_base`), its length, its batch (default --batch_size); t
 default plan is ALL_PLAN. `all` is the issue's one device run: the rows of the plan
 (ALL_PLAN: BERT-large at 512 with the config's attention dropout and without, then
 ModernBERT-base at 8,192 tokens, 4 rows of packed documents; the first item's row
-without dropout only where its config has none), each with Hugging Face PyTorch beside
-it; a profile of the first item's step with the config's dropout; the first item's train
+without dropout only where its config has dropout), each with Hugging Face PyTorch
+beside it; a profile of the first item's step with the config's dropout; the first item's train
 step with contraction.py's kernel gradients against jax's order, in that order, each part
 skipped once --budget_s has passed. With JAX_COMPILATION_CACHE_DIR set, the profile
 reuses the rows' compilation. It writes OUT/gpu_bench.json (report.py's
@@ -236,10 +236,10 @@ def first_item_dropouts(item) -> list[float | None]:
 
 
 def run_all(plan, out: str, budget_s: float, take_batches, with_torch: bool = True) -> None:
-  """The rows, the contraction comparison and the profile (see the module doc) of `plan`
-  (its first item has both dropouts where its config has one, the contraction and the
-  profile), each
-  part started only while the budget lasts; OUT/gpu_bench.json after each part."""
+  """The rows, the profile and the contraction comparison (see the module doc) of `plan`
+  (its first item has both dropouts where its config has one, the profile and the
+  contraction), each part started only while the budget lasts; OUT/gpu_bench.json after
+  each part."""
   start, tables, rows_found = time.perf_counter(), {}, []
   os.makedirs(out, exist_ok=True)
   warmup = accelerator.ACCELERATOR_WARMUP_STEPS
