@@ -149,6 +149,31 @@ def test_scores_bias_is_a_column_of_the_product_on_cpu_only(monkeypatch):
   assert 8 in gpu_sizes and 9 not in gpu_sizes and gpu_adds
 
 
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_scores_table_gradient_is_compiled_with_x_first(with_bias):
+  """XLA:CPU's optimized step forms the table's gradient as x · g, [E (+ 1), V], with or
+  without a bias: folding the transpose back into the product gave g · x, [V, E], with g
+  [predictions, V] transposed, in its Eigen path (eurobert_tiny's head, no bias)."""
+  predictions, embed, vocab = 96, 24, 320
+  x, table = jnp.ones((predictions, embed)), jnp.ones((vocab, embed))
+  bias = jnp.ones((vocab,)) if with_bias else None
+  grad = jax.jit(jax.grad(lambda x, table: jnp.sum(jnp.sin(contraction.scores(
+      x, table, bias))), (0, 1)))
+  hlo = grad.lower(x, table).compile().as_text()
+  products = {_laid_out_shape(line.split(" = ")[1].split(" ")[0])
+              for line in hlo.splitlines() if " dot(" in line}
+  assert (embed + with_bias, vocab) in products, products
+  assert (vocab, embed) not in products, products
+
+
+def _laid_out_shape(hlo_shape: str) -> tuple[int, ...]:
+  """'f32[320,24]{0,1}' -> (24, 320): the dimensions from major to minor in memory."""
+  dims, layout = hlo_shape.split("[")[1].split("]{")
+  dims = [int(d) for d in dims.split(",")]
+  minor_to_major = [int(d) for d in layout.rstrip("}").split(",")]
+  return tuple(dims[d] for d in reversed(minor_to_major))
+
+
 def test_jax_order_traces_jaxs_own_gradient_and_is_restored():
   """Inside jax_order() the kernel gradient is jax's: the output's gradient first."""
   with contraction.jax_order():

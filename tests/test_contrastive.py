@@ -212,14 +212,16 @@ def test_contrastive_trains_and_its_loss_decreases(tmp_path):
 def test_eight_devices_and_gradient_caching_equal_one_device(tmp_path):
   """The similarity matrix over the global batch: 8 devices (each holding two rows) give
   the 1-device step, and so does gradient caching on the 8 devices in two chunks of 8
-  rows, each chunk spread over every device (Matryoshka, symmetric and a learned scale
-  on; caching on one device: the CachedMNRL parity case); texts packed into rows (the
+  rows, each chunk spread over every device, and in four chunks of 4 rows, fewer than
+  the devices (Matryoshka, symmetric and a learned scale on; caching on one
+  device: the CachedMNRL parity case); texts packed into rows (the
   default, contrastive.pack_texts) give the step of texts each in a padded row of its
   own."""
   results = {}
   for name, devices, chunk, pack in [("one", ONE_DEVICE, 0, True),
                                      ("eight", jax.devices(), 0, True),
                                      ("cached", jax.devices(), 8, True),
+                                     ("cached_small", jax.devices(), 4, True),
                                      ("padded", ONE_DEVICE, 0, False)]:
     config = method_config(tmp_path, batch=16)
     config.contrastive.symmetric, config.contrastive.learn_scale = True, True
@@ -227,7 +229,7 @@ def test_eight_devices_and_gradient_caching_equal_one_device(tmp_path):
     config.contrastive.cache_chunk_size, config.contrastive.pack_texts = chunk, pack
     results[name] = run(config, tmp_path / name, devices)
   assert "logit_scale" in results["one"]["params"]
-  for name in ("eight", "cached", "padded"):
+  for name in ("eight", "cached", "cached_small", "padded"):
     for got, want in zip(results[name]["history"], results["one"]["history"]):
       assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
       assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=1e-4)
