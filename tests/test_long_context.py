@@ -143,11 +143,11 @@ def test_auto_picks_as_documented():
     config = MODEL.replace(attention=dict(kernel=kernel))
     return attention_kernels.choose(config, q, q, q, window, query_given, dropout, backend)
 
-  long = attention_kernels.LONG_ROW
+  full = attention_kernels.CPU_FULL_ROW
   assert [choose("cpu", heads(128)), choose("cpu", heads(128), 32),
-          choose("cpu", heads(512), 32), choose("cpu", heads(long)),
-          choose("cpu", heads(long), dropout=True)] == [
-              "xla", "xla", "blockwise", "blockwise", "xla"]  # 128/32: the band skips no block
+          choose("cpu", heads(512), 32), choose("cpu", heads(full)),
+          choose("cpu", heads(full + 1)), choose("cpu", heads(2 * full), dropout=True)] == [
+              "xla", "xla", "blockwise", "xla", "blockwise", "xla"]  # 128/32: no block skipped
   assert [choose("tpu", heads(128)), choose("tpu", heads(8192), 128),
           choose("tpu", heads(128), dropout=True)] == ["splash", "splash", "xla"]
   assert [choose("gpu", bf16(512), dropout=True), choose("gpu", bf16(512), 32, True),
@@ -170,7 +170,8 @@ def test_auto_in_the_model_on_each_backend(monkeypatch):
   # the local window of 32 meets every block of a 128-token row, and skips some at 512
   assert _chosen(monkeypatch, "cpu", MODEL) == ["xla", "xla"]
   assert _chosen(monkeypatch, "cpu", MODEL, length=512) == ["xla", "blockwise"]
-  assert _chosen(monkeypatch, "cpu", MODEL, length=1024) == ["blockwise"] * 2
+  assert _chosen(monkeypatch, "cpu", MODEL, length=1024) == ["xla", "blockwise"]
+  assert _chosen(monkeypatch, "cpu", MODEL, length=2048) == ["blockwise"] * 2
   assert _chosen(monkeypatch, "tpu", MODEL) == ["splash"] * 2
   assert _chosen(monkeypatch, "gpu", MODEL) == ["xla"] * 2
   dropped = MODEL.replace(attention=dict(dropout=0.1), dtype="bfloat16")

@@ -36,12 +36,13 @@ model.attention.dropout > 0):
                           else blockwise.
   GPU                     rows shorter than LONG_ROW: xla (cuDNN); longer: pallas where
                           it takes the heads (`pallas_refusal`), else blockwise.
-  CPU                     blockwise for rows of LONG_ROW tokens or more and for local
-                          layers whose window skips key blocks (a 512-token row, a
-                          window of 128); xla for shorter rows of global layers and
-                          for local layers whose window meets every block of the row
-                          (ModernBERT-tiny's 128 tokens, a window of 64: the band
-                          saves nothing, and XLA's attention took 0.82x its time).
+  CPU                     blockwise for rows longer than CPU_FULL_ROW tokens and for
+                          local layers whose window skips key blocks (a 512-token row,
+                          a window of 128); xla for global layers' rows of up to
+                          CPU_FULL_ROW tokens and for local layers whose window meets
+                          every block of the row (ModernBERT-tiny's 128 tokens, a
+                          window of 64: the band saves nothing, and XLA's attention
+                          took 0.82x its time).
   any                     xla for a separate query stream (DeBERTa's enhanced mask
                           decoder), and for a row shorter than its layer's window.
 
@@ -73,14 +74,20 @@ from encoderx.models import splash_attention
 # TPU, no dropout (splash_attention.py). "auto", per layer: with attention dropout,
 # "pallas" on GPU where measured the faster, else "xla"; without, "splash" on TPU (else
 # "blockwise"), on GPU "xla" (cuDNN) for rows under 1,024 tokens and "pallas" (else
-# "blockwise") for longer ones, on CPU "blockwise" for rows of 1,024 tokens or more and
+# "blockwise") for longer ones, on CPU "blockwise" for rows longer than 1,024 tokens and
 # for local layers whose window skips key blocks, else "xla" (`choose`).
 ATTENTION_KERNELS = ("auto", "xla", "pallas", "blockwise", "splash")
-# Rows of at least this many tokens take a linear-memory kernel under "auto" (CPU, GPU).
-# On the development CPU (shared), the tiny ModernBERT's train step (batch 1) took 138 ms
-# blockwise against xla's 656 at 1,024 tokens, 1.4 s against 9.2 at 4,096
-# (docs/guides/long-context.md); shorter rows were not measured.
+# On GPU, rows of at least this many tokens take a linear-memory kernel under "auto".
 LONG_ROW = 1024
+# On CPU, a global layer attends in full (xla) in rows of at most this many tokens, in
+# blocks (blockwise) in longer ones. On the 2-core Intel Xeon (2026-11-30), xla against
+# blockwise's single block: ModernBERT-base's train step at 1,024 tokens (batch 2) 3% to
+# 12% faster (four pairs of medians of 5) at the same peak memory (9.2 GB), the tiny
+# ModernBERT's (batch 4) 5% to 11%; at 2,048 tokens (batch 1) ModernBERT-base's took
+# 12.9 s against blockwise's 12.6 s, and 2.1 GB more. (Before the heads-first layout of
+# `masks.attention_probabilities`, xla took 4.8x blockwise's time at 1,024 tokens:
+# docs/guides/long-context.md.)
+CPU_FULL_ROW = 1024
 # The kernels without attention dropout.
 WITHOUT_DROPOUT = ("blockwise", "splash")
 # The platform each Pallas kernel is compiled for; elsewhere Pallas interprets it, which
@@ -214,7 +221,7 @@ def choose(config: model_config.ModelConfig, query: jax.Array, key: jax.Array,
   # On a 2-core CPU, forward and backward of [32, 128] rows of 2 heads of 64 with a
   # window of 64 took 0.82x blockwise's time with xla (medians of 30 and 60
   # interleaved repeats, on a shared machine); a band that meets every block saves nothing.
-  if length >= LONG_ROW or (
+  if length > CPU_FULL_ROW or (
       window and not blockwise_attention.visits_every_block(length, window)):
     return "blockwise"
   return "xla"
