@@ -5,7 +5,6 @@ grouped-query heads, the scanned stack; what "auto" picks on each backend; the o
 errors before compiling; the 8,192-token train step without an [L, L] array; a long run's
 evaluation no larger than its training micro-batch; the measuring tool
 (encoderx/tools/speed/long_context.py)."""
-import dataclasses
 import functools
 import json
 
